@@ -1,0 +1,1 @@
+"""mlir-autodiff: a differentiable compiler on upstream MLIR."""
