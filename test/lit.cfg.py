@@ -23,32 +23,25 @@ for var in ("HOME", "PATH", "AUTODIFF_TRACEBACK", "TMPDIR"):
 
 python = sys.executable
 bindir = os.path.dirname(python)
+# Tools (autodiff-opt, autodiff-run, filecheck, FileCheck) are found on PATH;
+# the interpreter's bin directory comes first so an uninstalled checkout
+# never shadows the installed package.
+config.environment["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+for tool in ("autodiff-opt", "autodiff-run", "filecheck"):
+    if not os.path.exists(os.path.join(bindir, tool)) and shutil.which(tool) is None:
+        lit_config.fatal(f"cannot find '{tool}': install the package first (see README)")
 
+import mlir.ir  # noqa: E402  (the installed upstream bindings; a namespace package)
 
-def find_tool(name):
-    for d in (bindir,):
-        cand = os.path.join(d, name)
-        if os.path.exists(cand):
-            return cand
-    found = shutil.which(name)
-    if found is None:
-        lit_config.fatal(f"cannot find '{name}': install the package (see README)")
-    return found
-
-
-import mlir  # noqa: E402  (the installed upstream bindings)
-
-mlir_bin = os.path.join(os.path.dirname(mlir.__file__), "bin")
+mlir_bin = os.path.join(os.path.dirname(mlir.ir.__file__), "bin")
 root = os.path.abspath(os.path.join(config.test_source_root, ".."))
 
 config.substitutions.append(("%PYTHON", python))
 config.substitutions.append(("%autodiff_root", root))
 config.substitutions.append(("%irdl", os.path.join(root, "dialects", "autodiff.irdl.mlir")))
 config.substitutions.append(("%mlir_opt", os.path.join(mlir_bin, "mlir-opt")))
-for tool in ("autodiff-opt", "autodiff-run"):
-    config.substitutions.append((f"{tool}", find_tool(tool)))
-config.substitutions.append(("filecheck", find_tool("filecheck")))
-config.substitutions.append(("not ", f"{python} {os.path.join(root, 'test', 'not.py')} "))
+# `%not CMD`: CMD must fail with an exit code, not a signal (lit's `not` accepts crashes).
+config.substitutions.append(("%not", f"{python} {os.path.join(root, 'test', 'not.py')}"))
 
 try:
     import jax  # noqa: F401
