@@ -70,7 +70,7 @@ def load_irdl_file(path: str, context: ir.Context | None = None) -> None:
     re-registered, which MLIR would abort on.
     """
     ctx = context or ir.Context.current
-    with ctx, ir.Location(ir.Location.file(path, 0, 0)):
+    with ctx, ir.Location.file(path, 0, 0):
         defs = ir.Module.parse(Path(path).read_text())
         fresh = []
         for op in defs.body.operations:

@@ -1,0 +1,142 @@
+"""The autodiff dialect: IRDL loading, op builders, verification by IRDL."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+from pathlib import Path
+
+import pytest
+from mlir import ir
+from mlir.dialects import arith, func
+
+from mlir_autodiff import dialects
+
+MLIR_OPT = Path(ir.__file__).parent / "bin" / "mlir-opt"
+
+
+@pytest.fixture
+def ctx():
+    with ir.Context() as c, ir.Location.unknown():
+        dialects.load(c)
+        yield c
+
+
+def tensor(*shape, elt=None):
+    return ir.RankedTensorType.get(list(shape), elt or ir.F32Type.get())
+
+
+def test_load_is_idempotent():
+    c = ir.Context()
+    assert not dialects.is_loaded(c)
+    for _ in range(3):
+        dialects.load(c)
+    assert dialects.is_loaded(c)
+    for name in dialects.OP_NAMES:
+        assert c.is_registered_operation(name), name
+
+
+def test_contexts_do_not_leak():
+    gc.collect()
+    before = ir.Context._get_live_count()
+    for _ in range(5):
+        c = ir.Context()
+        dialects.load(c)
+        del c
+    gc.collect()
+    assert ir.Context._get_live_count() == before
+
+
+def test_load_irdl_file_skips_already_loaded(ctx):
+    # Loading the project's own file again must neither abort nor fail.
+    dialects.load_irdl_file(str(dialects.IRDL_FILE), ctx)
+    assert dialects.is_loaded(ctx)
+
+
+def _module_with(build):
+    module = ir.Module.create()
+    t = tensor(4)
+    with ir.InsertionPoint(module.body):
+        callee = func.FuncOp("f", ([t], [t]))
+        with ir.InsertionPoint(callee.add_entry_block()):
+            func.ReturnOp([callee.arguments[0]])
+        g = func.FuncOp("g", ([t, t], [t]))
+        with ir.InsertionPoint(g.add_entry_block()):
+            func.ReturnOp([build(t, *g.arguments)])
+    return module
+
+
+@pytest.mark.parametrize(
+    "name, build, expected",
+    [
+        ("jvp", lambda t, a, b: dialects.jvp([t, t], [a], [b], "f")[1],
+         '"autodiff.jvp"(%arg0, %arg1) {fn = @f}'),
+        ("vjp", lambda t, a, b: dialects.vjp([t, t], [a], [b], "f", wrt=[0])[1],
+         '"autodiff.vjp"(%arg0, %arg1) {fn = @f, wrt = array<i64: 0>}'),
+        ("vmap", lambda t, a, b: dialects.vmap([t], [a], "@f", [0], [0], "same"),
+         'in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "same"'),
+        ("stop_gradient", lambda t, a, b: dialects.stop_gradient(a),
+         '"autodiff.stop_gradient"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>'),
+        ("checkpoint", lambda t, a, b: dialects.checkpoint([t], [a], "f"),
+         '"autodiff.checkpoint"(%arg0) {fn = @f}'),
+        ("random", lambda t, a, b: dialects.random(t, "normal", mean=1.0, std=2.0),
+         'distribution = "normal", mean = 1.000000e+00 : f64, std = 2.000000e+00 : f64'),
+        ("philox", lambda t, a, b: dialects.philox(
+            t,
+            arith.constant(ir.IntegerType.get_signless(64), 7),
+            arith.constant(ir.IntegerType.get_signless(64), 0),
+            "uniform", low=-1.0, high=1.0),
+         '"autodiff.philox"(%c7_i64, %c0_i64) {distribution = "uniform", high'),
+    ],
+)
+def test_builders_produce_verified_ops(ctx, name, build, expected):
+    module = _module_with(build)
+    assert module.operation.verify()
+    text = str(module)
+    assert expected in text, text
+    # Round trip through the upstream mlir-opt with the IRDL file.
+    out = subprocess.run(
+        [str(MLIR_OPT), f"--irdl-file={dialects.IRDL_FILE}", "-"],
+        input=text, capture_output=True, text=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"autodiff.{name}" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('%r = "autodiff.philox"(%i) {distribution = "uniform"} : (i64) -> tensor<4xf32>',
+         "op expects exactly 2 operands, but got 1"),
+        ('%r = "autodiff.philox"(%i, %i) {distribution = "gamma"} : (i64, i64) -> tensor<4xf32>',
+         "does not satisfy the constraint"),
+        ('%r = "autodiff.philox"(%f, %i) {distribution = "bits"} : (f32, i64) -> tensor<4xi32>',
+         "expected 'i64' but got 'f32'"),
+        ('%r = "autodiff.jvp"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>',
+         'op attribute "fn" is expected but not provided'),
+        ('%r = "autodiff.stop_gradient"(%x) : (tensor<4xf32>) -> tensor<4xf64>',
+         "expected 'tensor<4xf32>' but got 'tensor<4xf64>'"),
+        ('%r = "autodiff.random"() {distribution = "uniform"} : () -> f32',
+         "expected base type 'builtin.tensor' but got 'builtin.f32'"),
+        ('%r = "autodiff.vmap"(%x) {fn = @f, in_axes = [0], out_axes = array<i64: 0>, '
+         'randomness = "error"} : (tensor<4xf32>) -> tensor<4xf32>',
+         "expected base attribute 'builtin.dense_array' but got 'builtin.array'"),
+    ],
+)
+def test_irdl_rejects_bad_ops(ctx, text, message):
+    source = (
+        "func.func @g(%x: tensor<4xf32>, %i: i64, %f: f32) {\n"
+        f"  {text}\n"
+        "  return\n}\n"
+    )
+    with pytest.raises(ir.MLIRError) as err:
+        ir.Module.parse(source)
+    messages = " | ".join(d.message for d in err.value.error_diagnostics)
+    assert message in messages, messages
+
+
+def test_builder_rejects_unknown_distribution(ctx):
+    with pytest.raises(ValueError, match="distribution must be one of"):
+        dialects.random(tensor(2), "gamma")
+    with pytest.raises(ValueError, match="randomness must be one of"):
+        dialects.vmap([tensor(2)], [], "f", [], [0], "sometimes")
