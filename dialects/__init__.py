@@ -1,8 +1,10 @@
 """The `autodiff` dialect: loading (from IRDL) and Python op builders.
 
-The dialect is defined in `autodiff.irdl.mlir` beside this file. `load(ctx)`
-registers it in a context; it is idempotent, since MLIR aborts when the same
-IRDL dialect is loaded twice into one context.
+The dialect is defined in `autodiff.irdl.mlir` beside this file, which stock
+upstream tools load with `--irdl-file`. Our own contexts accept autodiff ops
+as unregistered ops (`load(ctx)`) and check them with `verify(op)`, which
+applies the IRDL file's constraints per operand (see `verify.py`: MLIR 22's
+IRDL cannot express heterogeneous variadic operand lists).
 
 Builders follow the upstream binding idiom: an op class whose constructor
 builds the op, and a snake_case function returning the op's value(s), both
@@ -18,6 +20,8 @@ from mlir import ir
 from mlir.dialects import irdl
 from mlir.dialects._ods_common import _cext
 
+from .verify import DISTRIBUTIONS, RANDOMNESS, SPECS
+
 IRDL_FILE = Path(__file__).with_name("autodiff.irdl.mlir")
 
 #: Every op the dialect defines, by full name.
@@ -31,8 +35,6 @@ OP_NAMES = (
     "autodiff.philox",
 )
 
-DISTRIBUTIONS = ("uniform", "normal", "bits")
-RANDOMNESS = ("error", "different", "same")
 
 _irdl_text: str | None = None
 
@@ -47,20 +49,26 @@ def irdl_source() -> str:
 
 def is_loaded(context: ir.Context | None = None) -> bool:
     ctx = context or ir.Context.current
-    return ctx.is_registered_operation("autodiff.jvp")
+    return ctx.allow_unregistered_dialects
 
 
 def load(context: ir.Context | None = None) -> None:
-    """Register the autodiff dialect in `context` (default: the current one).
+    """Make `context` accept autodiff ops (default: the current context).
 
-    Safe to call any number of times per context.
+    Autodiff ops live in the context as ops of an unregistered dialect and are
+    checked by `verify` (see `verify.py` for why the IRDL definition is not
+    registered in our own contexts). Safe to call any number of times.
     """
     ctx = context or ir.Context.current
-    if is_loaded(ctx):
-        return
-    with ctx, ir.Location.unknown():
-        defs = ir.Module.parse(irdl_source())
-        irdl.load_dialects(defs)
+    ctx.allow_unregistered_dialects = True
+
+
+def verify(root: ir.Operation | ir.OpView | ir.Module, *, allow_unregistered: bool = False) -> bool:
+    """Check every autodiff op under `root`, emitting an error at each bad one."""
+    from .verify import verify as _verify
+
+    op = root.operation
+    return _verify(op, allow_unregistered=allow_unregistered)
 
 
 def load_irdl_file(path: str, context: ir.Context | None = None) -> None:
@@ -82,6 +90,8 @@ def load_irdl_file(path: str, context: ir.Context | None = None) -> None:
                 for inner in op.regions[0].blocks[0].operations
                 if inner.operation.name == "irdl.operation"
             ]
+            if name == "autodiff":
+                continue  # the project's own dialect: checked by `verify`, see verify.py
             if ops and all(ctx.is_registered_operation(o) for o in ops):
                 continue
             fresh.append(op)
@@ -277,7 +287,7 @@ def philox(result_type, seed, offset, distribution="uniform", *, loc=None, ip=No
 
 
 __all__ = [
-    "IRDL_FILE", "OP_NAMES", "load", "is_loaded", "load_irdl_file", "irdl_source",
+    "IRDL_FILE", "OP_NAMES", "SPECS", "load", "is_loaded", "verify", "load_irdl_file", "irdl_source",
     "JvpOp", "jvp", "VjpOp", "vjp", "VmapOp", "vmap", "StopGradientOp", "stop_gradient",
     "CheckpointOp", "checkpoint", "RandomOp", "random", "PhiloxOp", "philox",
 ]
