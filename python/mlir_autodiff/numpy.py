@@ -1,0 +1,1427 @@
+"""`mlir_autodiff.numpy`: numpy's names and semantics, traced into MLIR on tensors.
+
+Import it as `anp`. Inside a function given to `mlir_autodiff.jit` (or any
+transform), these functions take traced values, numpy arrays and Python
+scalars and emit upstream MLIR (`arith`, `math`, `tensor`, `linalg`; see
+`primitives.py` for the exact vocabulary). Outside a trace they fall back to
+numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`.
+
+Semantics follow numpy (broadcasting, axis/keepdims, `@`, basic slicing,
+dtype promotion) with these documented choices:
+
+- Python scalars are *weakly typed* (NEP 50 / JAX): `x_f32 * 2.0` stays
+  float32; an int array with a Python float becomes float64, as in numpy.
+- Creation functions default to float64 (numpy's default, not JAX's float32).
+- Arrays are immutable: use `x.at[idx].set(v)` / `.add(v)` (JAX-style) for
+  updates; they return new arrays.
+- Indexing supports ints (negative too), slices (any step), `None`, `...`;
+  array ("advanced") indexing raises UnsupportedError.
+- Supported dtypes: float32, float64, bool, int8/16/32/64. Float functions of
+  int arrays compute in float64 (float32 for bool/int8/int16: no float16).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import math as _pymath
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith
+from mlir.dialects import math as _m
+
+from . import primitives as P
+from .errors import (
+    ConcretizationTypeError,
+    ShapeError,
+    UnexpectedTracerError,
+    UnsupportedError,
+)
+from .tracing import Tracer, canonical_dtype, current_trace, format_site
+
+# --------------------------------------------------------------------------- dtypes & constants
+
+float32 = np.float32
+float64 = np.float64
+int8 = np.int8
+int16 = np.int16
+int32 = np.int32
+int64 = np.int64
+bool_ = np.bool_
+dtype = np.dtype
+pi = np.pi
+e = np.e
+inf = np.inf
+nan = np.nan
+newaxis = None
+
+ArrayLike = Any
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_BOOL = np.dtype(np.bool_)
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def _is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f"
+
+
+def _is_bool(dt: np.dtype) -> bool:
+    return dt == _BOOL
+
+
+# --------------------------------------------------------------------------- eager fallback
+
+def _has_tracer(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, Tracer):
+            return True
+        if isinstance(a, (list, tuple)) and builtins.any(isinstance(b, Tracer) for b in a):
+            return True
+    return False
+
+
+def _api(np_name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a traced implementation of numpy's `np_name` (default: the function's name).
+
+    Outside any trace, calls on concrete values go to numpy itself.
+    """
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        np_fn = getattr(np, np_name or fn.__name__, None)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if current_trace() is None:
+                if _has_tracer(args, kwargs):
+                    raise UnexpectedTracerError(
+                        f"anp.{fn.__name__} got a traced value outside of any trace at "
+                        f"{format_site()}; traced values must not escape their function"
+                    )
+                if np_fn is not None:
+                    return np_fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+# --------------------------------------------------------------------------- promotion
+
+def _info(x: Any) -> tuple[np.dtype, bool]:
+    """(dtype, weak) of an operand."""
+    if isinstance(x, Tracer):
+        return x.dtype, x.weak_type
+    d = P.python_scalar_dtype(x)
+    if d is not None:
+        return d, True
+    dt = np.asarray(x).dtype
+    if dt.kind == "f" and dt not in (_F32, _F64):
+        dt = _F32
+    return dt, False
+
+
+def _result_dtype(infos: Sequence[tuple[np.dtype, bool]]) -> tuple[np.dtype, bool]:
+    """numpy's promotion for strong dtypes; weak (Python scalar) ones adopt them (NEP 50)."""
+    strong = [d for d, w in infos if not w]
+    weak = [d for d, w in infos if w]
+    if strong:
+        base = np.result_type(*strong)
+        if weak:
+            wk = builtins.max(_KIND_RANK[d.kind] for d in weak)
+            if wk > _KIND_RANK[base.kind]:
+                base = _F64 if wk == 2 else _I64
+        return canonical_dtype(base), False
+    return builtins.max(weak, key=lambda d: (_KIND_RANK[d.kind], d.itemsize)), True
+
+
+def result_type(*args: Any) -> np.dtype:
+    """The dtype numpy (with weak Python scalars) gives an op on `args`."""
+    return _result_dtype([_info(a) for a in args])[0]
+
+
+def _as(x: Any, dt: np.dtype) -> Tracer:
+    if isinstance(x, Tracer):
+        return P.convert(x, dt)
+    return P.constant_like(x, dt)
+
+
+def _prep(*xs: Any, to_float: bool = False) -> tuple[list[Tracer], np.dtype, bool]:
+    """Promote operands to their common dtype; returns (tracers, dtype, weak)."""
+    dt, weak = _result_dtype([_info(x) for x in xs])
+    if to_float and not _is_float(dt):
+        dt = _float_of(dt)
+    return [_as(x, dt) for x in xs], dt, weak
+
+
+def _float_of(dt: np.dtype) -> np.dtype:
+    # numpy computes float functions of int32/int64 in float64; we have no float16
+    # for the smaller ones and use float32.
+    if _is_float(dt):
+        return dt
+    return _F64 if dt.itemsize >= 4 else _F32
+
+
+def asarray(a: ArrayLike, dtype: Any = None) -> Any:
+    """`a` as a traced array (a constant for numpy values) or, outside a trace, np.asarray."""
+    if current_trace() is None:
+        if isinstance(a, Tracer):
+            raise UnexpectedTracerError(f"traced value used outside its trace at {format_site()}")
+        return np.asarray(a, dtype=dtype)
+    if isinstance(a, Tracer):
+        return P.convert(a, dtype, weak_type=False) if dtype is not None else a
+    if isinstance(a, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in a):
+        return stack([asarray(v) for v in a]) if dtype is None else \
+            stack([asarray(v) for v in a]).astype(dtype)
+    return P.constant_like(a, dtype)
+
+
+array = asarray
+
+
+def _t(x: Any) -> Tracer:
+    return x if isinstance(x, Tracer) else asarray(x)
+
+
+@_api()
+def astype(x: ArrayLike, dtype: Any) -> Any:
+    """`x` converted to `dtype` (numpy casting: float -> int truncates, nonzero -> True)."""
+    return P.convert(_t(x), canonical_dtype(dtype), weak_type=False)
+
+
+# --------------------------------------------------------------------------- elementwise: binary
+
+def _f(dt: np.dtype, value: float) -> ir.Value:
+    return P.scalar_constant(dt, value)
+
+
+def _binary(name: str, x1: Any, x2: Any, f_op: Callable[..., ir.Value] | None,
+            i_op: Callable[..., ir.Value] | None, b_op: Callable[..., ir.Value] | None = None,
+            *, to_float: bool = False, bool_as: np.dtype | None = None) -> Tracer:
+    (a, b), dt, weak = _prep(x1, x2, to_float=to_float)
+    if _is_bool(dt) and b_op is None:
+        if bool_as is None:
+            raise TypeError(f"numpy boolean {name} is not supported at {format_site()}; "
+                            "convert with .astype(...) first")
+        a, b, dt = P.convert(a, bool_as), P.convert(b, bool_as), bool_as
+    op = f_op if _is_float(dt) else (b_op if _is_bool(dt) else i_op)
+    if op is None:
+        raise TypeError(f"anp.{name} is not supported for dtype {dt} (at {format_site()})")
+    return P.elementwise(name, [a, b], dt, lambda v: op(dt, v[0], v[1]), weak_type=weak)
+
+
+@_api()
+def add(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("add", x1, x2, lambda d, a, b: arith.addf(a, b),
+                   lambda d, a, b: arith.addi(a, b), lambda d, a, b: arith.ori(a, b))
+
+
+@_api()
+def subtract(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("subtract", x1, x2, lambda d, a, b: arith.subf(a, b),
+                   lambda d, a, b: arith.subi(a, b))
+
+
+@_api()
+def multiply(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("multiply", x1, x2, lambda d, a, b: arith.mulf(a, b),
+                   lambda d, a, b: arith.muli(a, b), lambda d, a, b: arith.andi(a, b))
+
+
+@_api()
+def true_divide(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("true_divide", x1, x2, lambda d, a, b: arith.divf(a, b), None,
+                   to_float=True)
+
+
+divide = _api("divide")(true_divide.__wrapped__)  # type: ignore[attr-defined]
+
+
+def _fmod_fix(d: np.dtype, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """numpy's float divmod (npy_divmod): returns (floor_divide, remainder)."""
+    zero = _f(d, 0.0)
+    mod = arith.remf(a, b)
+    div = arith.divf(arith.subf(a, mod), b)
+    mod_nz = arith.cmpf(arith.CmpFPredicate.UNE, mod, zero)
+    b_neg = arith.cmpf(arith.CmpFPredicate.OLT, b, zero)
+    mod_neg = arith.cmpf(arith.CmpFPredicate.OLT, mod, zero)
+    fix = arith.andi(mod_nz, arith.xori(b_neg, mod_neg))
+    mod = arith.select(fix, arith.addf(mod, b), mod)
+    div = arith.select(fix, arith.subf(div, _f(d, 1.0)), div)
+    # a zero remainder takes the sign of the divisor
+    mod = arith.select(mod_nz, mod, _m.copysign(zero, b))
+    floordiv = _m.floor(div)
+    gt_half = arith.cmpf(arith.CmpFPredicate.OGT, arith.subf(div, floordiv), _f(d, 0.5))
+    floordiv = arith.select(gt_half, arith.addf(floordiv, _f(d, 1.0)), floordiv)
+    # b == 0: numpy gives a / b (inf or nan)
+    b_zero = arith.cmpf(arith.CmpFPredicate.OEQ, b, zero)
+    floordiv = arith.select(b_zero, arith.divf(a, b), floordiv)
+    return floordiv, mod
+
+
+def _int_mod(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    zero = _f(d, 0)
+    r = arith.remsi(a, b)
+    r_nz = arith.cmpi(arith.CmpIPredicate.ne, r, zero)
+    sign_differs = arith.xori(arith.cmpi(arith.CmpIPredicate.slt, r, zero),
+                              arith.cmpi(arith.CmpIPredicate.slt, b, zero))
+    return arith.select(arith.andi(r_nz, sign_differs), arith.addi(r, b), r)
+
+
+@_api()
+def floor_divide(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("floor_divide", x1, x2, lambda d, a, b: _fmod_fix(d, a, b)[0],
+                   lambda d, a, b: arith.floordivsi(a, b), bool_as=np.dtype(np.int8))
+
+
+@_api()
+def remainder(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("remainder", x1, x2, lambda d, a, b: _fmod_fix(d, a, b)[1], _int_mod,
+                   bool_as=np.dtype(np.int8))
+
+
+mod = _api("mod")(remainder.__wrapped__)  # type: ignore[attr-defined]
+
+
+@_api()
+def fmod(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("fmod", x1, x2, lambda d, a, b: arith.remf(a, b),
+                   lambda d, a, b: arith.remsi(a, b))
+
+
+def _int_pow_static(d: np.dtype, a: ir.Value, n: int) -> ir.Value:
+    """a ** n for a static n >= 0 by repeated squaring (muli only)."""
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else arith.muli(result, base)
+        n >>= 1
+        if n:
+            base = arith.muli(base, base)
+    return result if result is not None else _f(d, 1)
+
+
+@_api()
+def power(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """x1 ** x2 (math.powf for floats; integer powers by squaring or math.ipowi)."""
+    if type(x2) is int and 0 <= x2 <= 1 << 16:
+        t = _t(x1)
+        dt = _result_dtype([_info(t), _info(x2)])[0]
+        if dt.kind == "i":
+            t = P.convert(t, dt)
+            return P.elementwise("power", [t], dt, lambda v: _int_pow_static(dt, v[0], x2),
+                                 weak_type=t.weak_type)
+    return _binary("power", x1, x2, lambda d, a, b: _m.powf(a, b),
+                   lambda d, a, b: _m.ipowi(a, b), bool_as=np.dtype(np.int8))
+
+
+@_api()
+def maximum(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """Elementwise maximum; NaN propagates (arith.maximumf), as in numpy."""
+    return _binary("maximum", x1, x2, lambda d, a, b: arith.maximumf(a, b),
+                   lambda d, a, b: arith.maxsi(a, b), lambda d, a, b: arith.ori(a, b))
+
+
+@_api()
+def minimum(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """Elementwise minimum; NaN propagates (arith.minimumf), as in numpy."""
+    return _binary("minimum", x1, x2, lambda d, a, b: arith.minimumf(a, b),
+                   lambda d, a, b: arith.minsi(a, b), lambda d, a, b: arith.andi(a, b))
+
+
+@_api()
+def arctan2(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("arctan2", x1, x2, lambda d, a, b: _m.atan2(a, b), None, to_float=True)
+
+
+@_api()
+def copysign(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _binary("copysign", x1, x2, lambda d, a, b: _m.copysign(a, b), None, to_float=True)
+
+
+@_api()
+def logaddexp(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """log(exp(x1) + exp(x2)) without overflow."""
+    (a, b), _, _ = _prep(x1, x2, to_float=True)
+    hi = maximum(a, b)
+    res = hi + log1p(exp(-abs(a - b)))
+    return where(a == b, a + _pymath.log(2.0), res)  # also right for a == b == +-inf
+
+
+def _bitwise(name: str, x1: Any, x2: Any, op: Callable[[ir.Value, ir.Value], ir.Value]) -> Any:
+    (a, b), dt, weak = _prep(x1, x2)
+    if _is_float(dt):
+        raise TypeError(f"anp.{name} is not supported for float inputs (at {format_site()})")
+    return P.elementwise(name, [a, b], dt, lambda v: op(v[0], v[1]), weak_type=weak)
+
+
+@_api()
+def bitwise_and(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _bitwise("bitwise_and", x1, x2, arith.andi)
+
+
+@_api()
+def bitwise_or(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _bitwise("bitwise_or", x1, x2, arith.ori)
+
+
+@_api()
+def bitwise_xor(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _bitwise("bitwise_xor", x1, x2, arith.xori)
+
+
+def _logical(name: str, x1: Any, x2: Any, op: Callable[[ir.Value, ir.Value], ir.Value]) -> Any:
+    a, b = P.convert(_t(x1), _BOOL), P.convert(_t(x2), _BOOL)
+    return P.elementwise(name, [a, b], _BOOL, lambda v: op(v[0], v[1]))
+
+
+@_api()
+def logical_and(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _logical("logical_and", x1, x2, arith.andi)
+
+
+@_api()
+def logical_or(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _logical("logical_or", x1, x2, arith.ori)
+
+
+@_api()
+def logical_xor(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _logical("logical_xor", x1, x2, arith.xori)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+def _compare(name: str, x1: Any, x2: Any, fpred: Any, ipred: Any) -> Tracer:
+    (a, b), dt, _ = _prep(x1, x2)
+    if _is_float(dt):
+        def body(v: list[ir.Value]) -> ir.Value:
+            return arith.cmpf(fpred, v[0], v[1])
+    else:
+        def body(v: list[ir.Value]) -> ir.Value:
+            return arith.cmpi(ipred, v[0], v[1])
+    return P.elementwise(name, [a, b], _BOOL, body)
+
+
+_FP, _IP = arith.CmpFPredicate, arith.CmpIPredicate
+
+
+@_api()
+def less(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _compare("less", x1, x2, _FP.OLT, _IP.slt)
+
+
+@_api()
+def less_equal(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _compare("less_equal", x1, x2, _FP.OLE, _IP.sle)
+
+
+@_api()
+def greater(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _compare("greater", x1, x2, _FP.OGT, _IP.sgt)
+
+
+@_api()
+def greater_equal(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _compare("greater_equal", x1, x2, _FP.OGE, _IP.sge)
+
+
+@_api()
+def equal(x1: ArrayLike, x2: ArrayLike) -> Any:
+    return _compare("equal", x1, x2, _FP.OEQ, _IP.eq)
+
+
+@_api()
+def not_equal(x1: ArrayLike, x2: ArrayLike) -> Any:
+    # unordered: NaN != NaN is True, as in numpy
+    return _compare("not_equal", x1, x2, _FP.UNE, _IP.ne)
+
+
+# --------------------------------------------------------------------------- elementwise: unary
+
+def _unary_float(name: str, op: Callable[[ir.Value], ir.Value], doc: str = "") -> Any:
+    def fn(x: ArrayLike) -> Any:
+        t = _t(x)
+        dt = _float_of(t.dtype)
+        return P.elementwise(name, [P.convert(t, dt)], dt, lambda v: op(v[0]),
+                             weak_type=t.weak_type)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc or f"Elementwise numpy.{name} (math dialect)."
+    return _api(name)(fn)
+
+
+exp = _unary_float("exp", _m.exp)
+exp2 = _unary_float("exp2", _m.exp2)
+log = _unary_float("log", _m.log)
+log2 = _unary_float("log2", _m.log2)
+log10 = _unary_float("log10", _m.log10)
+log1p = _unary_float("log1p", _m.log1p)
+expm1 = _unary_float("expm1", _m.expm1)
+sqrt = _unary_float("sqrt", _m.sqrt)
+cbrt = _unary_float("cbrt", _m.cbrt)
+tanh = _unary_float("tanh", _m.tanh)
+sin = _unary_float("sin", _m.sin)
+cos = _unary_float("cos", _m.cos)
+tan = _unary_float("tan", _m.tan)
+arcsin = _unary_float("arcsin", _m.asin)
+arccos = _unary_float("arccos", _m.acos)
+arctan = _unary_float("arctan", _m.atan)
+sinh = _unary_float("sinh", _m.sinh)
+cosh = _unary_float("cosh", _m.cosh)
+arcsinh = _unary_float("arcsinh", _m.asinh)
+arccosh = _unary_float("arccosh", _m.acosh)
+arctanh = _unary_float("arctanh", _m.atanh)
+floor = _unary_float("floor", _m.floor)
+ceil = _unary_float("ceil", _m.ceil)
+trunc = _unary_float("trunc", _m.trunc)
+rint = _unary_float("rint", _m.roundeven, "Round to nearest, ties to even (numpy.rint).")
+
+
+@_api()
+def round(a: ArrayLike, decimals: int = 0) -> Any:
+    """Round half to even to `decimals` digits (numpy.round)."""
+    t = _t(a)
+    if not _is_float(t.dtype):
+        return t
+    if decimals == 0:
+        return rint(t)
+    scale = 10.0 ** decimals
+    return rint(t * scale) / scale
+
+
+around = round
+
+
+@_api()
+def negative(x: ArrayLike) -> Any:
+    t = _t(x)
+    dt = t.dtype
+    if _is_bool(dt):
+        raise TypeError(f"numpy boolean negative is not supported at {format_site()}; "
+                        "use anp.logical_not")
+    if _is_float(dt):
+        return P.elementwise("negative", [t], dt, lambda v: arith.negf(v[0]), t.weak_type)
+    return P.elementwise("negative", [t], dt, lambda v: arith.subi(_f(dt, 0), v[0]),
+                         t.weak_type)
+
+
+@_api()
+def positive(x: ArrayLike) -> Any:
+    return _t(x)
+
+
+@_api()
+def absolute(x: ArrayLike) -> Any:
+    t = _t(x)
+    dt = t.dtype
+    if _is_bool(dt):
+        return t
+    op = _m.absf if _is_float(dt) else _m.absi
+    return P.elementwise("absolute", [t], dt, lambda v: op(v[0]), t.weak_type)
+
+
+abs = _api("abs")(absolute.__wrapped__)  # type: ignore[attr-defined]
+
+
+@_api()
+def sign(x: ArrayLike) -> Any:
+    """-1, 0 or 1 by sign (NaN stays NaN for floats)."""
+    t = _t(x)
+    dt = t.dtype
+    if _is_bool(dt):
+        return t
+
+    def body(v: list[ir.Value]) -> ir.Value:
+        a = v[0]
+        if _is_float(dt):
+            zero = _f(dt, 0.0)
+            pos = arith.cmpf(_FP.OGT, a, zero)
+            neg = arith.cmpf(_FP.OLT, a, zero)
+            return arith.select(pos, _f(dt, 1.0), arith.select(neg, _f(dt, -1.0), a))
+        zero = _f(dt, 0)
+        pos = arith.cmpi(_IP.sgt, a, zero)
+        neg = arith.cmpi(_IP.slt, a, zero)
+        return arith.select(pos, _f(dt, 1), arith.select(neg, _f(dt, -1), zero))
+
+    return P.elementwise("sign", [t], dt, body, t.weak_type)
+
+
+@_api()
+def square(x: ArrayLike) -> Any:
+    t = _t(x)
+    return multiply(t, t)
+
+
+@_api()
+def reciprocal(x: ArrayLike) -> Any:
+    t = _t(x)
+    return true_divide(np.ones((), t.dtype) if _is_float(t.dtype) else 1.0, t)
+
+
+@_api()
+def invert(x: ArrayLike) -> Any:
+    t = _t(x)
+    dt = t.dtype
+    if _is_float(dt):
+        raise TypeError(f"anp.invert is not supported for float inputs (at {format_site()})")
+    allones = True if _is_bool(dt) else -1
+    return P.elementwise("invert", [t], dt, lambda v: arith.xori(v[0], _f(dt, allones)),
+                         t.weak_type)
+
+
+@_api()
+def logical_not(x: ArrayLike) -> Any:
+    t = P.convert(_t(x), _BOOL)
+    return P.elementwise("logical_not", [t], _BOOL, lambda v: arith.xori(v[0], _f(_BOOL, 1)))
+
+
+def _float_test(name: str, fpred: Callable[[np.dtype, ir.Value], ir.Value],
+                int_value: bool) -> Any:
+    def fn(x: ArrayLike) -> Any:
+        t = _t(x)
+        if not _is_float(t.dtype):
+            return P.constant(np.full(t.shape, int_value, dtype=bool))
+        return P.elementwise(name, [t], _BOOL, lambda v: fpred(t.dtype, v[0]))
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise numpy.{name}."
+    return _api(name)(fn)
+
+
+isnan = _float_test("isnan", lambda d, a: arith.cmpf(_FP.UNO, a, a), False)
+isinf = _float_test("isinf", lambda d, a: arith.cmpf(_FP.OEQ, _m.absf(a), _f(d, np.inf)),
+                    False)
+isfinite = _float_test("isfinite", lambda d, a: arith.cmpf(_FP.OLT, _m.absf(a), _f(d, np.inf)),
+                       True)
+
+
+@_api()
+def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Any:
+    """Elementwise choice `x if condition else y` (both sides are computed)."""
+    if x is None or y is None:
+        raise UnsupportedError(
+            f"anp.where(condition) (nonzero) has a data-dependent shape and is not supported "
+            f"at {format_site()}; pass both x and y"
+        )
+    c = P.convert(_t(condition), _BOOL)
+    (a, b), dt, weak = _prep(x, y)
+    return P.elementwise("where", [c, a, b], dt, lambda v: arith.select(v[0], v[1], v[2]),
+                         weak_type=weak)
+
+
+@_api()
+def clip(a: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
+    """Limit values to [a_min, a_max] (either may be None)."""
+    out = _t(a)
+    if a_min is not None:
+        out = maximum(out, a_min)
+    if a_max is not None:
+        out = minimum(out, a_max)
+    return out
+
+
+# --------------------------------------------------------------------------- reductions
+
+def _norm_axis(axis: int, ndim: int, opname: str) -> int:
+    a = int(axis)
+    if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+        raise np.exceptions.AxisError(f"{opname}: axis {axis} is out of bounds for array of "
+                                      f"dimension {ndim} (at {format_site()})")
+    return a % ndim if ndim else 0
+
+
+def _norm_axes(axis: Any, ndim: int, opname: str) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(_norm_axis(a, ndim, opname) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{opname}: duplicate value in 'axis' (at {format_site()})")
+        return axes
+    return (_norm_axis(axis, ndim, opname),)
+
+
+def _keep(t: Tracer, shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> Tracer:
+    if not keepdims:
+        return t
+    return P.reshape(t, [1 if i in axes else d for i, d in enumerate(shape)])
+
+
+def _sum_dtype(dt: np.dtype) -> np.dtype:
+    # numpy sums bools and small ints in the platform integer (int64 here)
+    if _is_bool(dt) or (dt.kind == "i" and dt.itemsize < 8):
+        return _I64
+    return dt
+
+
+def _reduction(kind: str, opname: str, a: Any, axis: Any, dtype: Any, keepdims: bool,
+               identity: bool) -> Tracer:
+    t = _t(a)
+    axes = _norm_axes(axis, t.ndim, opname)
+    if not identity and builtins.any(t.shape[i] == 0 for i in axes):
+        raise ValueError(f"zero-size array to reduction operation {opname} which has no "
+                         f"identity (at {format_site()})")
+    if dtype is not None:
+        t = P.convert(t, canonical_dtype(dtype), weak_type=False)
+    elif kind in ("sum", "prod"):
+        t = P.convert(t, _sum_dtype(t.dtype))
+    r = P.reduce(t, axes, kind)
+    return _keep(r, t.shape, axes, keepdims)
+
+
+@_api()
+def sum(a: ArrayLike, axis: Any = None, dtype: Any = None,
+        keepdims: bool = False) -> Any:
+    """Sum over `axis` (None: all; int or tuple), like numpy.sum."""
+    return _reduction("sum", "sum", a, axis, dtype, keepdims, True)
+
+
+@_api()
+def prod(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+    return _reduction("prod", "prod", a, axis, dtype, keepdims, True)
+
+
+@_api()
+def max(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    """Maximum over `axis`; NaN propagates."""
+    return _reduction("max", "maximum", a, axis, None, keepdims, False)
+
+
+@_api()
+def min(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    """Minimum over `axis`; NaN propagates."""
+    return _reduction("min", "minimum", a, axis, None, keepdims, False)
+
+
+amax = _api("amax")(max.__wrapped__)  # type: ignore[attr-defined]
+amin = _api("amin")(min.__wrapped__)  # type: ignore[attr-defined]
+
+
+@_api()
+def all(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    t = P.convert(_t(a), _BOOL)
+    return _reduction("min", "all", t, axis, None, keepdims, True)
+
+
+@_api()
+def any(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    t = P.convert(_t(a), _BOOL)
+    return _reduction("max", "any", t, axis, None, keepdims, True)
+
+
+@_api()
+def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+    """Arithmetic mean over `axis` (ints average in float64, as in numpy)."""
+    t = _t(a)
+    axes = _norm_axes(axis, t.ndim, "mean")
+    dt = canonical_dtype(dtype) if dtype is not None else _float_of(t.dtype)
+    if _is_float(t.dtype) or dtype is not None:
+        t = P.convert(t, dt)
+    else:
+        t = P.convert(t, _F64)
+    count = _pymath.prod(t.shape[i] for i in axes)
+    s = P.reduce(t, axes, "sum")
+    r = true_divide(s, float(count) if count else np.nan)
+    return _keep(r, t.shape, axes, keepdims)
+
+
+@_api()
+def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+    """Variance over `axis` with `ddof` delta degrees of freedom."""
+    t = _t(a)
+    axes = _norm_axes(axis, t.ndim, "var")
+    if not _is_float(t.dtype):
+        t = P.convert(t, _F64)
+    centered = t - mean(t, axis=axes, keepdims=True)
+    count = _pymath.prod(t.shape[i] for i in axes)
+    s = sum(centered * centered, axis=axes, keepdims=keepdims)
+    return s / float(builtins.max(count - ddof, 0))
+
+
+@_api()
+def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+def _arg(kind: str, a: Any, axis: Any, keepdims: bool) -> Tracer:
+    t = _t(a)
+    name = "arg" + kind
+    if t.size == 0:
+        raise ValueError(f"attempt to get {name} of an empty sequence (at {format_site()})")
+    if axis is None:
+        r = P.arg_reduce(P.reshape(t, (t.size,)), 0, kind)
+        return P.reshape(r, (1,) * t.ndim) if keepdims else r
+    ax = _norm_axis(axis, t.ndim, name)
+    r = P.arg_reduce(t, ax, kind)
+    return _keep(r, t.shape, (ax,), keepdims)
+
+
+@_api()
+def argmax(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    """Index of the first maximum along `axis` (flattened when None), int64."""
+    return _arg("max", a, axis, keepdims)
+
+
+@_api()
+def argmin(a: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    """Index of the first minimum along `axis` (flattened when None), int64."""
+    return _arg("min", a, axis, keepdims)
+
+
+# --------------------------------------------------------------------------- shapes
+
+def shape(a: ArrayLike) -> tuple[int, ...]:
+    return a.shape if isinstance(a, Tracer) else np.shape(a)
+
+
+def ndim(a: ArrayLike) -> int:
+    return a.ndim if isinstance(a, Tracer) else np.ndim(a)
+
+
+def size(a: ArrayLike) -> int:
+    return a.size if isinstance(a, Tracer) else np.size(a)
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+@_api()
+def reshape(a: ArrayLike, newshape: Any = None, order: str = "C", *, shape: Any = None) -> Any:
+    """numpy.reshape (C order; one dimension may be -1)."""
+    if order != "C":
+        raise UnsupportedError(f"reshape: only order='C' is supported (at {format_site()})")
+    t = _t(a)
+    target = shape if shape is not None else newshape
+    if isinstance(target, (int, np.integer)):
+        target = (int(target),)
+    target = [int(d) for d in target]
+    unknown = [i for i, d in enumerate(target) if d == -1]
+    if len(unknown) > 1:
+        raise ValueError(f"reshape: can only specify one unknown dimension (at {format_site()})")
+    known = _pymath.prod(d for d in target if d != -1)
+    if unknown:
+        if known == 0 or t.size % known:
+            raise ShapeError(f"reshape: cannot reshape array of size {t.size} into shape "
+                             f"{_fmt(target)} at {format_site()}")
+        target[unknown[0]] = t.size // known
+    if _pymath.prod(target) != t.size:
+        raise ShapeError(f"reshape: cannot reshape array of size {t.size} into shape "
+                         f"{_fmt(target)} at {format_site()}")
+    return P.reshape(t, target)
+
+
+@_api()
+def ravel(a: ArrayLike) -> Any:
+    t = _t(a)
+    return P.reshape(t, (t.size,))
+
+
+@_api()
+def transpose(a: ArrayLike, axes: Any = None) -> Any:
+    """Permute dims (reverse them when `axes` is None) with linalg.transpose."""
+    t = _t(a)
+    if axes is None:
+        perm = list(range(t.ndim))[::-1]
+    else:
+        perm = [_norm_axis(ax, t.ndim, "transpose") for ax in axes]
+        if sorted(perm) != list(range(t.ndim)):
+            raise ValueError(f"transpose: axes {tuple(axes)} don't match array of "
+                             f"{t.ndim} dims (at {format_site()})")
+    return P.transpose(t, perm)
+
+
+permute_dims = transpose
+
+
+@_api()
+def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Any:
+    t = _t(a)
+    perm = list(range(t.ndim))
+    i, j = _norm_axis(axis1, t.ndim, "swapaxes"), _norm_axis(axis2, t.ndim, "swapaxes")
+    perm[i], perm[j] = perm[j], perm[i]
+    return P.transpose(t, perm)
+
+
+@_api()
+def moveaxis(a: ArrayLike, source: Any, destination: Any) -> Any:
+    t = _t(a)
+    src = _norm_axes(source, t.ndim, "moveaxis")
+    dst = _norm_axes(destination, t.ndim, "moveaxis")
+    if len(src) != len(dst):
+        raise ValueError("moveaxis: `source` and `destination` must have the same length")
+    order = [i for i in range(t.ndim) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return P.transpose(t, order)
+
+
+@_api()
+def expand_dims(a: ArrayLike, axis: Any) -> Any:
+    t = _t(a)
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out_ndim = t.ndim + len(axes)
+    norm = sorted(_norm_axis(ax, out_ndim, "expand_dims") for ax in axes)
+    dims = iter(t.shape)
+    return P.reshape(t, [1 if i in norm else next(dims) for i in range(out_ndim)])
+
+
+@_api()
+def squeeze(a: ArrayLike, axis: Any = None) -> Any:
+    t = _t(a)
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(t.shape) if d == 1)
+    else:
+        axes = _norm_axes(axis, t.ndim, "squeeze")
+        for ax in axes:
+            if t.shape[ax] != 1:
+                raise ValueError(f"squeeze: cannot select an axis to squeeze out which has "
+                                 f"size not equal to one (axis {ax}, at {format_site()})")
+    return P.reshape(t, [d for i, d in enumerate(t.shape) if i not in axes])
+
+
+@_api()
+def broadcast_to(array: ArrayLike, shape: Any) -> Any:
+    shp = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return P.broadcast_to(_t(array), shp)
+
+
+@_api()
+def broadcast_arrays(*args: ArrayLike) -> Any:
+    ts = [_t(a) for a in args]
+    shp = P.broadcast_shapes("broadcast_arrays", *[t.shape for t in ts])
+    return [P.broadcast_to(t, shp) for t in ts]
+
+
+@_api()
+def concatenate(arrays: Sequence[ArrayLike], axis: Any = 0) -> Any:
+    """Join arrays along an existing axis (axis=None: flatten first)."""
+    if len(arrays) == 0:
+        raise ValueError("need at least one array to concatenate")
+    ts, _, _ = _prep(*arrays)
+    if axis is None:
+        ts = [P.reshape(t, (t.size,)) for t in ts]
+        axis = 0
+    first = ts[0]
+    if first.ndim == 0:
+        raise ValueError(f"zero-dimensional arrays cannot be concatenated (at {format_site()})")
+    ax = _norm_axis(axis, first.ndim, "concatenate")
+    for i, t in enumerate(ts):
+        if t.ndim != first.ndim:
+            raise ShapeError(
+                f"concatenate: all the input arrays must have same number of dimensions, but "
+                f"the array at index 0 has {first.ndim} dimension(s) and the array at index "
+                f"{i} has {t.ndim} dimension(s) (at {format_site()})")
+        for d in range(t.ndim):
+            if d != ax and t.shape[d] != first.shape[d]:
+                raise ShapeError(
+                    f"concatenate: all the input array dimensions except for the "
+                    f"concatenation axis must match exactly, but along dimension {d}, the "
+                    f"array at index 0 has size {first.shape[d]} and the array at index {i} "
+                    f"has size {t.shape[d]} (at {format_site()})")
+    if len(ts) == 1:
+        return ts[0]
+    return P.concatenate(ts, ax)
+
+
+@_api()
+def stack(arrays: Sequence[ArrayLike], axis: int = 0) -> Any:
+    """Join arrays along a new axis."""
+    if len(arrays) == 0:
+        raise ValueError("need at least one array to stack")
+    ts, _, _ = _prep(*arrays)
+    shapes = {t.shape for t in ts}
+    if len(shapes) != 1:
+        raise ShapeError(f"stack: all input arrays must have the same shape, got "
+                         f"{' '.join(_fmt(s) for s in [t.shape for t in ts])} "
+                         f"(at {format_site()})")
+    ax = _norm_axis(axis, ts[0].ndim + 1, "stack")
+    return concatenate([expand_dims(t, ax) for t in ts], axis=ax)
+
+
+@_api()
+def hstack(tup: Sequence[ArrayLike]) -> Any:
+    ts = [atleast_1d(t) for t in tup]
+    return concatenate(ts, axis=0 if ts[0].ndim == 1 else 1)
+
+
+@_api()
+def vstack(tup: Sequence[ArrayLike]) -> Any:
+    return concatenate([atleast_2d(t) for t in tup], axis=0)
+
+
+@_api()
+def atleast_1d(a: ArrayLike) -> Any:
+    t = _t(a)
+    return P.reshape(t, (1,)) if t.ndim == 0 else t
+
+
+@_api()
+def atleast_2d(a: ArrayLike) -> Any:
+    t = _t(a)
+    return P.reshape(t, (1,) * (2 - t.ndim) + t.shape) if t.ndim < 2 else t
+
+
+@_api()
+def flip(m: ArrayLike, axis: Any = None) -> Any:
+    """Reverse the order of elements along `axis` (all axes when None)."""
+    t = _t(m)
+    return P.reverse(t, _norm_axes(axis, t.ndim, "flip"))
+
+
+@_api()
+def roll(a: ArrayLike, shift: int, axis: Any = None) -> Any:
+    """Roll elements along `axis` (flattened when None) by `shift`."""
+    t = _t(a)
+    if axis is None:
+        return reshape(roll(ravel(t), shift, 0), t.shape)
+    ax = _norm_axis(axis, t.ndim, "roll")
+    n = t.shape[ax]
+    if n == 0:
+        return t
+    s = int(shift) % n
+    if s == 0:
+        return t
+    lead = (slice(None),) * ax
+    return concatenate([t[lead + (slice(n - s, None),)], t[lead + (slice(0, n - s),)]], ax)
+
+
+@_api()
+def diff(a: ArrayLike, n: int = 1, axis: int = -1) -> Any:
+    t = _t(a)
+    ax = _norm_axis(axis, t.ndim, "diff")
+    lead = (slice(None),) * ax
+    for _ in range(n):
+        t = t[lead + (slice(1, None),)] - t[lead + (slice(None, -1),)]
+    return t
+
+
+def _tri_mask(n: int, m: int, k: int, upper: bool) -> np.ndarray:
+    return np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
+
+
+@_api()
+def tril(m: ArrayLike, k: int = 0) -> Any:
+    t = _t(m)
+    return where(_tri_mask(t.shape[-2], t.shape[-1], k, False), t, np.zeros((), t.dtype))
+
+
+@_api()
+def triu(m: ArrayLike, k: int = 0) -> Any:
+    t = _t(m)
+    return where(_tri_mask(t.shape[-2], t.shape[-1], k, True), t, np.zeros((), t.dtype))
+
+
+# --------------------------------------------------------------------------- indexing
+
+class _Index:
+    """A basic index resolved against a shape: one extract_slice (+ flips, reshape)."""
+
+    def __init__(self, shape: tuple[int, ...], idx: Any) -> None:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        items = [self._check(i) for i in idx]
+        n_ell = builtins.sum(1 for i in items if i is Ellipsis)
+        if n_ell > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        n_real = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
+        if n_real > len(shape):
+            raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
+                             f"but {n_real} were indexed (at {format_site()})")
+        fill = [slice(None)] * (len(shape) - n_real)
+        if n_ell:
+            k = items.index(Ellipsis)
+            items = items[:k] + fill + items[k + 1:]
+        else:
+            items = items + fill
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.strides: list[int] = []
+        self.drop: list[int] = []
+        self.flip: list[int] = []  # source dims read backwards (negative steps)
+        layout: list[int | None] = []  # per result dim: source dim or None (newaxis)
+        dim = 0
+        for it in items:
+            if it is None:
+                layout.append(None)
+                continue
+            n = shape[dim]
+            if isinstance(it, int):
+                i = it + n if it < 0 else it
+                if not 0 <= i < n:
+                    raise IndexError(f"index {it} is out of bounds for axis {dim} with size "
+                                     f"{n} (at {format_site()})")
+                self.offsets.append(i)
+                self.sizes.append(1)
+                self.strides.append(1)
+                self.drop.append(dim)
+            else:
+                start, stop, step = it.indices(n)
+                length = len(range(start, stop, step))
+                if length == 0:
+                    off, stride = 0, 1
+                elif step > 0:
+                    off, stride = start, step
+                else:  # read the same elements forwards, then flip them
+                    off, stride = start + (length - 1) * step, -step
+                    if length > 1:
+                        self.flip.append(dim)
+                self.offsets.append(off)
+                self.sizes.append(length)
+                self.strides.append(stride)
+                layout.append(dim)
+            dim += 1
+        kept = [d for d in range(len(shape)) if d not in self.drop]
+        #: dims of the extracted slice that must be flipped
+        self.flip_in_slice = [kept.index(d) for d in self.flip]
+        self.slice_shape = [self.sizes[d] for d in kept]
+        self.result_shape = [1 if d is None else self.sizes[d] for d in layout]
+
+    @staticmethod
+    def _check(i: Any) -> Any:
+        if i is None or i is Ellipsis or isinstance(i, slice):
+            if isinstance(i, slice):
+                for part in (i.start, i.stop, i.step):
+                    if isinstance(part, Tracer):
+                        raise UnsupportedError(
+                            f"slice bounds must be static Python ints, got a traced value at "
+                            f"{format_site()}")
+            return i
+        if isinstance(i, (bool, np.bool_)):
+            raise UnsupportedError(f"boolean indices are not supported (at {format_site()})")
+        if isinstance(i, (int, np.integer)):
+            return int(i)
+        if isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype.kind == "i":
+            return int(i)
+        if isinstance(i, Tracer):
+            raise UnsupportedError(
+                f"indexing with a traced value (dynamic or array indexing) is not supported at "
+                f"{format_site()}; use static ints and slices, or anp.where / one-hot products")
+        raise UnsupportedError(
+            f"advanced indexing with {type(i).__name__} is not supported at {format_site()}; "
+            "use ints, slices, None and ...")
+
+    def read(self, t: Tracer) -> Tracer:
+        r = P.extract_slice(t, self.offsets, self.sizes, self.strides, self.drop)
+        if self.flip_in_slice:
+            r = P.reverse(r, self.flip_in_slice)
+        return P.reshape(r, self.result_shape)
+
+    def write(self, t: Tracer, value: Tracer) -> Tracer:
+        """Insert `value` (shaped like the slice, before flips/newaxes) into `t`."""
+        if self.flip_in_slice:
+            value = P.reverse(value, self.flip_in_slice)
+        if 0 in self.sizes:
+            return t
+        return P.insert_slice(t, value, self.offsets, self.sizes, self.strides)
+
+
+def _getitem(x: Tracer, idx: Any) -> Tracer:
+    return _Index(x.shape, idx).read(x)
+
+
+class _IndexUpdateRef:
+    """`x.at[idx]`: functional updates returning a new array (JAX's `.at`)."""
+
+    def __init__(self, x: Tracer, idx: Any) -> None:
+        self.x = x
+        self.idx = idx
+
+    def get(self) -> Tracer:
+        return _getitem(self.x, self.idx)
+
+    def _update(self, v: Any, combine: Callable[[Tracer, Tracer], Tracer] | None,
+                opname: str) -> Tracer:
+        x = self.x
+        index = _Index(x.shape, self.idx)
+        val = P.convert(_t(v), x.dtype)
+        val = P.broadcast_to(val, index.result_shape, opname)
+        val = P.reshape(val, index.slice_shape)
+        if combine is not None:
+            cur = P.extract_slice(x, index.offsets, index.sizes, index.strides, index.drop)
+            if index.flip_in_slice:
+                val = P.reverse(val, index.flip_in_slice)
+            val = P.convert(combine(cur, val), x.dtype)
+            if index.flip_in_slice:
+                val = P.reverse(val, index.flip_in_slice)
+        return index.write(x, val)
+
+    def set(self, values: Any) -> Tracer:
+        """x with x[idx] replaced by `values` (broadcast to x[idx].shape, cast to x.dtype)."""
+        return self._update(values, None, "at[].set")
+
+    def add(self, values: Any) -> Tracer:
+        """x with `values` added at x[idx]."""
+        return self._update(values, add, "at[].add")
+
+    def subtract(self, values: Any) -> Tracer:
+        return self._update(values, subtract, "at[].subtract")
+
+    def multiply(self, values: Any) -> Tracer:
+        return self._update(values, multiply, "at[].multiply")
+
+    mul = multiply
+
+    def divide(self, values: Any) -> Tracer:
+        return self._update(values, true_divide, "at[].divide")
+
+    def power(self, values: Any) -> Tracer:
+        return self._update(values, power, "at[].power")
+
+    def min(self, values: Any) -> Tracer:
+        return self._update(values, minimum, "at[].min")
+
+    def max(self, values: Any) -> Tracer:
+        return self._update(values, maximum, "at[].max")
+
+
+class _IndexUpdateHelper:
+    def __init__(self, x: Tracer) -> None:
+        self.x = x
+
+    def __getitem__(self, idx: Any) -> _IndexUpdateRef:
+        return _IndexUpdateRef(self.x, idx)
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+@_api()
+def matmul(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """numpy.matmul: 1-D, 2-D (linalg.matmul) and broadcast batched N-D (linalg.batch_matmul)."""
+    (a, b), dt, _ = _prep(x1, x2)
+    if _is_bool(dt):
+        raise UnsupportedError(f"matmul of boolean arrays is not supported (at {format_site()})")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: Input operand {0 if a.ndim == 0 else 1} does not have "
+                         f"enough dimensions (at {format_site()})")
+    a2 = P.reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = P.reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeError(
+            f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+            f"signature (n?,k),(k,m?)->(n?,m?) (size {b2.shape[-2]} is different from "
+            f"{a2.shape[-1]}): shapes {_fmt(a.shape)} and {_fmt(b.shape)} at {format_site()}")
+    batch = P.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    if not batch:
+        r = P.matmul2d(a2, b2)
+    else:
+        nb = _pymath.prod(batch)
+        a3 = P.reshape(P.broadcast_to(a2, batch + (m, k), "matmul"), (nb, m, k))
+        b3 = P.reshape(P.broadcast_to(b2, batch + (k, n), "matmul"), (nb, k, n))
+        r = P.reshape(P.matmul2d(a3, b3), batch + (m, n))
+    out = list(batch)
+    if a.ndim > 1:
+        out.append(m)
+    if b.ndim > 1:
+        out.append(n)
+    return P.reshape(r, out)
+
+
+@_api()
+def dot(a: ArrayLike, b: ArrayLike) -> Any:
+    """numpy.dot: products for scalars, matmul up to 2-D, else sum over a[-1] and b[-2]."""
+    ta, tb = _t(a), _t(b)
+    if ta.ndim == 0 or tb.ndim == 0:
+        return multiply(ta, tb)
+    if tb.ndim <= 2 and ta.ndim <= 2:
+        return matmul(ta, tb)
+    if tb.ndim == 1:
+        return tensordot(ta, tb, axes=([ta.ndim - 1], [0]))
+    return tensordot(ta, tb, axes=([ta.ndim - 1], [tb.ndim - 2]))
+
+
+@_api()
+def vdot(a: ArrayLike, b: ArrayLike) -> Any:
+    return dot(ravel(a), ravel(b))
+
+
+@_api()
+def inner(a: ArrayLike, b: ArrayLike) -> Any:
+    ta, tb = _t(a), _t(b)
+    if ta.ndim == 0 or tb.ndim == 0:
+        return multiply(ta, tb)
+    return tensordot(ta, tb, axes=([ta.ndim - 1], [tb.ndim - 1]))
+
+
+@_api()
+def outer(a: ArrayLike, b: ArrayLike) -> Any:
+    ta, tb = ravel(a), ravel(b)
+    return multiply(P.reshape(ta, (ta.size, 1)), P.reshape(tb, (1, tb.size)))
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@_api()
+def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2) -> Any:
+    """Sum products over `axes` (an int N: last N of a with first N of b; or two lists)."""
+    ta, tb = _t(a), _t(b)
+    if isinstance(axes, (int, np.integer)):
+        ax_a = list(range(ta.ndim - int(axes), ta.ndim))
+        ax_b = list(range(int(axes)))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if isinstance(ax_a, (int, np.integer)) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, (int, np.integer)) else list(ax_b)
+    ax_a = [_norm_axis(x, ta.ndim, "tensordot") for x in ax_a]
+    ax_b = [_norm_axis(x, tb.ndim, "tensordot") for x in ax_b]
+    if len(ax_a) != len(ax_b):
+        raise ValueError("tensordot: shape-mismatch for sum")
+    la = list(_LETTERS[: ta.ndim])
+    lb = list(_LETTERS[ta.ndim: ta.ndim + tb.ndim])
+    for i, j in zip(ax_a, ax_b):
+        lb[j] = la[i]
+    out = [c for i, c in enumerate(la) if i not in ax_a] + \
+          [c for j, c in enumerate(lb) if j not in ax_b]
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", ta, tb)
+
+
+@_api()
+def trace(a: ArrayLike, offset: int = 0) -> Any:
+    t = _t(a)
+    if offset:
+        t = t[:, offset:] if offset > 0 else t[-offset:, :]
+    n = builtins.min(t.shape[0], t.shape[1])
+    return einsum("ii->", t[:n, :n])
+
+
+@_api()
+def einsum(subscripts: str, *operands: ArrayLike) -> Any:
+    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts, no `...`.
+
+    Two-operand contractions become one `linalg.generic` with reduction
+    iterators; more operands are contracted pairwise, left to right.
+    """
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise UnsupportedError(f"einsum: '...' is not supported (at {format_site()})")
+    if "->" in spec:
+        lhs, out = spec.split("->")
+    else:
+        lhs = spec
+        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
+        out = "".join(sorted(c for c, k in counts.items() if k == 1))
+    ins = lhs.split(",")
+    if len(ins) != len(operands):
+        raise ValueError(f"einsum: {len(ins)} operand subscripts for {len(operands)} operands "
+                         f"(at {format_site()})")
+    ts, dt, _ = _prep(*operands)
+    if _is_bool(dt):
+        ts, dt = [P.convert(t, _I64) for t in ts], _I64
+    sizes: dict[str, int] = {}
+    for letters, t in zip(ins, ts):
+        if len(letters) != t.ndim:
+            raise ShapeError(f"einsum: operand with subscripts '{letters}' has {t.ndim} "
+                             f"dimensions (at {format_site()})")
+        for ch, d in zip(letters, t.shape):
+            if sizes.setdefault(ch, d) != d:
+                raise ShapeError(f"einsum: size of label '{ch}' differs between operands "
+                                 f"({sizes[ch]} vs {d}) at {format_site()}")
+    for ch in out:
+        if ch not in sizes:
+            raise ValueError(f"einsum: output label '{ch}' not in any input (at "
+                             f"{format_site()})")
+    if len(ts) == 1 and len(set(ins[0])) == len(ins[0]) and sorted(ins[0]) == sorted(out):
+        return P.transpose(ts[0], [ins[0].index(c) for c in out])
+    # Pairwise contraction, keeping the labels still needed later.
+    cur, cur_letters = ts[0], ins[0]
+    if len(ts) == 1:
+        return P.contract([cur], [cur_letters], out, sizes)
+    for i in range(1, len(ts)):
+        nxt, nxt_letters = ts[i], ins[i]
+        if i == len(ts) - 1:
+            keep = out
+        else:
+            later = set(out) | set("".join(ins[i + 1:]))
+            keep = "".join(dict.fromkeys(c for c in cur_letters + nxt_letters if c in later))
+        cur = P.contract([cur, nxt], [cur_letters, nxt_letters], keep, sizes)
+        cur_letters = keep
+    return cur
+
+
+# --------------------------------------------------------------------------- creation
+
+def _make(arr: np.ndarray) -> Any:
+    """A constant: a traced one inside a trace, else the numpy array."""
+    if current_trace() is None:
+        return arr
+    return P.constant(arr)
+
+
+def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+def zeros(shape: Any, dtype: Any = float) -> Any:
+    return _make(np.zeros(_shape_tuple(shape), dtype))
+
+
+def ones(shape: Any, dtype: Any = float) -> Any:
+    return _make(np.ones(_shape_tuple(shape), dtype))
+
+
+empty = zeros
+
+
+def full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Any:
+    """An array of `shape` filled with `fill_value` (which may be traced)."""
+    shp = _shape_tuple(shape)
+    if isinstance(fill_value, Tracer):
+        t = P.convert(fill_value, dtype, weak_type=False) if dtype is not None else fill_value
+        return P.broadcast_to(t, shp, "full")
+    return _make(np.full(shp, fill_value, dtype))
+
+
+def zeros_like(a: ArrayLike, dtype: Any = None) -> Any:
+    return zeros(shape(a), dtype if dtype is not None else _like_dtype(a))
+
+
+def ones_like(a: ArrayLike, dtype: Any = None) -> Any:
+    return ones(shape(a), dtype if dtype is not None else _like_dtype(a))
+
+
+def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None) -> Any:
+    return full(shape(a), fill_value, dtype if dtype is not None else _like_dtype(a))
+
+
+def _like_dtype(a: ArrayLike) -> np.dtype:
+    return a.dtype if isinstance(a, Tracer) else np.asarray(a).dtype
+
+
+def _static(name: str, *xs: Any) -> None:
+    for x in xs:
+        if isinstance(x, Tracer):
+            raise ConcretizationTypeError(
+                f"anp.{name} needs static (Python) arguments, got a traced value at "
+                f"{format_site()}; the result's shape would depend on a runtime value")
+
+
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Any:
+    _static("arange", start, stop, step)
+    return _make(np.arange(start, stop, step, dtype=dtype) if stop is not None
+                 else np.arange(start, dtype=dtype) if step is None
+                 else np.arange(0, start, step, dtype=dtype))
+
+
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True,
+             dtype: Any = None) -> Any:
+    _static("linspace", start, stop, num)
+    return _make(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+
+
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:
+    _static("eye", N, M, k)
+    return _make(np.eye(N, M, k, dtype=dtype))
+
+
+def identity(n: int, dtype: Any = float) -> Any:
+    return eye(n, dtype=dtype)
+

@@ -1,0 +1,602 @@
+"""The ops the tracer emits: a small, fixed vocabulary of upstream MLIR on tensors.
+
+`mlir_autodiff.numpy` is written entirely on these primitives, so the IR that
+transforms and passes see uses only:
+
+- `arith.constant` (dense tensor constants), `tensor.empty`, `linalg.fill`;
+- `linalg.generic` for elementwise ops, with broadcasting expressed in the
+  indexing maps (every input map is a projected permutation: size-1 dims that
+  broadcast are first dropped with `tensor.collapse_shape`), and for
+  contractions (einsum) with reduction iterators;
+- `linalg.reduce`, `linalg.transpose`, `linalg.broadcast`, `linalg.matmul`,
+  `linalg.batch_matmul`;
+- `tensor.collapse_shape` / `tensor.expand_shape` (reshape),
+  `tensor.extract_slice` / `tensor.insert_slice` (indexing, updates, concatenate).
+
+Each function takes Tracers (captured into the active trace if they come from an
+enclosing one), emits at the user's source location and returns a Tracer.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, linalg, tensor
+
+from .errors import ShapeError, UnsupportedError
+from .tracing import (
+    FunctionTrace,
+    ShapedArray,
+    Tracer,
+    canonical_dtype,
+    compute_type,
+    element_type,
+    format_site,
+    require_trace,
+    storage_dtype,
+)
+
+Body = Callable[[list[ir.Value]], ir.Value]
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    # numpy's spelling in broadcast errors: (2,3) and (4,)
+    if len(shape) == 1:
+        return f"({shape[0]},)"
+    return "(" + ",".join(str(d) for d in shape) + ")"
+
+
+def broadcast_shapes(opname: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """numpy's broadcast of `shapes`; a ShapeError naming `opname` and the user's line."""
+    n = max((len(s) for s in shapes), default=0)
+    out = [1] * n
+    for s in shapes:
+        for i, d in enumerate(s):
+            j = n - len(s) + i
+            if d == out[j] or d == 1:
+                continue
+            if out[j] == 1:
+                out[j] = d
+                continue
+            raise ShapeError(
+                f"{opname}: operands could not be broadcast together with shapes "
+                f"{' '.join(_fmt_shape(t) for t in shapes)} at {format_site()}"
+            )
+    return tuple(out)
+
+
+def _iterators(kinds: Sequence[str]) -> ir.ArrayAttr:
+    """`["parallel", "reduction", ...]` as linalg's iterator_types attribute."""
+    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
+
+
+def _maps(maps: Sequence[ir.AffineMap]) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+
+
+def _tensor_type(shape: Sequence[int], dtype: np.dtype) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape), element_type(dtype))
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.floating)
+
+
+def _is_bool(dtype: np.dtype) -> bool:
+    return dtype == np.dtype(np.bool_)
+
+
+def scalar_attr(dtype: np.dtype, value: Any, *, storage: bool = True) -> ir.Attribute:
+    """`value` as an attribute of dtype's storage type (or compute type: i1 for bool)."""
+    elt = element_type(dtype) if storage else compute_type(dtype)
+    if _is_float(dtype):
+        return ir.FloatAttr.get(elt, float(value))
+    return ir.IntegerAttr.get(elt, int(bool(value)) if _is_bool(dtype) else int(value))
+
+
+def scalar_constant(dtype: np.dtype, value: Any) -> ir.Value:
+    """An `arith.constant` scalar to compute with inside a generic body (bool: i1)."""
+    return arith.ConstantOp(compute_type(dtype),
+                            scalar_attr(dtype, value, storage=False)).result
+
+
+def _storage_constant(dtype: np.dtype, value: Any) -> ir.Value:
+    return arith.ConstantOp(element_type(dtype), scalar_attr(dtype, value)).result
+
+
+def _load(dtype: np.dtype, v: ir.Value) -> ir.Value:
+    """A stored element as a compute value (i8 -> i1 for bools)."""
+    if _is_bool(dtype) and v.type != compute_type(dtype):
+        return arith.trunci(compute_type(dtype), v)
+    return v
+
+
+def _store(dtype: np.dtype, v: ir.Value) -> ir.Value:
+    """A compute value as a stored element (i1 -> i8 for bools)."""
+    if _is_bool(dtype) and v.type != element_type(dtype):
+        return arith.extui(element_type(dtype), v)
+    return v
+
+
+# --------------------------------------------------------------------------- constants
+
+def constant(value: Any, dtype: Any = None, weak_type: bool = False) -> Tracer:
+    """A dense tensor constant (splat when all elements are equal)."""
+    trace = require_trace("constant")
+    arr = np.asarray(value)
+    dt = canonical_dtype(dtype if dtype is not None else arr.dtype)
+    arr = np.array(arr, dtype=dt, order="C")  # (ascontiguousarray would make 0-d 1-d)
+    with trace.emitting():
+        ttype = _tensor_type(arr.shape, dt)
+        first = arr.reshape(-1)[0] if arr.size else None
+        if arr.size and np.all(arr == first):
+            attr = ir.DenseElementsAttr.get_splat(ttype, scalar_attr(dt, first))
+        else:
+            data = arr.astype(storage_dtype(dt)) if _is_bool(dt) else arr
+            attr = ir.DenseElementsAttr.get(data, type=ttype)
+        v = arith.ConstantOp(ttype, attr).result
+    return Tracer(v, ShapedArray(arr.shape, dt, weak_type), trace)
+
+
+def python_scalar_dtype(x: Any) -> np.dtype | None:
+    """The default dtype of a Python scalar (bool, int, float), else None."""
+    if isinstance(x, np.generic):  # np.float64 subclasses float but is strongly typed
+        return None
+    if isinstance(x, bool):
+        return np.dtype(np.bool_)
+    if isinstance(x, int):
+        return np.dtype(np.int64)
+    if isinstance(x, float):
+        return np.dtype(np.float64)
+    return None
+
+
+def constant_like(x: Any, dtype: Any = None) -> Tracer:
+    """`x` (Python scalar: weakly typed; numpy array/scalar, list: strong) as a constant."""
+    if isinstance(x, complex) or np.iscomplexobj(x):
+        raise UnsupportedError(f"complex values are not supported (at {format_site()})")
+    default = python_scalar_dtype(x)
+    if default is not None:
+        return constant(x, dtype if dtype is not None else default, weak_type=True)
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise UnsupportedError(
+            f"cannot use a value of type {type(x).__name__} as an array at {format_site()}"
+        )
+    if dtype is None and arr.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) \
+            and np.issubdtype(arr.dtype, np.floating):
+        dtype = np.float32  # e.g. float16 inputs: compute in f32 (the runtime has no f16)
+    return constant(arr, dtype)
+
+
+# --------------------------------------------------------------------------- helpers on values
+
+def _empty(shape: Sequence[int], dtype: np.dtype) -> ir.Value:
+    return tensor.empty(list(shape), element_type(dtype))
+
+
+def _filled(shape: Sequence[int], dtype: np.dtype, value: Any) -> ir.Value:
+    return linalg.fill(_storage_constant(dtype, value), outs=[_empty(shape, dtype)])
+
+
+def _group(big: Sequence[int], small: Sequence[int]) -> list[list[int]] | None:
+    """Group consecutive dims of `big` so each group's product is a dim of `small`."""
+    if not small:
+        return [] if all(d == 1 for d in big) else None
+    groups: list[list[int]] = []
+    j = 0
+    for i, want in enumerate(small):
+        if j >= len(big):
+            return None
+        group = [j]
+        prod = big[j]
+        j += 1
+        while prod != want and j < len(big) and (prod < want or want == 0):
+            prod *= big[j]
+            group.append(j)
+            j += 1
+        if prod != want:
+            return None
+        if i == len(small) - 1:
+            while j < len(big):  # trailing unit dims join the last group
+                if big[j] != 1:
+                    return None
+                group.append(j)
+                j += 1
+        groups.append(group)
+    return groups if j == len(big) else None
+
+
+def reshape_value(v: ir.Value, src: Sequence[int], dst: Sequence[int],
+                  dtype: np.dtype) -> ir.Value:
+    """Reshape with collapse_shape/expand_shape (through 1-D when no direct grouping exists)."""
+    src, dst = list(src), list(dst)
+    if src == dst:
+        return v
+    if len(dst) <= len(src):
+        groups = _group(src, dst)
+        if groups is not None:
+            return tensor.collapse_shape(_tensor_type(dst, dtype), v, groups)
+    if len(dst) >= len(src):
+        groups = _group(dst, src)
+        if groups is not None:
+            return tensor.expand_shape(_tensor_type(dst, dtype), v, groups, [], dst)
+    # No direct grouping (e.g. (2,3) -> (3,2)): collapse everything, then expand.
+    n = pymath.prod(src)
+    if len(src) > 1:
+        v = tensor.collapse_shape(_tensor_type([n], dtype), v, [list(range(len(src)))])
+    if len(dst) > 1:
+        v = tensor.expand_shape(_tensor_type(dst, dtype), v, [list(range(len(dst)))], [], dst)
+    return v
+
+
+def _squeeze_broadcast_dims(v: ir.Value, shape: Sequence[int], out_shape: Sequence[int],
+                            dtype: np.dtype) -> tuple[ir.Value, list[int]]:
+    """Drop the size-1 dims of `shape` that broadcast against `out_shape`.
+
+    Returns the new value and, for each kept dim, its dim in `out_shape`.
+    """
+    offset = len(out_shape) - len(shape)
+    keep = [i for i in range(len(shape)) if not (shape[i] == 1 and out_shape[offset + i] != 1)]
+    if len(keep) != len(shape):
+        v = reshape_value(v, shape, [shape[i] for i in keep], dtype)
+    return v, [offset + i for i in keep]
+
+
+def _lift_all(trace: FunctionTrace, xs: Sequence[Tracer]) -> list[Tracer]:
+    return [trace.lift(x) for x in xs]
+
+
+# --------------------------------------------------------------------------- elementwise
+
+def elementwise(opname: str, operands: Sequence[Tracer], out_dtype: Any, body: Body,
+                weak_type: bool = False) -> Tracer:
+    """A broadcasting `linalg.generic`; `body(scalars) -> scalar` builds its payload."""
+    trace = require_trace(opname)
+    ops = _lift_all(trace, operands)
+    shape = broadcast_shapes(opname, *[o.shape for o in ops])
+    out_dtype = canonical_dtype(out_dtype)
+    n = len(shape)
+    with trace.emitting():
+        ins: list[ir.Value] = []
+        maps: list[ir.AffineMap] = []
+        for o in ops:
+            v, dims = _squeeze_broadcast_dims(o.value, o.shape, shape, o.dtype)
+            ins.append(v)
+            maps.append(ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in dims]))
+        maps.append(ir.AffineMap.get_identity(n))
+        init = _empty(shape, out_dtype)
+        op = linalg.GenericOp([init.type], ins, [init], _maps(maps), _iterators(["parallel"] * n))
+        block = op.regions[0].blocks.append(*[element_type(o.dtype) for o in ops],
+                                            element_type(out_dtype))
+        with ir.InsertionPoint(block):
+            args = [_load(o.dtype, a) for o, a in zip(ops, list(block.arguments))]
+            linalg.YieldOp([_store(out_dtype, body(args))])
+    return Tracer(op.result, ShapedArray(shape, out_dtype, weak_type), trace)
+
+
+def convert(x: Tracer, dtype: Any, weak_type: bool | None = None) -> Tracer:
+    """Elementwise dtype conversion with numpy's casting semantics (C-like truncation)."""
+    dt = canonical_dtype(dtype)
+    weak = x.weak_type if weak_type is None else weak_type
+    src = x.dtype
+    if src == dt:
+        if weak == x.weak_type:
+            return x
+        return Tracer(x.value, ShapedArray(x.shape, dt, weak), x.trace)
+    def body(a: list[ir.Value]) -> ir.Value:
+        v = a[0]
+        to = compute_type(dt)
+        if _is_bool(dt):  # nonzero -> True (NaN is nonzero, as in numpy)
+            if _is_float(src):
+                return arith.cmpf(arith.CmpFPredicate.UNE, v, scalar_constant(src, 0.0))
+            return arith.cmpi(arith.CmpIPredicate.ne, v, scalar_constant(src, 0))
+        if _is_float(src) and _is_float(dt):
+            wider = np.dtype(dt).itemsize > np.dtype(src).itemsize
+            return arith.extf(to, v) if wider else arith.truncf(to, v)
+        if _is_float(dt):
+            return arith.uitofp(to, v) if _is_bool(src) else arith.sitofp(to, v)
+        if _is_float(src):
+            return arith.fptosi(to, v)
+        if _is_bool(src):
+            return arith.extui(to, v)
+        wider = np.dtype(dt).itemsize > np.dtype(src).itemsize
+        return arith.extsi(to, v) if wider else arith.trunci(to, v)
+
+    return elementwise("astype", [x], dt, body, weak_type=weak)
+
+
+# --------------------------------------------------------------------------- reductions
+
+_REDUCE_KINDS = ("sum", "prod", "max", "min")
+
+
+def _reduce_identity(kind: str, dtype: np.dtype) -> Any:
+    if _is_bool(dtype):
+        return {"sum": False, "prod": True, "max": False, "min": True}[kind]
+    if kind == "sum":
+        return 0
+    if kind == "prod":
+        return 1
+    if _is_float(dtype):
+        return -np.inf if kind == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if kind == "max" else info.max
+
+
+def combiner(kind: str, dtype: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """The scalar op of a reduction `kind` (max/min propagate NaN, as numpy does)."""
+    if _is_bool(dtype):
+        return arith.ori(a, b) if kind in ("sum", "max") else arith.andi(a, b)
+    if _is_float(dtype):
+        fn = {"sum": arith.addf, "prod": arith.mulf, "max": arith.maximumf,
+              "min": arith.minimumf}[kind]
+    else:
+        fn = {"sum": arith.addi, "prod": arith.muli, "max": arith.maxsi, "min": arith.minsi}[kind]
+    return fn(a, b)
+
+
+def reduce(x: Tracer, axes: Sequence[int], kind: str) -> Tracer:
+    """`linalg.reduce` of `x` over `axes` (normalized, any order) with `kind`."""
+    assert kind in _REDUCE_KINDS, kind
+    trace = require_trace(kind)
+    x = trace.lift(x)
+    axes = sorted(set(axes))
+    if not axes:
+        return x
+    out_shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    dt = x.dtype
+    with trace.emitting():
+        init = _filled(out_shape, dt, _reduce_identity(kind, dt))
+        op = linalg.ReduceOp([init.type], [x.value], [init], axes)
+        elt = element_type(dt)
+        block = op.regions[0].blocks.append(elt, elt)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([combiner(kind, dt, block.arguments[0], block.arguments[1])])
+    return Tracer(op.result, ShapedArray(out_shape, dt, x.weak_type), trace)
+
+
+def arg_reduce(x: Tracer, axis: int, kind: str) -> Tracer:
+    """Index (int64) of the first max/min along `axis` (NaN wins, as in numpy)."""
+    trace = require_trace("arg" + kind)
+    x = trace.lift(x)
+    dt = x.dtype
+    n = x.ndim
+    out_shape = [d for i, d in enumerate(x.shape) if i != axis]
+    i64 = np.dtype(np.int64)
+    with trace.emitting():
+        vals = _filled(out_shape, dt, _reduce_identity(kind, dt))
+        idxs = _filled(out_shape, i64, 0)
+        out_exprs = [ir.AffineDimExpr.get(d) for d in range(n) if d != axis]
+        maps = [ir.AffineMap.get_identity(n), ir.AffineMap.get(n, 0, out_exprs),
+                ir.AffineMap.get(n, 0, out_exprs)]
+        iters = _iterators(["reduction" if d == axis else "parallel" for d in range(n)])
+        op = linalg.GenericOp([vals.type, idxs.type], [x.value], [vals, idxs], _maps(maps),
+                              iters)
+        elt = element_type(dt)
+        block = op.regions[0].blocks.append(elt, elt, element_type(i64))
+        with ir.InsertionPoint(block):
+            v, best, best_i = block.arguments
+            cur = arith.index_cast(element_type(i64), linalg.IndexOp(axis).result)
+            if _is_float(dt):
+                pred = arith.CmpFPredicate.OGT if kind == "max" else arith.CmpFPredicate.OLT
+                better = arith.cmpf(pred, v, best)
+                # NaN wins (first one): v is NaN and best is not.
+                v_nan = arith.cmpf(arith.CmpFPredicate.UNO, v, v)
+                best_nan = arith.cmpf(arith.CmpFPredicate.UNO, best, best)
+                not_best_nan = arith.xori(best_nan, arith.ConstantOp(best_nan.type, 1).result)
+                better = arith.ori(arith.andi(better, not_best_nan),
+                                   arith.andi(v_nan, not_best_nan))
+            elif _is_bool(dt):
+                pred = arith.CmpIPredicate.ugt if kind == "max" else arith.CmpIPredicate.ult
+                better = arith.cmpi(pred, v, best)
+            else:
+                pred = arith.CmpIPredicate.sgt if kind == "max" else arith.CmpIPredicate.slt
+                better = arith.cmpi(pred, v, best)
+            # The very first element always wins (handles all -inf / all-equal inputs).
+            first = arith.cmpi(arith.CmpIPredicate.eq, cur,
+                               arith.ConstantOp(element_type(i64), 0).result)
+            take = arith.ori(better, first)
+            linalg.YieldOp([arith.select(take, v, best), arith.select(take, cur, best_i)])
+    return Tracer(op.results[1], ShapedArray(out_shape, i64), trace)
+
+
+# --------------------------------------------------------------------------- shapes
+
+def reshape(x: Tracer, shape: Sequence[int]) -> Tracer:
+    trace = require_trace("reshape")
+    x = trace.lift(x)
+    shape = tuple(int(d) for d in shape)
+    if shape == x.shape:
+        return x
+    with trace.emitting():
+        v = reshape_value(x.value, x.shape, shape, x.dtype)
+    return Tracer(v, ShapedArray(shape, x.dtype, x.weak_type), trace)
+
+
+def transpose(x: Tracer, perm: Sequence[int]) -> Tracer:
+    trace = require_trace("transpose")
+    x = trace.lift(x)
+    perm = [int(p) for p in perm]
+    if perm == list(range(x.ndim)):
+        return x
+    out_shape = [x.shape[p] for p in perm]
+    with trace.emitting():
+        op = linalg.transpose(x.value, outs=[_empty(out_shape, x.dtype)], permutation=perm)
+    return Tracer(op.results[0], ShapedArray(out_shape, x.dtype, x.weak_type), trace)
+
+
+def broadcast_to(x: Tracer, shape: Sequence[int], opname: str = "broadcast_to") -> Tracer:
+    """numpy.broadcast_to as (collapse of broadcast unit dims +) `linalg.broadcast`."""
+    trace = require_trace(opname)
+    x = trace.lift(x)
+    shape = tuple(int(d) for d in shape)
+    if x.shape == shape:
+        return x
+    offset = len(shape) - x.ndim
+    if offset < 0 or any(d != 1 and d != shape[offset + i] for i, d in enumerate(x.shape)):
+        raise ShapeError(
+            f"{opname}: cannot broadcast a value of shape {_fmt_shape(x.shape)} to shape "
+            f"{_fmt_shape(shape)} at {format_site()}"
+        )
+    with trace.emitting():
+        v, kept = _squeeze_broadcast_dims(x.value, x.shape, shape, x.dtype)
+        added = [d for d in range(len(shape)) if d not in kept]
+        if added:
+            op = linalg.broadcast(v, outs=[_empty(shape, x.dtype)], dimensions=added)
+            v = op.results[0]
+        else:  # only unit dims were dropped; restore them
+            v = reshape_value(v, [shape[d] for d in kept], shape, x.dtype)
+    return Tracer(v, ShapedArray(shape, x.dtype, x.weak_type), trace)
+
+
+def reverse(x: Tracer, axes: Sequence[int]) -> Tracer:
+    """Flip `x` along `axes`: a generic whose input map reads index (n-1-i)."""
+    trace = require_trace("flip")
+    x = trace.lift(x)
+    axes = sorted({a for a in axes if x.shape[a] > 1})
+    if not axes:
+        return x
+    n = x.ndim
+    with trace.emitting():
+        exprs = []
+        for d in range(n):
+            e = ir.AffineDimExpr.get(d)
+            if d in axes:
+                e = ir.AffineConstantExpr.get(x.shape[d] - 1) - e
+            exprs.append(e)
+        maps = [ir.AffineMap.get(n, 0, exprs), ir.AffineMap.get_identity(n)]
+        init = _empty(x.shape, x.dtype)
+        op = linalg.GenericOp([init.type], [x.value], [init], _maps(maps), _iterators(["parallel"] * n))
+        elt = element_type(x.dtype)
+        block = op.regions[0].blocks.append(elt, elt)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([block.arguments[0]])
+    return Tracer(op.result, x.aval, trace)
+
+
+def extract_slice(x: Tracer, offsets: Sequence[int], sizes: Sequence[int],
+                  strides: Sequence[int], drop: Sequence[int] = ()) -> Tracer:
+    """`tensor.extract_slice` (positive strides); dims in `drop` (size 1) are removed."""
+    trace = require_trace("getitem")
+    x = trace.lift(x)
+    out_shape = [s for i, s in enumerate(sizes) if i not in drop]
+    if (list(offsets) == [0] * x.ndim and list(sizes) == list(x.shape)
+            and list(strides) == [1] * x.ndim and not drop):
+        return x
+    with trace.emitting():
+        v = tensor.extract_slice(_tensor_type(out_shape, x.dtype), x.value, [], [], [],
+                                 list(offsets), list(sizes), list(strides))
+    return Tracer(v, ShapedArray(out_shape, x.dtype, x.weak_type), trace)
+
+
+def insert_slice(dest: Tracer, src: Tracer, offsets: Sequence[int], sizes: Sequence[int],
+                 strides: Sequence[int]) -> Tracer:
+    """`tensor.insert_slice` of `src` (shape: `sizes` minus unit dims it lacks) into `dest`."""
+    trace = require_trace("at[].set")
+    dest, src = trace.lift(dest), trace.lift(src)
+    with trace.emitting():
+        v = tensor.insert_slice(src.value, dest.value, [], [], [], list(offsets), list(sizes),
+                                list(strides))
+    return Tracer(v, dest.aval, trace)
+
+
+def concatenate(xs: Sequence[Tracer], axis: int) -> Tracer:
+    """Insert each operand into a `tensor.empty` of the joined shape."""
+    trace = require_trace("concatenate")
+    xs = _lift_all(trace, xs)
+    first = xs[0]
+    out_shape = list(first.shape)
+    out_shape[axis] = sum(x.shape[axis] for x in xs)
+    dt = first.dtype
+    with trace.emitting():
+        acc = _empty(out_shape, dt)
+        offset = 0
+        for x in xs:
+            offs = [0] * len(out_shape)
+            offs[axis] = offset
+            acc = tensor.insert_slice(x.value, acc, [], [], [], offs, list(x.shape),
+                                      [1] * len(out_shape))
+            offset += x.shape[axis]
+    weak = all(x.weak_type for x in xs)
+    return Tracer(acc, ShapedArray(out_shape, dt, weak), trace)
+
+
+# --------------------------------------------------------------------------- contractions
+
+def matmul2d(a: Tracer, b: Tracer) -> Tracer:
+    """`linalg.matmul` (2-D) or `linalg.batch_matmul` (3-D, equal batch sizes)."""
+    trace = require_trace("matmul")
+    a, b = trace.lift(a), trace.lift(b)
+    dt = a.dtype
+    if a.ndim == 2:
+        out_shape = [a.shape[0], b.shape[1]]
+        fn = linalg.matmul
+    else:
+        out_shape = [a.shape[0], a.shape[1], b.shape[2]]
+        fn = linalg.batch_matmul
+    with trace.emitting():
+        init = _filled(out_shape, dt, 0)
+        v = fn(a.value, b.value, outs=[init])
+    return Tracer(v, ShapedArray(out_shape, dt), trace)
+
+
+def contract(operands: Sequence[Tracer], in_letters: Sequence[str], out_letters: str,
+             sizes: dict[str, int]) -> Tracer:
+    """A sum of products over the letters not in `out_letters` (einsum) as one generic."""
+    trace = require_trace("einsum")
+    ops = _lift_all(trace, operands)
+    dt = ops[0].dtype
+    order = list(out_letters)
+    for letters in in_letters:
+        for ch in letters:
+            if ch not in order:
+                order.append(ch)
+    n = len(order)
+    pos = {ch: i for i, ch in enumerate(order)}
+    out_shape = [sizes[ch] for ch in out_letters]
+    with trace.emitting():
+        maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(pos[ch]) for ch in letters])
+                for letters in in_letters]
+        maps.append(ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(pos[ch])
+                                            for ch in out_letters]))
+        iters = _iterators(["parallel" if ch in out_letters else "reduction" for ch in order])
+        init = _filled(out_shape, dt, 0)
+        op = linalg.GenericOp([init.type], [o.value for o in ops], [init], _maps(maps), iters)
+        elt = element_type(dt)
+        block = op.regions[0].blocks.append(*([elt] * (len(ops) + 1)))
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            prod = args[0]
+            for a in args[1: len(ops)]:
+                prod = combiner("prod", dt, prod, a)
+            linalg.YieldOp([combiner("sum", dt, args[-1], prod)])
+    return Tracer(op.result, ShapedArray(out_shape, dt), trace)
+
+
+__all__ = [
+    "arg_reduce",
+    "broadcast_shapes",
+    "broadcast_to",
+    "combiner",
+    "concatenate",
+    "constant",
+    "constant_like",
+    "contract",
+    "convert",
+    "elementwise",
+    "extract_slice",
+    "insert_slice",
+    "matmul2d",
+    "python_scalar_dtype",
+    "reduce",
+    "reshape",
+    "reshape_value",
+    "reverse",
+    "scalar_constant",
+    "transpose",
+]
