@@ -107,7 +107,7 @@ class ExpandExpm1(Pass):
 
 BUFFERIZE = (
     "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map}"
+    "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
 )
 
 TO_LLVM: tuple[str, ...] = (
@@ -146,17 +146,24 @@ class LowerToCpu(Pass):
     summary = "Bufferize (results into caller-owned buffers) and lower to the LLVM dialect"
 
     def expand(self) -> Sequence[PipelineElement]:
+        # Shared with the GPU pipeline (imported here: lower_to_gpu imports this module).
+        from .lower_to_gpu import BoolBuffersToBytes, ElementwiseInitsToInputs
+
         return [
             CheckCpuLowerable(),
             "canonicalize",
             "cse",
             # arith/math on whole tensors (legal MLIR, not bufferizable as is).
             "func.func(convert-elementwise-to-linalg)",
+            # Before fusion: upstream fusion miscompiles producers that read their init.
+            ElementwiseInitsToInputs(),
             "func.func(linalg-fuse-elementwise-ops)",
             "eliminate-empty-tensors",
             BUFFERIZE,
             "buffer-results-to-out-params{hoist-static-allocs modify-public-functions}",
             "canonicalize",
             "buffer-deallocation-pipeline",
-            *TO_LLVM,
+            *TO_LLVM[:2],  # c wrappers, linalg to loops
+            BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
+            *TO_LLVM[2:],
         ]
