@@ -86,12 +86,34 @@ def _stop_gradient(op: ir.Operation) -> str | None:
     return None if a == r else f"expected '{a}' but got '{r}'"
 
 
+# IRDL names a type by its definition, not its spelling (i64 is builtin.integer).
+_TYPE_KINDS = (
+    (ir.IntegerType, "builtin.integer"),
+    (ir.IndexType, "builtin.index"),
+    (ir.VectorType, "builtin.vector"),
+    (ir.RankedTensorType, "builtin.tensor"),
+    (ir.UnrankedTensorType, "builtin.unranked_tensor"),
+    (ir.MemRefType, "builtin.memref"),
+    (ir.UnrankedMemRefType, "builtin.unranked_memref"),
+    (ir.ComplexType, "builtin.complex"),
+    (ir.TupleType, "builtin.tuple"),
+    (ir.FunctionType, "builtin.function"),
+    (ir.NoneType, "builtin.none"),
+)
+
+
+def _type_kind(t: ir.Type) -> str:
+    for cls, kind in _TYPE_KINDS:
+        if isinstance(t, cls):
+            return kind
+    return f"builtin.{t}"  # float types: builtin.f32, builtin.bf16, ...
+
+
 def _tensor_result(op: ir.Operation) -> str | None:
     t = op.results[0].type
     if isinstance(t, ir.RankedTensorType):
         return None
-    kind = "builtin.tensor" if isinstance(t, ir.ShapedType) else f"builtin.{t}"
-    return f"expected base type 'builtin.tensor' but got '{kind}'"
+    return f"expected base type 'builtin.tensor' but got '{_type_kind(t)}'"
 
 
 def _philox(op: ir.Operation) -> str | None:
@@ -124,7 +146,7 @@ SPECS: dict[str, OpSpec] = {
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+    return f"{n} {word}s"  # IRDL's wording, even for one: "expects exactly 1 operands"
 
 
 def check_op(op: ir.Operation) -> str | None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
+from .cpu_schedules import LOWER_VECTORS, ScheduleLinalgForCpu
 from .diagnostics import fail
 from .passes import Pass, PipelineElement, register
 
@@ -158,11 +159,17 @@ class LowerToCpu(Pass):
             # Before fusion: upstream fusion miscompiles producers that read their init.
             ElementwiseInitsToInputs(),
             "func.func(linalg-fuse-elementwise-ops)",
+            # Tile + vectorize large ops (transforms/cpu_schedules.py).
+            ScheduleLinalgForCpu(),
             "eliminate-empty-tensors",
             BUFFERIZE,
-            "buffer-results-to-out-params{hoist-static-allocs modify-public-functions}",
+            # Without hoist-static-allocs: hoisting crashes (updateReturnOps) on
+            # some generated modules in MLIR 22 (the ADBench GMM gradient); the
+            # cost is one copy per result at function boundaries.
+            "buffer-results-to-out-params{modify-public-functions}",
             "canonicalize",
             "buffer-deallocation-pipeline",
+            *LOWER_VECTORS,
             *TO_LLVM[:2],  # c wrappers, linalg to loops
             BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
             *TO_LLVM[2:],

@@ -9,50 +9,71 @@
 
 `numpy` traces numpy-style code into MLIR on tensors, `nn` holds neural-network
 functions, `jit` compiles per argument signature, `lower` shows the MLIR at each
-stage. Errors raised while tracing are subclasses of `TracerError`.
+stage; `grad`, `value_and_grad`, `vjp`, `jvp`, `jacfwd`, `jacrev`, `hessian`
+emit autodiff ops that the MLIR passes differentiate. Errors raised while
+tracing are subclasses of `TracerError`.
+
+The package's attributes are imported on first use (PEP 562), so the
+command-line tools, which live in `mlir_autodiff.tools`, do not pay for (or
+depend on) the front end.
 """
 
-from . import errors, nn, numpy, pytree
-from .api import JitFunction, Lowered, jit, lower
-from .errors import (
-    AutodiffError,
-    CompilationError,
-    ConcretizationTypeError,
-    ShapeError,
-    TracerArrayConversionError,
-    TracerBoolConversionError,
-    TracerError,
-    UnexpectedTracerError,
-    UnsupportedError,
-    UnsupportedNumpyFunctionError,
-)
-from .pytree import tree_flatten, tree_leaves, tree_map, tree_structure, tree_unflatten
-from .tracing import ShapedArray, Tracer
+from __future__ import annotations
 
-__all__ = [
-    "AutodiffError",
-    "CompilationError",
-    "ConcretizationTypeError",
-    "JitFunction",
-    "Lowered",
-    "ShapeError",
-    "ShapedArray",
-    "Tracer",
-    "TracerArrayConversionError",
-    "TracerBoolConversionError",
-    "TracerError",
-    "UnexpectedTracerError",
-    "UnsupportedError",
-    "UnsupportedNumpyFunctionError",
-    "errors",
-    "jit",
-    "lower",
-    "nn",
-    "numpy",
-    "pytree",
-    "tree_flatten",
-    "tree_leaves",
-    "tree_map",
-    "tree_structure",
-    "tree_unflatten",
-]
+import importlib
+from typing import Any
+
+#: public name -> submodule that defines it (None: the name is the submodule).
+_EXPORTS: dict[str, str | None] = {
+    "errors": None,
+    "nn": None,
+    "numpy": None,
+    "pytree": None,
+    "JitFunction": "api",
+    "Lowered": "api",
+    "jit": "api",
+    "lower": "api",
+    "grad": "differentiate",
+    "hessian": "differentiate",
+    "jacfwd": "differentiate",
+    "jacrev": "differentiate",
+    "jvp": "differentiate",
+    "stop_gradient": "differentiate",
+    "value_and_grad": "differentiate",
+    "vjp": "differentiate",
+    "AutodiffError": "errors",
+    "CompilationError": "errors",
+    "ConcretizationTypeError": "errors",
+    "ShapeError": "errors",
+    "TracerArrayConversionError": "errors",
+    "TracerBoolConversionError": "errors",
+    "TracerError": "errors",
+    "UnexpectedTracerError": "errors",
+    "UnsupportedError": "errors",
+    "UnsupportedNumpyFunctionError": "errors",
+    "tree_flatten": "pytree",
+    "tree_leaves": "pytree",
+    "tree_map": "pytree",
+    "tree_structure": "pytree",
+    "tree_unflatten": "pytree",
+    "ShapedArray": "tracing",
+    "Tracer": "tracing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mlir_autodiff' has no attribute '{name}'")
+    module = _EXPORTS[name]
+    if module is None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
