@@ -1,12 +1,35 @@
 """CPU runtime: compile an upstream-MLIR module on tensors and call it with numpy arrays.
 
 `CompiledModule(module)` runs `--autodiff-lower-to-cpu` on a copy of the
-module and JIT-compiles it with the upstream ExecutionEngine. Its functions
-are called with numpy arrays (or Python scalars) and return numpy arrays.
+module and JIT-compiles it with the upstream ExecutionEngine. Its public
+functions are called with numpy arrays, numpy scalars, Python scalars or
+nested lists, and return numpy arrays (tensor results) or numpy scalars
+(scalar results):
 
-Calling convention (see transforms/lower_to_cpu.py): tensor results are
-written into numpy arrays the runtime allocates before the call, so nothing
-the compiled code returns needs freeing and repeated calls do not leak.
+    cm = CompiledModule(text)
+    z = cm["add"](x, y)            # one result: the array; several: a tuple; none: None
+
+Calling convention (see transforms/lower_to_cpu.py): every tensor result is
+written into a numpy array the runtime allocates before the call
+(destination passing via upstream `buffer-results-to-out-params`), so the
+compiled code never hands back memory that needs freeing and repeated calls
+do not leak. Results never alias the arguments, even for `return %arg0`.
+Arguments are read-only: the runtime marks every tensor parameter of a
+public function `bufferization.writable = false` before bufferization, so
+the compiled code copies instead of writing into the caller's arrays.
+
+Argument checking happens before any native code runs: a wrong number of
+arguments is a `TypeError`; a wrong rank or shape a `ValueError`; a wrong
+dtype a `TypeError`; each message names the function, the argument (index
+and, if given, name) and its MLIR type. numpy arrays (and anything with a
+`dtype`, e.g. jax arrays) must have exactly the parameter's dtype; Python
+scalars and lists are converted when that loses nothing (int -> float is
+fine, float -> int is not, out-of-range integers are refused).
+Non-contiguous or unaligned arrays are copied. Dynamic dimensions
+(`tensor<?xf32>`) accept any size; results must have static shapes.
+
+Supported element types: f16, f32, f64, i1 (numpy bool, one byte per
+element in memory), i8, i16, i32, i64 and index (int64).
 """
 
 from __future__ import annotations
@@ -14,7 +37,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +46,8 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_autodiff import dialects
+from mlir_autodiff.transforms.diagnostics import collect_diagnostics
+from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
 
 _NP_OF_MLIR = {
@@ -36,6 +62,8 @@ _NP_OF_MLIR = {
     "index": np.int64,
 }
 
+# How a scalar of each dtype crosses the C boundary. f16 has no ctypes type:
+# it travels as its 16 raw bits.
 _CTYPE_OF_NP = {
     np.dtype(np.float32): ctypes.c_float,
     np.dtype(np.float64): ctypes.c_double,
@@ -47,12 +75,21 @@ _CTYPE_OF_NP = {
     np.dtype(np.float16): ctypes.c_uint16,
 }
 
+_F16 = np.dtype(np.float16)
+
 
 def np_dtype(t: ir.Type) -> np.dtype:
+    """The numpy dtype of an MLIR element type; TypeError if the runtime cannot pass it."""
     key = str(t)
     if key not in _NP_OF_MLIR:
         raise TypeError(f"element type {t} is not supported by the CPU runtime")
     return np.dtype(_NP_OF_MLIR[key])
+
+
+def _is_python_value(value: Any) -> bool:
+    """Python scalars and (nested) lists/tuples: values without a dtype of their own."""
+    # np.float64 subclasses float, but it has a dtype: it is checked strictly.
+    return isinstance(value, (bool, int, float, list, tuple)) and not isinstance(value, np.generic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,58 +104,195 @@ class ArgSpec:
     def is_scalar(self) -> bool:
         return self.shape is None
 
+    @property
+    def is_static(self) -> bool:
+        return self.shape is None or all(d is not None for d in self.shape)
+
     @staticmethod
     def of(t: ir.Type) -> ArgSpec:
+        """The spec of an MLIR type; TypeError if numpy cannot pass it."""
+        if isinstance(t, ir.MemRefType) and not (
+            isinstance(t.layout, ir.AffineMapAttr)
+            and t.layout.value == ir.AffineMap.get_identity(t.rank)
+            and t.memory_space is None
+        ):
+            # numpy arrays are passed as dense row-major buffers in host memory.
+            raise TypeError(f"type {t} is not supported by the CPU runtime (only dense "
+                            "row-major host memrefs are)")
         if isinstance(t, (ir.RankedTensorType, ir.MemRefType)):
-            st = t
-            shape = tuple(None if st.is_dynamic_dim(i) else st.get_dim_size(i)
-                          for i in range(st.rank))
-            return ArgSpec(np_dtype(st.element_type), shape, str(t))
+            shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i)
+                          for i in range(t.rank))
+            return ArgSpec(np_dtype(t.element_type), shape, str(t))
+        if isinstance(t, (ir.ShapedType, ir.UnrankedTensorType, ir.UnrankedMemRefType)):
+            raise TypeError(f"type {t} is not supported by the CPU runtime")
         return ArgSpec(np_dtype(t), None, str(t))
 
     def describe(self) -> str:
         return self.mlir_type
 
+    def shape_text(self) -> str:
+        """The expected shape as numpy prints it, '?' for dynamic dimensions."""
+        dims = ["?" if d is None else str(d) for d in self.shape or ()]
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
-def _memref_descriptor_type(rank: int, ctype: Any) -> type[ctypes.Structure]:
+    def convert(self, value: Any, where: str) -> np.ndarray:
+        """Check `value` against this spec and return it as a C-contiguous array.
+
+        `where` names the argument in messages (e.g. "@f: argument 0").
+        Raises TypeError (dtype) or ValueError (shape, rank, unconvertible value).
+        """
+        label = f"{where} ({self.mlir_type})"
+        if _is_python_value(value):
+            arr = from_python(value, self.dtype, label)
+        else:
+            try:
+                arr = np.asarray(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(
+                    f"{label}: cannot convert {type(value).__name__} to an array: {err}"
+                ) from None
+            if arr.dtype != self.dtype:
+                # Same type in the other byte order is the same value: convert it.
+                if arr.dtype.kind in "biuf" and arr.dtype.newbyteorder("=") == self.dtype:
+                    arr = arr.astype(self.dtype)
+                else:
+                    raise TypeError(
+                        f"{label}: expected dtype {self.dtype}, got {_dtype_name(arr)}"
+                    )
+        if self.is_scalar:
+            if arr.ndim != 0:
+                raise ValueError(f"{label}: expected a scalar, got an array of shape {arr.shape}")
+            return arr
+        if arr.ndim != len(self.shape):
+            raise ValueError(
+                f"{label}: expected rank {len(self.shape)} with shape {self.shape_text()}, "
+                f"got rank {arr.ndim} with shape {arr.shape}"
+            )
+        for want, got in zip(self.shape, arr.shape):
+            if want is not None and want != got:
+                raise ValueError(
+                    f"{label}: expected shape {self.shape_text()}, got {arr.shape}"
+                )
+        # The compiled code assumes the identity layout (dense, row-major):
+        # strided views, broadcasts and unaligned buffers are copied.
+        if not (arr.flags.c_contiguous and arr.flags.aligned):
+            arr = np.ascontiguousarray(arr)
+        return arr
+
+
+def from_python(value: Any, dtype: np.dtype, label: str) -> np.ndarray:
+    """A Python scalar or nested list as an array of `dtype`, when that loses nothing.
+
+    Python values have no dtype of their own, so bool -> int -> float is
+    accepted; float -> int, int -> bool and out-of-range integers are not.
+    `label` starts the messages of the TypeError/ValueError raised otherwise.
+    """
+    try:
+        probe = np.asarray(value)
+    except OverflowError as err:
+        raise ValueError(f"{label}: value out of range: {err}") from None
+    except ValueError:
+        raise ValueError(
+            f"{label}: nested lists of different lengths do not form an array"
+        ) from None
+    if probe.size == 0 and probe.dtype.kind in "biufO":
+        return np.zeros(probe.shape, dtype)
+    allowed = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}[dtype.kind]
+    if probe.dtype.kind not in allowed:
+        raise TypeError(f"{label}: expected {dtype} values, got {_dtype_name(probe)}")
+    try:
+        arr = np.array(value, dtype=dtype)
+    except OverflowError:
+        raise ValueError(f"{label}: value out of range for {dtype}") from None
+    if dtype.kind in "iu" and not np.array_equal(arr, probe):
+        raise ValueError(f"{label}: value out of range for {dtype}")
+    return arr
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    if arr.dtype.kind == "U":
+        return "strings"
+    if arr.dtype.kind == "O":
+        return "Python objects"
+    return str(arr.dtype)
+
+
+# -- memref descriptors -------------------------------------------------------------------
+
+
+def _memref_descriptor_type(rank: int) -> type[ctypes.Structure]:
+    # The layout of upstream's `StridedMemRefType<T, rank>`: the element type
+    # only matters to the compiled code, so the data pointers are void*.
     fields = [
-        ("allocated", ctypes.POINTER(ctype)),
-        ("aligned", ctypes.POINTER(ctype)),
-        ("offset", ctypes.c_longlong),
+        ("allocated", ctypes.c_void_p),
+        ("aligned", ctypes.c_void_p),
+        ("offset", ctypes.c_int64),
     ]
     if rank > 0:
-        fields += [("shape", ctypes.c_longlong * rank), ("strides", ctypes.c_longlong * rank)]
-    return type(f"MemRef{rank}D_{ctype.__name__}", (ctypes.Structure,), {"_fields_": fields})
+        fields += [("shape", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
 
 
-_DESCRIPTOR_TYPES: dict[tuple[int, Any], type[ctypes.Structure]] = {}
+_DESCRIPTOR_TYPES: dict[int, type[ctypes.Structure]] = {}
+
+
+def _descriptor_type(rank: int) -> type[ctypes.Structure]:
+    cls = _DESCRIPTOR_TYPES.get(rank)
+    if cls is None:
+        cls = _DESCRIPTOR_TYPES[rank] = _memref_descriptor_type(rank)
+    return cls
 
 
 def memref_descriptor(a: np.ndarray) -> ctypes.Structure:
-    """A ranked memref descriptor viewing numpy array `a` (no copy)."""
-    ctype = _CTYPE_OF_NP[a.dtype]
-    key = (a.ndim, ctype)
-    cls = _DESCRIPTOR_TYPES.get(key)
-    if cls is None:
-        cls = _DESCRIPTOR_TYPES[key] = _memref_descriptor_type(a.ndim, ctype)
-    d = cls()
-    ptr = ctypes.cast(a.ctypes.data, ctypes.POINTER(ctype))
+    """A ranked memref descriptor viewing numpy array `a` (no copy).
+
+    The caller keeps `a` alive while the descriptor is in use.
+    """
+    if a.dtype not in _CTYPE_OF_NP:
+        raise TypeError(f"dtype {a.dtype} cannot be passed as a memref")
+    d = _descriptor_type(a.ndim)()
+    ptr = a.ctypes.data
     d.allocated = ptr
     d.aligned = ptr
     d.offset = 0
     if a.ndim > 0:
-        d.shape = (ctypes.c_longlong * a.ndim)(*a.shape)
-        d.strides = (ctypes.c_longlong * a.ndim)(*(s // a.itemsize for s in a.strides))
+        d.shape[:] = a.shape
+        d.strides[:] = [s // a.itemsize for s in a.strides]
     return d
 
 
 def shared_libs() -> list[str]:
+    """Runtime libraries the JIT-compiled code may call (memref copies, printing)."""
     libdir = os.path.join(os.path.dirname(ir.__file__), "lib")
     return [os.path.join(libdir, "libmlir_c_runner_utils.so")]
 
 
+def _scalar_cell(spec: ArgSpec, arr: np.ndarray) -> ctypes._SimpleCData:
+    ctype = _CTYPE_OF_NP[spec.dtype]
+    if spec.dtype == _F16:
+        return ctype(int(arr.view(np.uint16)))
+    return ctype(arr.item())
+
+
+def _scalar_value(spec: ArgSpec, raw: Any) -> Any:
+    if spec.dtype == _F16:
+        return np.uint16(raw).view(np.float16)
+    return spec.dtype.type(raw)
+
+
+# -- functions -------------------------------------------------------------------------------
+
+
 class CompiledFunction:
-    """A callable view of one public function of a CompiledModule."""
+    """A callable view of one public function of a CompiledModule.
+
+    The ABI it drives is the packed interface of `_mlir_ciface_<name>`:
+    one pointer per C-wrapper argument, in order. Tensor parameters and the
+    tensor out-params are pointers to memref descriptors; scalar parameters
+    are passed by value. One scalar result is returned by value (stored
+    through a trailing pointer); several scalar results come back as a
+    struct written through a leading pointer.
+    """
 
     def __init__(self, module: CompiledModule, name: str, params: list[ArgSpec],
                  results: list[ArgSpec]):
@@ -132,138 +306,288 @@ class CompiledFunction:
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
         self._out_tensors = [r for r in results if not r.is_scalar]
         self._out_scalars = [r for r in results if r.is_scalar]
+        self._result_struct: type[ctypes.Structure] | None = None
+        if len(self._out_scalars) > 1:
+            fields = [(f"r{i}", _CTYPE_OF_NP[s.dtype]) for i, s in enumerate(self._out_scalars)]
+            self._result_struct = type(f"{name}_results", (ctypes.Structure,),
+                                       {"_fields_": fields})
+        self._out_shapes = [tuple(s.shape) for s in self._out_tensors]
 
-    def _check_arg(self, i: int, spec: ArgSpec, value: Any, argname: str | None) -> np.ndarray:
-        label = argname or f"argument {i}"
-        if spec.is_scalar:
-            arr = np.asarray(value)
-            if arr.ndim != 0:
-                raise ValueError(
-                    f"@{self.name}: {label} expects a scalar {spec.mlir_type}, "
-                    f"got an array of shape {arr.shape}"
-                )
-        else:
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if arr.ndim != len(spec.shape):
-                raise ValueError(
-                    f"@{self.name}: {label} expects {spec.mlir_type} (rank {len(spec.shape)}), "
-                    f"got shape {arr.shape}"
-                )
-            for want, got in zip(spec.shape, arr.shape):
-                if want is not None and want != got:
-                    raise ValueError(
-                        f"@{self.name}: {label} expects {spec.mlir_type}, got shape {arr.shape}"
-                    )
-        if arr.dtype != spec.dtype:
-            if isinstance(value, np.ndarray) or not np.can_cast(
-                arr.dtype, spec.dtype, casting="same_kind"
-            ):
-                raise TypeError(
-                    f"@{self.name}: {label} expects dtype {spec.dtype} ({spec.mlir_type}), "
-                    f"got {arr.dtype}"
-                )
-            arr = arr.astype(spec.dtype)
-        if not spec.is_scalar:
-            arr = np.ascontiguousarray(arr)
-        return arr
+    def signature(self) -> str:
+        """`(tensor<2xf32>, f32) -> tensor<2xf32>`: the MLIR signature."""
+        ins = ", ".join(p.mlir_type for p in self.params)
+        outs = ", ".join(r.mlir_type for r in self.results)
+        return f"({ins}) -> ({outs})"
 
     def __call__(self, *args: Any) -> Any:
-        """Call with numpy arrays; returns one array, or a tuple for several results."""
+        """Call with numpy arrays or Python values.
+
+        Returns the result for one result, a tuple for several, None for none.
+        """
         outs = self.call(args)
         if len(outs) == 1:
             return outs[0]
+        if not outs:
+            return None
         return tuple(outs)
 
+    def check_args(self, args: Sequence[Any],
+                   arg_names: Sequence[str] | None = None) -> list[np.ndarray]:
+        """Validate and convert `args` without running anything (see `check_args`)."""
+        return check_args(self.name, self.params, args, arg_names)
+
     def call(self, args: Sequence[Any], arg_names: Sequence[str] | None = None) -> list[Any]:
-        if len(args) != len(self.params):
-            raise TypeError(
-                f"@{self.name} takes {len(self.params)} argument(s), got {len(args)}"
-            )
-        keep: list[Any] = []
+        """Call with a sequence of arguments; returns the list of results."""
+        arrays = self.check_args(args, arg_names)
+        keep: list[Any] = [arrays]  # everything the native call points into
         ptrs: list[int] = []
-        for i, (spec, value) in enumerate(zip(self.params, args)):
-            arr = self._check_arg(i, spec, value, arg_names[i] if arg_names else None)
-            keep.append(arr)
+        struct = None
+        if self._result_struct is not None:
+            struct = self._result_struct()
+            cell = ctypes.c_void_p(ctypes.addressof(struct))
+            keep.append(cell)
+            ptrs.append(ctypes.addressof(cell))
+        for spec, arr in zip(self.params, arrays):
             if spec.is_scalar:
-                cell = _CTYPE_OF_NP[spec.dtype](arr.item())
+                cell = _scalar_cell(spec, arr)
                 keep.append(cell)
                 ptrs.append(ctypes.addressof(cell))
             else:
                 desc = memref_descriptor(arr)
-                holder = ctypes.pointer(desc)
-                keep += [desc, holder]
-                ptrs.append(ctypes.addressof(holder))
+                cell = ctypes.c_void_p(ctypes.addressof(desc))
+                keep += [desc, cell]
+                ptrs.append(ctypes.addressof(cell))
         out_arrays = []
-        for spec in self._out_tensors:
-            shape = tuple(s if s is not None else 0 for s in spec.shape)
+        for spec, shape in zip(self._out_tensors, self._out_shapes):
             out = np.empty(shape, spec.dtype)
             out_arrays.append(out)
             desc = memref_descriptor(out)
-            holder = ctypes.pointer(desc)
-            keep += [desc, holder]
-            ptrs.append(ctypes.addressof(holder))
-        scalar_cells = []
-        for spec in self._out_scalars:
-            cell = _CTYPE_OF_NP[spec.dtype]()
-            scalar_cells.append(cell)
+            cell = ctypes.c_void_p(ctypes.addressof(desc))
+            keep += [desc, cell]
             ptrs.append(ctypes.addressof(cell))
-        packed = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        single = None
+        if len(self._out_scalars) == 1:
+            single = _CTYPE_OF_NP[self._out_scalars[0].dtype]()
+            ptrs.append(ctypes.addressof(single))
+        packed = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         self._fn(packed)
         del keep
-        it_t, it_s = iter(out_arrays), iter(scalar_cells)
-        results: list[Any] = []
-        for spec in self.results:
-            if spec.is_scalar:
-                results.append(spec.dtype.type(next(it_s).value))
-            else:
-                results.append(next(it_t))
-        return results
+        if struct is not None:
+            scalars = [_scalar_value(s, getattr(struct, f"r{i}"))
+                       for i, s in enumerate(self._out_scalars)]
+        elif single is not None:
+            scalars = [_scalar_value(self._out_scalars[0], single.value)]
+        else:
+            scalars = []
+        it_t, it_s = iter(out_arrays), iter(scalars)
+        return [next(it_s) if spec.is_scalar else next(it_t) for spec in self.results]
+
+
+def check_args(name: str, params: Sequence[ArgSpec], args: Sequence[Any],
+               arg_names: Sequence[str] | None = None) -> list[np.ndarray]:
+    """Check `args` against the parameters of `@name`; the converted arrays.
+
+    TypeError for a wrong count or dtype, ValueError for a wrong shape or value.
+    """
+    if len(args) != len(params):
+        types = ", ".join(p.mlir_type for p in params)
+        raise TypeError(
+            f"@{name} takes {len(params)} argument"
+            f"{'' if len(params) == 1 else 's'} ({types}), got {len(args)}"
+        )
+    converted = []
+    for i, (spec, value) in enumerate(zip(params, args)):
+        where = f"@{name}: argument {i}"
+        if arg_names and i < len(arg_names) and arg_names[i]:
+            where += f" '{arg_names[i]}'"
+        converted.append(spec.convert(value, where))
+    return converted
+
+
+def _is_public_definition(op: ir.OpView) -> bool:
+    if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
+        return False
+    if "sym_visibility" in op.attributes:
+        return ir.StringAttr(op.attributes["sym_visibility"]).value == "public"
+    return True
+
+
+def signature_of(op: ir.OpView) -> tuple[list[ArgSpec], list[ArgSpec]] | str:
+    """The (parameter, result) specs of a func.func, or why numpy cannot call it."""
+    ftype = op.attributes["function_type"].value
+    params, results = [], []
+    for kind, types, out in (("argument", ftype.inputs, params),
+                             ("result", ftype.results, results)):
+        for i, t in enumerate(types):
+            try:
+                out.append(ArgSpec.of(t))
+            except TypeError as err:
+                return f"{kind} {i}: {err}"
+    return params, results
+
+
+def _callable_signature(op: ir.OpView) -> tuple[list[ArgSpec], list[ArgSpec]] | str:
+    sig = signature_of(op)
+    if isinstance(sig, str):
+        return sig
+    for i, r in enumerate(sig[1]):
+        if not r.is_static:
+            return (f"result {i} has the dynamic type {r.mlir_type}; results must have "
+                    "static shapes (the caller allocates them)")
+    return sig
+
+
+def _symbol_name(op: ir.OpView) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
 
 
 def function_signatures(module: ir.Module) -> dict[str, tuple[list[ArgSpec], list[ArgSpec]]]:
+    """Public functions callable from numpy: name -> (parameter specs, result specs)."""
     sigs = {}
     for op in module.body.operations:
-        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
-            continue
-        if "sym_visibility" in op.attributes and \
-                ir.StringAttr(op.attributes["sym_visibility"]).value != "public":
-            continue
-        ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-        try:
-            params = [ArgSpec.of(t) for t in ftype.inputs]
-            results = [ArgSpec.of(t) for t in ftype.results]
-        except TypeError:
-            continue  # not callable from numpy; still compiled
-        sigs[ir.StringAttr(op.attributes["sym_name"]).value] = (params, results)
+        if _is_public_definition(op):
+            sig = _callable_signature(op)
+            if not isinstance(sig, str):
+                sigs[_symbol_name(op)] = sig
     return sigs
+
+
+def _uncallable_functions(module: ir.Module) -> dict[str, str]:
+    """Public functions numpy cannot call: name -> reason."""
+    out = {}
+    for op in module.body.operations:
+        if _is_public_definition(op):
+            sig = _callable_signature(op)
+            if isinstance(sig, str):
+                out[_symbol_name(op)] = sig
+    return out
+
+
+def mark_args_read_only(module: ir.Module) -> None:
+    """Mark tensor parameters of public functions `bufferization.writable = false`.
+
+    One-shot bufferization otherwise treats function arguments as writable
+    and may update a caller's numpy array in place (e.g. `tensor.insert`
+    into an argument).
+    """
+    false = ir.BoolAttr.get(False)
+    for op in module.body.operations:
+        if not _is_public_definition(op):
+            continue
+        ftype = op.attributes["function_type"].value
+        if not any(isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType))
+                   for t in ftype.inputs):
+            continue
+        old = op.attributes["arg_attrs"] if "arg_attrs" in op.attributes else None
+        new = []
+        for i, t in enumerate(ftype.inputs):
+            entries: dict[str, ir.Attribute] = {}
+            if old is not None:
+                d = ir.DictAttr(old[i])
+                for k in range(len(d)):
+                    entries[d[k].name] = d[k].attr
+            if isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)):
+                entries.setdefault("bufferization.writable", false)
+            new.append(ir.DictAttr.get(entries))
+        op.attributes["arg_attrs"] = ir.ArrayAttr.get(new)
+
+
+class CompileError(RuntimeError):
+    """The ExecutionEngine could not translate or compile the lowered module."""
 
 
 class CompiledModule:
     """A module lowered with --autodiff-lower-to-cpu and JIT-compiled.
 
-    The module is cloned (by re-parsing its text) so the caller's IR is untouched.
-    `pipeline` overrides the lowering pipeline (textual, as autodiff-opt accepts).
+    `module` is MLIR text or an `ir.Module`; it is copied (with its
+    locations) into `context` (default: a fresh one), so the caller's IR is
+    untouched. `pipeline` overrides the lowering pipeline (textual, as
+    autodiff-opt accepts it, or a list of pipeline elements); `opt_level` is
+    LLVM's (0-3). `source_name` names text input in locations (default "-").
+
+    Raises `ir.MLIRError` (with the diagnostics) if the module does not
+    parse or the pipeline fails, `PipelineError` for a malformed pipeline,
+    and `CompileError` if the ExecutionEngine rejects the lowered module.
+    `cm["name"]` returns a `CompiledFunction`; compilation happens once, here.
     """
 
-    def __init__(self, module: ir.Module | str, *, pipeline: str = "autodiff-lower-to-cpu",
-                 opt_level: int = 3, context: ir.Context | None = None):
-        text = module if isinstance(module, str) else str(module.operation)
+    def __init__(self, module: ir.Module | str, *,
+                 pipeline: str | Sequence[PipelineElement] = "autodiff-lower-to-cpu",
+                 opt_level: int = 3, context: ir.Context | None = None,
+                 source_name: str | None = None):
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
-            self.module = ir.Module.parse(text)
+            if isinstance(module, str):
+                self.module = _parse(module, source_name)
+            else:
+                # Print with locations so diagnostics still point into the source.
+                text = module.operation.get_asm(enable_debug_info=True)
+                self.module = ir.Module.parse(text)
             self.signatures = function_signatures(self.module)
+            self._uncallable = _uncallable_functions(self.module)
+            mark_args_read_only(self.module)
             run_pipeline(self.module, pipeline)
-            self.lowered_text = None
-            self.engine = ExecutionEngine(self.module, opt_level=opt_level,
-                                          shared_libs=shared_libs())
+            with collect_diagnostics(self.context) as diags:
+                try:
+                    self.engine = ExecutionEngine(self.module, opt_level=opt_level,
+                                                  shared_libs=shared_libs())
+                except RuntimeError as err:
+                    detail = diags.render() or str(err)
+                    raise CompileError(f"JIT compilation failed: {detail}") from None
+            self.engine.initialize()
         self._functions: dict[str, CompiledFunction] = {}
+
+    @property
+    def lowered_text(self) -> str:
+        """The lowered (LLVM dialect) module as text."""
+        return str(self.module)
+
+    @property
+    def function_names(self) -> list[str]:
+        """Names of the public functions callable from numpy."""
+        return list(self.signatures)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.signatures
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.signatures)
 
     def __getitem__(self, name: str) -> CompiledFunction:
         fn = self._functions.get(name)
         if fn is None:
+            if name in self._uncallable:
+                raise TypeError(f"@{name} cannot be called from numpy: {self._uncallable[name]}")
             if name not in self.signatures:
-                raise KeyError(f"no public function '@{name}' callable from numpy")
+                known = ", ".join(f"@{n}" for n in self.signatures) or "none"
+                raise KeyError(f"no public function '@{name}' (callable functions: {known})")
             params, results = self.signatures[name]
             fn = self._functions[name] = CompiledFunction(self, name, params, results)
         return fn
+
+
+_STDIN_LOC = re.compile(r'"-":(\d+):(\d+)')
+
+
+def _parse(text: str, source_name: str | None) -> ir.Module:
+    """Parse `text` into a module whose locations name `source_name` (default "-")."""
+    if not source_name:
+        return ir.Module.parse(text)
+    try:
+        op = ir.Operation.parse(text, source_name=source_name)
+    except ir.MLIRError as err:
+        if "single top-level operation" not in str(err):
+            raise
+        # Several top-level ops: only Module.parse wraps them, and it names
+        # the buffer "-". Rename the buffer in the printed locations.
+        module = ir.Module.parse(text)
+        printed = module.operation.get_asm(enable_debug_info=True)
+        name = source_name.replace("\\", "\\\\").replace('"', '\\"')
+        return ir.Module.parse(_STDIN_LOC.sub(lambda m: f'"{name}":{m[1]}:{m[2]}', printed))
+    if op.operation.name == "builtin.module":
+        # Operation.parse returns an OpView; the engine wants an ir.Module.
+        return ir.Module.parse(op.operation.get_asm(enable_debug_info=True))
+    module = ir.Module.create(loc=op.location)
+    module.body.append(op)
+    return module
