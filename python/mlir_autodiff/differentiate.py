@@ -1,0 +1,381 @@
+"""The grad family: `grad`, `value_and_grad`, `vjp`, `jvp`, `jacfwd`, `jacrev`, `hessian`.
+
+These follow JAX's semantics and pytree conventions, but the Python side
+never differentiates: each transform traces the function into its own
+`func.func`, emits an `autodiff.vjp` / `autodiff.jvp` op naming it, and the
+`--autodiff-vjp` / `--autodiff-jvp` passes generate the derivative code when
+the enclosing `jit` compiles. Called outside a trace, a transform compiles
+itself with `jit` (cached per signature), so `ad.grad(f)(x)` works eagerly.
+
+Nesting works because a traced sub-function may itself contain autodiff
+ops (the passes lower inner ops first): `grad(grad(f))`, `jvp(grad(f))`
+(Hessian-vector products), `hessian = jacfwd(jacrev(f))`.
+
+`jacfwd`/`jacrev` currently emit one jvp/vjp per basis vector (unrolled in
+the trace); they are rebuilt on `vmap` (one batched call) when batching lands.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import dialects, pytree
+from .api import JitFunction
+from .tracing import (
+    ShapedArray,
+    TracedFunction,
+    Tracer,
+    as_tracer,
+    current_trace,
+    emit_call,
+    require_trace,
+    trace_function,
+)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.floating)
+
+
+def _name(fun: Callable[..., Any]) -> str:
+    return getattr(fun, "__name__", "fn")
+
+
+def _eager(transform: Callable[..., Any]) -> Callable[..., Any]:
+    """Run `transform` traced: directly inside a trace, else under a cached `jit`."""
+    jitted = JitFunction(transform)
+
+    @functools.wraps(transform)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if current_trace() is not None:
+            return transform(*args, **kwargs)
+        return jitted(*args, **kwargs)
+
+    return run
+
+
+def _flat_tracers(tree: Any) -> tuple[list[Tracer], pytree.TreeDef]:
+    leaves, treedef = pytree.tree_flatten(tree)
+    return [as_tracer(x) for x in leaves], treedef
+
+
+def _trace(fun: Callable[..., Any], args: tuple[Any, ...]) -> tuple[TracedFunction, list[Tracer]]:
+    """Trace `fun(*args)` into a private function; returns it and the flat arg tracers."""
+    tracers, in_tree = _flat_tracers(args)
+    avals = [t.aval for t in tracers]
+    return trace_function(fun, avals, in_tree, name=_name(fun)), tracers
+
+
+def _ones(aval: ShapedArray) -> Tracer:
+    return as_tracer(np.ones(aval.shape, aval.dtype))
+
+
+def _zeros(aval: ShapedArray) -> Tracer:
+    return as_tracer(np.zeros(aval.shape, aval.dtype))
+
+
+def _emit(kind: str, fn: TracedFunction, primals: Sequence[Tracer], extra: Sequence[Tracer],
+          result_avals: Sequence[ShapedArray], wrt: Sequence[int] | None = None) -> list[Tracer]:
+    """Emit `autodiff.<kind> {fn}` on (primals + captures, extra) in the active trace."""
+    trace = require_trace(f"autodiff.{kind}")
+    ops = [trace.lift(t) for t in list(primals) + list(fn.captures)]
+    rest = [trace.lift(t) for t in extra]
+    if kind == "jvp":  # captured values are constants of the transform: zero tangents
+        rest += [trace.lift(_zeros(c.aval.strong())) for c in fn.captures]
+    with trace.emitting():
+        types = [a.mlir_type() for a in result_avals]
+        if kind == "vjp":
+            op = dialects.VjpOp(types, [o.value for o in ops], [r.value for r in rest],
+                                fn.symbol, wrt)
+        else:
+            op = dialects.JvpOp(types, [o.value for o in ops], [r.value for r in rest],
+                                fn.symbol)
+    return [trace.wrap(v, a.strong()) for v, a in zip(op.results, result_avals)]
+
+
+# --------------------------------------------------------------------------- reverse mode
+
+def _argnums_tuple(argnums: int | Sequence[int], nargs: int, who: str) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+        raise ValueError(f"{who}: argnums must not be empty")
+    out = []
+    for i in nums:
+        j = i + nargs if i < 0 else i
+        if not 0 <= j < nargs:
+            raise ValueError(
+                f"{who}: argnums {i} is out of range for a call with {nargs} positional "
+                "argument(s)"
+            )
+        out.append(j)
+    return tuple(out)
+
+
+def _leaf_ranges(args: tuple[Any, ...]) -> list[range]:
+    """For each positional argument, the range of its leaves in the flat argument list."""
+    ranges, start = [], 0
+    for a in args:
+        n = len(pytree.tree_leaves(a))
+        ranges.append(range(start, start + n))
+        start += n
+    return ranges
+
+
+def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable[..., Any]:
+    """`fun`'s value and its gradient w.r.t. the `argnums` positional arguments.
+
+    `fun` must return a float scalar (or `(scalar, aux)` with `has_aux=True`).
+    Returns `(value, grads)` or `((value, aux), grads)`; `grads` has the
+    structure of `args[argnums]` (a tuple of them when argnums is a tuple).
+    """
+    who = f"value_and_grad({_name(fun)})"
+
+    def transform(*args: Any) -> Any:
+        nums = _argnums_tuple(argnums, len(args), who)
+        fn, tracers = _trace(fun, args)
+        out_leaves = fn.out_avals
+        if has_aux:
+            if fn.out_tree.kind not in ("tuple", "list") or len(fn.out_tree.children) != 2:
+                raise TypeError(f"{who}: with has_aux=True the function must return a pair "
+                                "(output, aux)")
+            main_tree = fn.out_tree.children[0]
+        else:
+            main_tree = fn.out_tree
+        ranges = _leaf_ranges(args)
+        wrt = [i for n in nums for i in ranges[n]]
+        for i in wrt:
+            if not _is_float(tracers[i].dtype):
+                raise TypeError(
+                    f"{who}: grad requires real-valued inputs (float dtypes), but argument "
+                    f"leaf {i} has dtype {tracers[i].dtype}; exclude it with argnums"
+                )
+        if not main_tree.is_leaf or out_leaves[0].shape != ():
+            shape = out_leaves[0].shape if main_tree.is_leaf else "a pytree"
+            raise TypeError(f"{who}: gradient only defined for scalar-output functions; "
+                            f"the output had shape {shape}")
+        if not _is_float(out_leaves[0].dtype):
+            raise TypeError(f"{who}: gradient requires a real-valued (float) output, "
+                            f"got {out_leaves[0].dtype}")
+        cts = [_ones(out_leaves[0])] + [_zeros(a) for a in out_leaves[1:]]
+        results = _emit("vjp", fn, tracers, cts,
+                        list(out_leaves) + [tracers[i].aval for i in wrt], wrt)
+        outs, grads = results[:len(out_leaves)], results[len(out_leaves):]
+        value = pytree.tree_unflatten(fn.out_tree, outs)
+        it = iter(grads)
+        grad_trees = tuple(
+            pytree.tree_unflatten(pytree.tree_structure(args[n]),
+                                  [next(it) for _ in ranges[n]])
+            for n in nums
+        )
+        return value, (grad_trees[0] if isinstance(argnums, int) else grad_trees)
+
+    transform.__name__ = f"value_and_grad_{_name(fun)}"
+    return _eager(transform)
+
+
+def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+         has_aux: bool = False) -> Callable[..., Any]:
+    """The gradient of a scalar function (JAX's `grad`): `grad(f)(x)` has `x`'s structure."""
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    def g(*args: Any) -> Any:
+        (value, grads) = vg(*args)
+        if has_aux:
+            return grads, value[1]
+        return grads
+
+    g.__name__ = f"grad_{_name(fun)}"
+    return _eager(g)
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """`(out, vjp_fn)` (or `(out, vjp_fn, aux)`) with `vjp_fn(ct)` -> cotangents of `primals`.
+
+    `vjp_fn` takes a cotangent with the structure of `out` and returns a tuple
+    with one entry per primal. Non-float primal leaves get zero cotangents.
+    """
+    who = f"vjp({_name(fun)})"
+
+    def split_aux(out: Any) -> tuple[Any, Any]:
+        if not has_aux:
+            return out, None
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{who}: with has_aux=True the function must return (output, aux)")
+        return out[0], out[1]
+
+    def primal_only(*args: Any) -> Any:
+        return split_aux(fun(*args))[0]
+
+    primal_only.__name__ = _name(fun)
+
+    def apply(args: tuple[Any, ...], ct: Any) -> Any:
+        fn, tracers = _trace(primal_only, args)
+        ct_tracers, ct_tree = _flat_tracers(ct)
+        if ct_tree != fn.out_tree:
+            raise TypeError(f"{who}: the cotangent's structure {ct_tree} does not match the "
+                            f"output's {fn.out_tree}")
+        for c, a in zip(ct_tracers, fn.out_avals):
+            if c.shape != a.shape or c.dtype != a.dtype:
+                raise TypeError(f"{who}: cotangent {c.aval.str_short()} does not match the "
+                                f"output {a.str_short()}")
+        wrt = [i for i, t in enumerate(tracers) if _is_float(t.dtype)]
+        results = _emit("vjp", fn, tracers, ct_tracers,
+                        list(fn.out_avals) + [tracers[i].aval for i in wrt], wrt)
+        grads = dict(zip(wrt, results[len(fn.out_avals):]))
+        leaves = [grads[i] if i in grads else _zeros(t.aval) for i, t in enumerate(tracers)]
+        return tuple(pytree.tree_unflatten(pytree.tree_structure(args), leaves))
+
+    apply.__name__ = f"vjp_{_name(fun)}"
+    apply_eager = _eager(apply)
+
+    if current_trace() is not None:
+        out, aux = split_aux(fun(*primals))
+    else:
+        out, aux = split_aux(JitFunction(fun)(*primals))
+
+    def vjp_fn(ct: Any) -> Any:
+        return apply_eager(primals, ct)
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+# --------------------------------------------------------------------------- forward mode
+
+def jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
+        has_aux: bool = False) -> Any:
+    """`(out, tangent_out)`: `fun(*primals)` and its directional derivative along `tangents`."""
+    who = f"jvp({_name(fun)})"
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError(f"{who}: primals and tangents must be tuples or lists")
+    if len(primals) != len(tangents):
+        raise TypeError(f"{who}: {len(primals)} primal(s) but {len(tangents)} tangent(s)")
+
+    def transform(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
+        fn, tracers = _trace(fun, tuple(primals))
+        t_tracers, t_tree = _flat_tracers(tuple(tangents))
+        if t_tree != pytree.tree_structure(tuple(primals)):
+            raise TypeError(f"{who}: tangents' structure does not match the primals'")
+        for i, (p, t) in enumerate(zip(tracers, t_tracers)):
+            if p.shape != t.shape or (p.dtype != t.dtype and not t.weak_type):
+                raise TypeError(f"{who}: tangent leaf {i} is {t.aval.str_short()} but its "
+                                f"primal is {p.aval.str_short()}")
+        t_tracers = [as_tracer(t, p.dtype) if t.dtype != p.dtype else t
+                     for p, t in zip(tracers, t_tracers)]
+        outs = _emit("jvp", fn, tracers, t_tracers, list(fn.out_avals) * 2)
+        n = len(fn.out_avals)
+        out = pytree.tree_unflatten(fn.out_tree, outs[:n])
+        tan = pytree.tree_unflatten(fn.out_tree, outs[n:])
+        if has_aux:
+            return out[0], tan[0], out[1]
+        return out, tan
+
+    transform.__name__ = f"jvp_{_name(fun)}"
+    return _eager(transform)(tuple(primals), tuple(tangents))
+
+
+def stop_gradient(x: Any) -> Any:
+    """`x` with a zero derivative (`autodiff.stop_gradient` on every leaf)."""
+    if current_trace() is None:
+        return pytree.tree_map(np.asarray, x)
+
+    def one(leaf: Any) -> Tracer:
+        t = as_tracer(leaf)
+        if not _is_float(t.dtype):
+            return t
+        trace = require_trace("stop_gradient")
+        with trace.emitting():
+            v = dialects.stop_gradient(t.value)
+        return trace.wrap(v, t.aval)
+
+    return pytree.tree_map(one, x)
+
+
+# --------------------------------------------------------------------------- Jacobians
+
+def _stack_rows(rows: list[Tracer], out_shape: tuple[int, ...],
+                in_shape: tuple[int, ...], row_major_out: bool) -> Tracer:
+    from . import numpy as anp
+
+    stacked = anp.stack(rows, axis=0)
+    if row_major_out:  # rows indexed by output element: shape out + in
+        return anp.reshape(stacked, out_shape + in_shape)
+    # rows indexed by input element: (in..., out...) -> (out..., in...)
+    arr = anp.reshape(stacked, in_shape + out_shape)
+    ni, no = len(in_shape), len(out_shape)
+    return anp.transpose(arr, tuple(range(ni, ni + no)) + tuple(range(ni)))
+
+
+def _single_array_arg(who: str, args: tuple[Any, ...], argnums: int) -> int:
+    if not isinstance(argnums, int):
+        raise NotImplementedError(f"{who}: only an integer argnums is supported for now")
+    n = argnums + len(args) if argnums < 0 else argnums
+    if not 0 <= n < len(args) or len(pytree.tree_leaves(args[n])) != 1 or \
+            not pytree.tree_structure(args[n]).is_leaf:
+        raise NotImplementedError(f"{who}: the differentiated argument must be one array")
+    return n
+
+
+def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+    """The Jacobian by reverse mode: shape `out.shape + x.shape` (array in, array out)."""
+    who = f"jacrev({_name(fun)})"
+
+    def transform(*args: Any) -> Any:
+        n = _single_array_arg(who, args, argnums)
+        x = as_tracer(args[n])
+
+        def f_of_x(xv: Any) -> Any:
+            return fun(*args[:n], xv, *args[n + 1:])
+
+        f_of_x.__name__ = _name(fun)
+        out, pullback = vjp(f_of_x, x)
+        out_aval = as_tracer(out).aval
+        rows = []
+        for k in range(max(out_aval.size, 1)):
+            e = np.zeros(out_aval.size, out_aval.dtype)
+            e[k] = 1
+            (row,) = pullback(as_tracer(e.reshape(out_aval.shape)))
+            rows.append(row)
+        return _stack_rows(rows, out_aval.shape, x.shape, True)
+
+    transform.__name__ = f"jacrev_{_name(fun)}"
+    return _eager(transform)
+
+
+def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+    """The Jacobian by forward mode: shape `out.shape + x.shape` (array in, array out)."""
+    who = f"jacfwd({_name(fun)})"
+
+    def transform(*args: Any) -> Any:
+        n = _single_array_arg(who, args, argnums)
+        x = as_tracer(args[n])
+
+        def f_of_x(xv: Any) -> Any:
+            return fun(*args[:n], xv, *args[n + 1:])
+
+        f_of_x.__name__ = _name(fun)
+        cols = []
+        out_shape: tuple[int, ...] = ()
+        for k in range(max(x.size, 1)):
+            e = np.zeros(x.size, x.dtype)
+            e[k] = 1
+            out, col = jvp(f_of_x, (x,), (as_tracer(e.reshape(x.shape)),))
+            out_shape = as_tracer(col).shape
+            cols.append(col)
+        return _stack_rows(cols, out_shape, x.shape, False)
+
+    transform.__name__ = f"jacfwd_{_name(fun)}"
+    return _eager(transform)
+
+
+def hessian(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+    """`jacfwd(jacrev(fun))`: forward-over-reverse, as JAX does."""
+    return jacfwd(jacrev(fun, argnums), argnums)
+
+
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "hessian",
+           "stop_gradient"]

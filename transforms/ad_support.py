@@ -1,0 +1,260 @@
+"""Shared helpers of the differentiation passes: types and an IR builder for rules.
+
+`Builder` emits ops at one insertion point with one location (the primal
+op's), on scalars and on tensors alike: elementwise `arith`/`math` ops are
+emitted directly on tensor operands (they are ElementwiseMappable) and the
+passes' clean-up turns them into `linalg.generic` with upstream
+`convert-elementwise-to-linalg`. So a rule written for `f64` also serves
+`tensor<4x3xf64>`, and the same rule serves scalar code inside
+`linalg.generic` bodies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from mlir import ir
+
+# arith.cmpf predicates (mlir/Dialect/Arith/IR/ArithBase.td).
+CMPF = {"oeq": 1, "ogt": 2, "oge": 3, "olt": 4, "ole": 5, "one": 6, "une": 13}
+
+
+def element_type(t: ir.Type) -> ir.Type:
+    return t.element_type if isinstance(t, ir.ShapedType) else t
+
+
+def is_float(t: ir.Type) -> bool:
+    """True for float scalars and tensors of floats: the only differentiable types."""
+    return isinstance(element_type(t), ir.FloatType)
+
+
+def is_tensor(t: ir.Type) -> bool:
+    return isinstance(t, ir.RankedTensorType)
+
+
+def float_value(v: ir.Value | None) -> bool:
+    return v is not None and is_float(v.type)
+
+
+def op_name(op: ir.Operation | ir.OpView) -> str:
+    return op.operation.name
+
+
+def walk_ops(root: ir.Operation | ir.OpView) -> list[ir.Operation]:
+    """Every op nested in `root` (root included), in pre-order."""
+    out: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        out.append(o)
+        return ir.WalkResult.ADVANCE
+
+    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return out
+
+
+def is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
+    """True if `op` is `ancestor` or nested in one of its regions."""
+    cur: Any = op
+    while cur is not None:
+        if cur == ancestor:
+            return True
+        try:
+            cur = cur.parent
+        except Exception:
+            return False
+        if cur is not None and op_name(cur) == "builtin.module":
+            return ancestor == cur
+    return False
+
+
+def defining_op(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation
+
+
+def captured_values(op: ir.Operation) -> list[ir.Value]:
+    """Values used inside `op`'s regions but defined outside `op` (in order, unique)."""
+    inner = set()
+    for o in walk_ops(op)[1:]:
+        for r in o.results:
+            inner.add(r)
+    for region in op.regions:
+        for block in region.blocks:
+            for a in block.arguments:
+                inner.add(a)
+    for o in walk_ops(op)[1:]:
+        for region in o.regions:
+            for block in region.blocks:
+                for a in block.arguments:
+                    inner.add(a)
+    seen: list[ir.Value] = []
+    seen_set = set()
+    for o in walk_ops(op)[1:]:
+        for v in o.operands:
+            if v not in inner and v not in seen_set:
+                seen_set.add(v)
+                seen.append(v)
+    return seen
+
+
+def residual_operands(spec: Sequence[int], primals: Sequence[ir.Value],
+                      returned: Sequence[ir.Value]) -> list[ir.Value]:
+    """The residual operands of a bwd call: spec entry k >= 0 is fwd's k-th
+    returned residual, -1 - i is the call's own primal operand i."""
+    return [returned[k] if k >= 0 else primals[-1 - k] for k in spec]
+
+
+class Builder:
+    """Emits ops before `ip` at location `loc`; works on scalars and tensors.
+
+    `ad` is the driver (forward or reverse), which region rules use to
+    differentiate nested blocks; scalar rules never need it.
+    """
+
+    def __init__(self, ip: ir.InsertionPoint, loc: ir.Location, ad: Any = None,
+                 op: ir.Operation | None = None):
+        self.ip = ip
+        self.loc = loc
+        self.ad = ad
+        self.op = op
+
+    @property
+    def ans(self) -> ir.Value:
+        """The (first) result of the primal op being differentiated."""
+        return self.op.results[0]
+
+    # -- generic construction ---------------------------------------------------
+
+    def create(self, name: str, operands: Sequence[ir.Value], result_types: Sequence[ir.Type],
+               attributes: dict[str, ir.Attribute] | None = None) -> ir.Operation:
+        return ir.Operation.create(name, results=list(result_types), operands=list(operands),
+                                   attributes=attributes or {}, loc=self.loc, ip=self.ip)
+
+    def unary(self, name: str, x: ir.Value) -> ir.Value:
+        return self.create(name, [x], [x.type]).result
+
+    def binary(self, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.create(name, [x, y], [x.type]).result
+
+    # -- constants ----------------------------------------------------------------
+
+    def constant(self, like: ir.Value | ir.Type, value: float) -> ir.Value:
+        """A float constant of `like`'s type (splat for tensors)."""
+        t = like if isinstance(like, ir.Type) else like.type
+        et = element_type(t)
+        fattr = ir.FloatAttr.get(et, float(value))
+        if isinstance(t, ir.RankedTensorType):
+            if t.has_static_shape:
+                attr = ir.DenseElementsAttr.get_splat(t, fattr)
+                return self.create("arith.constant", [], [t], {"value": attr}).result
+            if isinstance(like, ir.Type):
+                raise ValueError(f"cannot build a constant of dynamic type {t} without a value")
+            return self.fill(self.empty_like(like), self.constant(et, value))
+        return self.create("arith.constant", [], [t], {"value": fattr}).result
+
+    def zeros_like(self, v: ir.Value) -> ir.Value:
+        return self.constant(v, 0.0)
+
+    def ones_like(self, v: ir.Value) -> ir.Value:
+        return self.constant(v, 1.0)
+
+    def index(self, n: int) -> ir.Value:
+        t = ir.IndexType.get()
+        return self.create("arith.constant", [], [t], {"value": ir.IntegerAttr.get(t, n)}).result
+
+    def dims(self, v: ir.Value) -> list[ir.Value]:
+        """The dynamic sizes of tensor `v` (tensor.dim for each dynamic dimension)."""
+        t = v.type
+        out = []
+        for i in range(t.rank):
+            if t.is_dynamic_dim(i):
+                out.append(self.create("tensor.dim", [v, self.index(i)],
+                                       [ir.IndexType.get()]).result)
+        return out
+
+    def empty(self, t: ir.RankedTensorType, dyn: Sequence[ir.Value] = ()) -> ir.Value:
+        return self.create("tensor.empty", list(dyn), [t]).result
+
+    def empty_like(self, v: ir.Value) -> ir.Value:
+        return self.empty(v.type, self.dims(v))
+
+    def fill(self, init: ir.Value, scalar: ir.Value) -> ir.Value:
+        from mlir.dialects import linalg
+
+        with self.loc, self.ip:
+            r = linalg.fill(scalar, outs=[init])
+        return r if isinstance(r, ir.Value) else r.result
+
+    # -- float arithmetic (scalars or tensors) ------------------------------------
+
+    def addf(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.binary("arith.addf", x, y)
+
+    def subf(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.binary("arith.subf", x, y)
+
+    def mulf(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.binary("arith.mulf", x, y)
+
+    def divf(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.binary("arith.divf", x, y)
+
+    def negf(self, x: ir.Value) -> ir.Value:
+        return self.unary("arith.negf", x)
+
+    def scale(self, x: ir.Value, c: float) -> ir.Value:
+        return self.mulf(x, self.constant(x, c))
+
+    def cmpf(self, pred: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        i1 = ir.IntegerType.get_signless(1)
+        t = ir.RankedTensorType.get(x.type.shape, i1) if is_tensor(x.type) else i1
+        attr = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), CMPF[pred])
+        return self.create("arith.cmpf", [x, y], [t], {"predicate": attr}).result
+
+    def select(self, c: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.create("arith.select", [c, x, y], [x.type]).result
+
+    def math(self, name: str, *xs: ir.Value) -> ir.Value:
+        return self.create(f"math.{name}", list(xs), [xs[0].type]).result
+
+    def cast(self, name: str, x: ir.Value, to: ir.Type) -> ir.Value:
+        """arith.extf/truncf/sitofp...: `to` is the element type or full type."""
+        if is_tensor(x.type) and not is_tensor(to):
+            to = ir.RankedTensorType.get(x.type.shape, to)
+        return self.create(name, [x], [to]).result
+
+    def recip(self, x: ir.Value) -> ir.Value:
+        return self.divf(self.ones_like(x), x)
+
+    def square(self, x: ir.Value) -> ir.Value:
+        return self.mulf(x, x)
+
+    # -- None-aware helpers (None is a symbolic zero) ------------------------------
+
+    def add_any(self, x: ir.Value | None, y: ir.Value | None) -> ir.Value | None:
+        if x is None:
+            return y
+        if y is None:
+            return x
+        return self.addf(x, y)
+
+    def materialize(self, t: ir.Value | None, like: ir.Value) -> ir.Value:
+        """`t`, or a zero of `like`'s type (integer zeros for integer values)."""
+        if t is not None:
+            return t
+        if is_float(like.type):
+            return self.zeros_like(like)
+        ty = like.type
+        attr = ir.IntegerAttr.get(element_type(ty), 0)
+        if isinstance(ty, ir.RankedTensorType):
+            attr = ir.DenseElementsAttr.get_splat(ty, attr)
+        return self.create("arith.constant", [], [ty], {"value": attr}).result
+
+
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)

@@ -1,0 +1,57 @@
+"""Derivative rules of the `func` dialect: calls differentiate their callee once."""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from ..ad_support import is_float, residual_operands
+from .registry import defjvp_rule, defvjp
+
+
+def _callee(op: ir.Operation) -> str:
+    return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+
+
+def _call_jvp(b, op, tangents):
+    """call @g(xs) -> call @g_jvp(xs, txs) (zero tangents materialized)."""
+    if all(t is None for t in tangents):
+        return [None] * len(op.results)
+    name = b.ad.jvp_function(_callee(op), op)
+    xs = list(op.operands)
+    ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
+    n = len(op.results)
+    types = [r.type for r in op.results] * 2
+    call = b.create("func.call", [*xs, *ts], types,
+                    {"callee": ir.FlatSymbolRefAttr.get(name)})
+    # The jvp call recomputes the primal results: route their uses to it and
+    # drop the original call (calls are not dead-code eliminated).
+    outs = list(call.results)
+    b.ad.replace_op(op, outs[:n])
+    return [t if is_float(t.type) else None for t in outs[n:]]
+
+
+def _call_vjp(b, op, cts):
+    """Replace the primal call by @g_fwd (outputs + residuals); emit @g_bwd."""
+    xs = list(op.operands)
+    wrt = [i for i, x in enumerate(xs) if b.ad.is_active(x)]
+    if not wrt or all(c is None for c in cts):
+        return [None] * len(xs)
+    fwd, bwd, nres, spec = b.ad.vjp_functions(_callee(op), wrt, op)
+    n = len(op.results)
+    fb = b.ad.forward_builder(op)
+    fcall = fb.create("func.call", xs, [r.type for r in op.results] + nres,
+                      {"callee": ir.FlatSymbolRefAttr.get(fwd)})
+    outs = list(fcall.results)
+    b.ad.replace_op(op, outs[:n])
+    residuals = residual_operands(spec, xs, outs[n:])
+    ct_vals = [b.materialize(c, r) for c, r in zip(cts, outs[:n])]
+    bcall = b.create("func.call", [*residuals, *ct_vals], [xs[i].type for i in wrt],
+                     {"callee": ir.FlatSymbolRefAttr.get(bwd)})
+    grads: list = [None] * len(xs)
+    for i, g in zip(wrt, bcall.results):
+        grads[i] = g
+    return grads
+
+
+defjvp_rule("func.call", _call_jvp)
+defvjp("func.call", _call_vjp)

@@ -1,0 +1,589 @@
+"""Derivative rules of the `linalg` dialect.
+
+`linalg.generic` is the workhorse:
+
+* JVP: one generic with the tangent inputs and tangent outputs appended,
+  whose body is the forward-mode derivative of the original body (the same
+  scalar rules as at function level).
+* VJP w.r.t. input i: a generic over the same iteration space whose output
+  has input i's indexing map (dims of that map parallel, the others
+  reductions, accumulating), and whose body recomputes the primal body and
+  runs the scalar reverse rules over it, seeded with the output cotangents.
+  Reductions (the body reads its output as an accumulator) are supported for
+  `acc + g` (cotangent of g is the output's) and `max/min(acc, g)` (the
+  cotangent goes to the elements equal to the result).
+
+Elementwise named ops and `linalg.map`/`linalg.reduce` become generics
+first. Contractions (matmul, batch_matmul, matvec, vecmat, dot)
+differentiate into contractions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from mlir import ir
+from mlir.dialects import linalg
+
+from ..ad_support import Builder, element_type, is_float, op_name
+from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
+
+PAR = "parallel"
+RED = "reduction"
+REDUCERS = ("arith.addf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")
+
+
+def _v(x) -> ir.Value:
+    """The value of a linalg helper's result (some helpers return the op)."""
+    if isinstance(x, ir.Value):
+        return x
+    if isinstance(x, ir.OpResultList):
+        return x[0]
+    return x.results[0]
+
+
+def _iter_attr(kind: str) -> ir.Attribute:
+    return ir.Attribute.parse(f"#linalg.iterator_type<{kind}>")
+
+
+def _iters(op: ir.Operation) -> list[str]:
+    return ["reduction" if "reduction" in str(a) else "parallel"
+            for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def _maps(op: ir.Operation) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _map_dims(m: ir.AffineMap) -> list[int] | None:
+    """The loop dims of a projected permutation map, or None if it is not one."""
+    out = []
+    for e in m.results:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(e.position)
+    return out
+
+
+def _n_ins(op: ir.Operation) -> int:
+    seg = op.attributes["operandSegmentSizes"]
+    return list(ir.DenseI32ArrayAttr(seg))[0]
+
+
+def make_generic(b: Builder, inputs: Sequence[ir.Value], inits: Sequence[ir.Value],
+                 maps: Sequence[ir.AffineMap], iters: Sequence[str],
+                 body: Callable[[Builder, list[ir.Value]], list[ir.Value]] | None = None
+                 ) -> ir.Operation:
+    """Build a linalg.generic; `body(bb, block_args)` returns the yielded values."""
+    gen = linalg.GenericOp(
+        [v.type for v in inits], list(inputs), list(inits),
+        ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+        ir.ArrayAttr.get([_iter_attr(k) for k in iters]),
+        loc=b.loc, ip=b.ip,
+    )
+    types = [element_type(v.type) for v in [*inputs, *inits]]
+    block = gen.regions[0].blocks.append(*types)
+    if body is not None:
+        bb = Builder(ir.InsertionPoint(block), b.loc, b.ad)
+        linalg.YieldOp(body(bb, list(block.arguments)), loc=b.loc, ip=bb.ip)
+    return gen.operation
+
+
+def _identity(n: int) -> ir.AffineMap:
+    return ir.AffineMap.get_identity(n)
+
+
+def _proj(n: int, dims: Sequence[int]) -> ir.AffineMap:
+    return ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in dims])
+
+
+def sum_to(b: Builder, x: ir.Value, keep: Sequence[int], like: ir.Value | None = None
+           ) -> ir.Value:
+    """Sum tensor `x` over every dim not in `keep` (a generic reduction)."""
+    t = x.type
+    n = t.rank
+    shape = [t.shape[d] for d in keep]
+    out_t = ir.RankedTensorType.get(shape, t.element_type)
+    if like is not None:
+        init = b.zeros_like(like)
+    else:
+        init = b.constant(out_t, 0.0)
+    iters = [PAR if d in keep else RED for d in range(n)]
+    gen = make_generic(b, [x], [init], [_identity(n), _proj(n, keep)], iters,
+                       lambda bb, a: [bb.addf(a[1], a[0])])
+    return gen.result
+
+
+def sum_all(b: Builder, x: ir.Value) -> ir.Value:
+    """The sum of every element of tensor `x`, as a scalar."""
+    s = sum_to(b, x, [])
+    return b.create("tensor.extract", [s], [x.type.element_type]).result
+
+
+# ----------------------------------------------------------------------------
+# linalg.generic
+# ----------------------------------------------------------------------------
+
+
+def _move_body(old: ir.Block, new: ir.Block, arg_map: Sequence[ir.Value]) -> None:
+    for a, n in zip(old.arguments, arg_map):
+        a.replace_all_uses_with(n)
+    ip = ir.InsertionPoint(new)
+    for o in list(old.operations):
+        ip.insert(o.operation.detach_from_parent())
+
+
+def _generic_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
+    n_in = _n_ins(op)
+    operands = list(op.operands)
+    inputs, outputs = operands[:n_in], operands[n_in:]
+    n_out = len(outputs)
+    maps = _maps(op)
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    act_in = [i for i in range(n_in) if ts[i] is not None]
+    fl_out = [j for j in range(n_out) if is_float(outputs[j].type)]
+    t_inits = []
+    for j in fl_out:
+        reads = len(list(args[n_in + j].uses)) > 0
+        t_inits.append(b.materialize(ts[n_in + j], outputs[j]) if reads else outputs[j])
+    new_ins = inputs + [ts[i] for i in act_in]
+    new_outs = outputs + t_inits
+    new_maps = maps[:n_in] + [maps[i] for i in act_in] + maps[n_in:] + [maps[n_in + j]
+                                                                       for j in fl_out]
+    gen = make_generic(b, new_ins, new_outs, new_maps, _iters(op))
+    nb = gen.regions[0].blocks[0]
+    nargs = list(nb.arguments)
+    k_out = n_in + len(act_in)
+    arg_map = nargs[:n_in] + nargs[k_out : k_out + n_out]
+    _move_body(block, nb, arg_map)
+    ad = b.ad
+    for pos, i in enumerate(act_in):
+        ad.t[nargs[i]] = nargs[n_in + pos]
+    for pos, j in enumerate(fl_out):
+        ad.t[nargs[k_out + j]] = nargs[k_out + n_out + pos]
+    ad.run_block(nb)
+    yield_op = list(nb.operations)[-1]
+    vals = list(yield_op.operands)
+    yb = Builder(ir.InsertionPoint(yield_op), yield_op.location, ad)
+    tvals = [yb.materialize(ad.tangent(vals[j]), vals[j]) for j in fl_out]
+    linalg.YieldOp(vals + tvals, loc=yield_op.location, ip=ir.InsertionPoint(yield_op))
+    yield_op.erase()
+    res = list(gen.results)
+    ad.replace_op(op, res[:n_out])
+    out: list = [None] * n_out
+    for pos, j in enumerate(fl_out):
+        out[j] = res[n_out + pos]
+    return out
+
+
+def _reductions(b: Builder, op: ir.Operation, n_in: int) -> dict[int, tuple]:
+    """For a generic with reduction loops: output j -> (reducer op, g, kind)."""
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    yielded = list(list(block.operations)[-1].operands)
+    out: dict[int, tuple] = {}
+    for j, acc in enumerate(args[n_in:]):
+        uses = list(acc.uses)
+        if not uses:
+            continue
+        user = uses[0].owner.operation
+        ok = (len(uses) == 1 and op_name(user) in REDUCERS and user.results[0] == yielded[j]
+              and len(list(user.results[0].uses)) == 1)
+        if not ok:
+            raise b.ad.fail(op, "unsupported reduction in 'linalg.generic': the accumulator "
+                                "must be combined once by addf/maximumf/minimumf and yielded")
+        other = [v for v in user.operands if v != acc]
+        g = other[0] if other else acc
+        kind = "add" if op_name(user) == "arith.addf" else "select"
+        out[j] = (user, g, kind)
+    return out
+
+
+def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
+    from ..ad_support import captured_values
+
+    ad = b.ad
+    n_in = _n_ins(op)
+    operands = list(op.operands)
+    inputs, outputs = operands[:n_in], operands[n_in:]
+    n_out = len(outputs)
+    maps = _maps(op)
+    iters = _iters(op)
+    n_loops = maps[0].n_dims
+    has_red = RED in iters
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    body_ops = list(block.operations)[:-1]
+    yielded = list(list(block.operations)[-1].operands)
+    for o in body_ops:
+        if len(o.operation.regions):
+            raise ad.fail(o, "ops with regions inside a 'linalg.generic' body are not supported")
+    red = _reductions(b, op, n_in) if has_red else {}
+    fl_out = [j for j in range(n_out) if is_float(outputs[j].type)]
+    ct_vals = {j: b.materialize(cts[j], op.results[j]) for j in fl_out}
+
+    # What gets a cotangent: active inputs, active inits (read by the body) and
+    # active scalars captured from above.
+    targets: list[tuple[str, object]] = []
+    for i in range(n_in):
+        if ad.is_active(inputs[i]) and is_float(inputs[i].type):
+            targets.append(("in", i))
+    if not has_red:
+        for j in range(n_out):
+            if ad.is_active(outputs[j]) and list(args[n_in + j].uses):
+                targets.append(("out", j))
+    for v in captured_values(op):
+        if ad.is_active(v):
+            if isinstance(v.type, ir.ShapedType):
+                raise ad.fail(op, "a 'linalg.generic' body uses an active tensor from above")
+            targets.append(("cap", v))
+
+    result: list = [None] * (n_in + n_out)
+    for kind, what in targets:
+        ins = list(inputs)
+        in_maps = list(maps[:n_in])
+        out_pos = {}
+        if not has_red:
+            # A parallel generic that reads its init treats it as one more input.
+            for j in range(n_out):
+                if list(args[n_in + j].uses):
+                    out_pos[j] = len(ins)
+                    ins.append(outputs[j])
+                    in_maps.append(maps[n_in + j])
+        ct_pos = {}
+        for j in fl_out:
+            ct_pos[j] = len(ins)
+            ins.append(ct_vals[j])
+            in_maps.append(maps[n_in + j])
+        res_pos = {}
+        for j in red:
+            res_pos[j] = len(ins)
+            ins.append(op.results[j])
+            in_maps.append(maps[n_in + j])
+        if kind == "in":
+            tmap = maps[what]
+            # Accumulate into the cotangent gathered so far (in place after
+            # bufferization, which keeps loop-carried cotangents in their buffers).
+            cur = ad.ct.get(inputs[what])
+            init = cur if cur is not None else b.zeros_like(inputs[what])
+        elif kind == "out":
+            tmap = maps[n_in + what]
+            init = b.zeros_like(outputs[what])
+        else:
+            tmap = ir.AffineMap.get(n_loops, 0, [])
+            init = b.constant(ir.RankedTensorType.get([], what.type), 0.0)
+        dims = _map_dims(tmap)
+        if dims is None or len(set(dims)) != len(dims):
+            raise ad.fail(op, "reverse mode needs projected-permutation indexing maps")
+        new_iters = [PAR if d in dims else RED for d in range(n_loops)]
+        gen = make_generic(b, ins, [init], in_maps + [tmap], new_iters)
+        nb = gen.regions[0].blocks[0]
+        nargs = list(nb.arguments)
+        vmap: dict[ir.Value, ir.Value] = {}
+        for i in range(n_in):
+            vmap[args[i]] = nargs[i]
+        for j in range(n_out):
+            if j in red:
+                vmap[args[n_in + j]] = nargs[res_pos[j]]
+            elif j in out_pos:
+                vmap[args[n_in + j]] = nargs[out_pos[j]]
+        bip = ir.InsertionPoint(nb)
+        clones = []
+        skip = {red[j][0] for j in red}
+        for o in body_ops:
+            c = o.operation.clone(ip=bip)
+            for k, v in enumerate(list(c.operands)):
+                if v in vmap:
+                    c.operands[k] = vmap[v]
+            for r_old, r_new in zip(o.results, c.results):
+                vmap[r_old] = r_new
+            if o.operation not in skip:
+                clones.append(c)
+        if kind == "in":
+            seed = nargs[what]
+        elif kind == "out":
+            seed = nargs[out_pos[what]]
+        else:
+            seed = what
+        sub = ad.sub({seed})
+        sub.propagate(clones)
+        bb = Builder(bip, op.location, sub)
+        for j in fl_out:
+            ctj = nargs[ct_pos[j]]
+            if j in red:
+                _, g, rkind = red[j]
+                gv = vmap.get(g, g)
+                if rkind == "add":
+                    sub.add_ct(bb, gv, ctj)
+                else:
+                    hit = bb.cmpf("oeq", gv, nargs[res_pos[j]])
+                    sub.add_ct(bb, gv, bb.select(hit, ctj, bb.zeros_like(ctj)))
+            else:
+                y = vmap.get(yielded[j], yielded[j])
+                sub.add_ct(bb, y, ctj)
+        sub.sweep(clones, bip)
+        contrib = sub.ct.get(seed)
+        acc = nargs[-1]
+        linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)], loc=op.location,
+                       ip=bip)
+        g_res = gen.results[0]
+        if kind == "in":
+            ad.ct[inputs[what]] = g_res
+        elif kind == "out":
+            result[n_in + what] = g_res
+        else:
+            ad.add_ct(b, what, b.create("tensor.extract", [g_res], [what.type]).result)
+    # Cotangents of reduction inits: the output's, or where the init is the max/min.
+    for j, (_, _, rkind) in red.items():
+        if not ad.is_active(outputs[j]):
+            continue
+        if rkind == "add":
+            result[n_in + j] = ct_vals[j]
+        else:
+            hit = b.cmpf("oeq", outputs[j], op.results[j])
+            result[n_in + j] = b.select(hit, ct_vals[j], b.zeros_like(ct_vals[j]))
+    return result
+
+
+defjvp_rule("linalg.generic", _generic_jvp)
+defvjp("linalg.generic", _generic_vjp)
+
+
+# ----------------------------------------------------------------------------
+# Ops that are generics in disguise: map, reduce, elementwise named ops
+# ----------------------------------------------------------------------------
+
+ELEMENTWISE_NAMED = (
+    "linalg.add", "linalg.sub", "linalg.mul", "linalg.div", "linalg.exp", "linalg.log",
+    "linalg.abs", "linalg.ceil", "linalg.floor", "linalg.negf", "linalg.max", "linalg.min",
+    "linalg.powf", "linalg.sqrt", "linalg.rsqrt", "linalg.square", "linalg.tanh", "linalg.erf",
+    "linalg.reciprocal", "linalg.map", "linalg.elementwise",
+)
+
+
+def _structure(op: ir.Operation) -> tuple[list[ir.AffineMap], list[str]]:
+    name = op_name(op)
+    operands = list(op.operands)
+    if name == "linalg.reduce":
+        rank = operands[0].type.rank
+        red = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        n_in = len(operands) // 2
+        keep = [d for d in range(rank) if d not in red]
+        maps = [_identity(rank)] * n_in + [_proj(rank, keep)] * n_in
+        return maps, [RED if d in red else PAR for d in range(rank)]
+    if "indexing_maps" in op.attributes:
+        maps = _maps(op)
+        return maps, [PAR] * maps[0].n_dims
+    rank = operands[-1].type.rank
+    return [_identity(rank)] * len(operands), [PAR] * rank
+
+
+def to_generic(b: Builder, op: ir.Operation) -> ir.Operation:
+    """Rewrite a map/reduce/elementwise named op into an equivalent linalg.generic."""
+    maps, iters = _structure(op)
+    operands = list(op.operands)
+    n_in = _n_ins(op) if "operandSegmentSizes" in op.attributes else (
+        len(operands) // 2 if op_name(op) == "linalg.reduce" else len(operands) - 1)
+    if not op.regions or not op.regions[0].blocks:
+        raise b.ad.fail(op, f"cannot differentiate '{op_name(op)}' without a body")
+    gen = make_generic(b, operands[:n_in], operands[n_in:], maps, iters)
+    block = op.regions[0].blocks[0]
+    _move_body(block, gen.regions[0].blocks[0], list(gen.regions[0].blocks[0].arguments))
+    b.ad.replace_op(op, list(gen.results))
+    return gen
+
+
+def _via_generic_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
+    gen = to_generic(b, op)
+    return _generic_jvp(Builder(b.ip, b.loc, b.ad, gen), gen, ts)
+
+
+def _via_generic_augment(ad, op: ir.Operation) -> None:
+    b = Builder(ir.InsertionPoint(op), op.location, ad, op)
+    to_generic(b, op)
+    for d in ad.dead:
+        d.erase()
+    ad.dead.clear()
+
+
+for _name in ELEMENTWISE_NAMED + ("linalg.reduce",):
+    defjvp_rule(_name, _via_generic_jvp)
+    FORWARD_AUGMENT[_name] = _via_generic_augment
+
+
+# ----------------------------------------------------------------------------
+# Data movement: fill, copy, transpose, broadcast
+# ----------------------------------------------------------------------------
+
+
+def _fill_jvp(b, op, ts):
+    if ts[0] is None:
+        return [None]
+    return [b.fill(list(op.operands)[1], ts[0])]
+
+
+def _fill_vjp(b, op, cts):
+    return [sum_all(b, cts[0]), None]
+
+
+def _copy_jvp(b, op, ts):
+    return [ts[0]]
+
+
+def _copy_vjp(b, op, cts):
+    return [cts[0], None]
+
+
+def _perm(op) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+
+
+def _transpose_jvp(b, op, ts):
+    if ts[0] is None:
+        return [None]
+    x, init = list(op.operands)
+    with b.loc, b.ip:
+        return [_v(linalg.transpose(ts[0], outs=[init], permutation=_perm(op)))]
+
+
+def transpose(b: Builder, x: ir.Value, perm: Sequence[int]) -> ir.Value:
+    t = x.type
+    shape = [t.shape[p] for p in perm]
+    init = b.empty(ir.RankedTensorType.get(shape, t.element_type))
+    with b.loc, b.ip:
+        return _v(linalg.transpose(x, outs=[init], permutation=list(perm)))
+
+
+def _transpose_vjp(b, op, cts):
+    perm = _perm(op)
+    inv = [perm.index(i) for i in range(len(perm))]
+    return [transpose(b, cts[0], inv), None]
+
+
+def _bcast_dims(op) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+
+
+def _broadcast_jvp(b, op, ts):
+    if ts[0] is None:
+        return [None]
+    x, init = list(op.operands)
+    with b.loc, b.ip:
+        return [_v(linalg.broadcast(ts[0], outs=[init], dimensions=_bcast_dims(op)))]
+
+
+def _broadcast_vjp(b, op, cts):
+    added = _bcast_dims(op)
+    rank = cts[0].type.rank
+    keep = [d for d in range(rank) if d not in added]
+    return [sum_to(b, cts[0], keep), None]
+
+
+defjvp_rule("linalg.fill", _fill_jvp)
+defvjp("linalg.fill", _fill_vjp)
+defjvp_rule("linalg.copy", _copy_jvp)
+defvjp("linalg.copy", _copy_vjp)
+defjvp_rule("linalg.transpose", _transpose_jvp)
+defvjp("linalg.transpose", _transpose_vjp)
+defjvp_rule("linalg.broadcast", _broadcast_jvp)
+defvjp("linalg.broadcast", _broadcast_vjp)
+
+
+# ----------------------------------------------------------------------------
+# Contractions: bilinear, so JVP = op(tA, B) + op(A, tB) accumulated through
+# the init, and each VJP is another contraction.
+# ----------------------------------------------------------------------------
+
+CONTRACTIONS = {
+    "linalg.matmul": linalg.matmul,
+    "linalg.batch_matmul": linalg.batch_matmul,
+    "linalg.matvec": linalg.matvec,
+    "linalg.vecmat": linalg.vecmat,
+    "linalg.dot": linalg.dot,
+}
+
+
+def _check_default_maps(b, op):
+    if "indexing_maps" in op.attributes and op_name(op) in ("linalg.matmul",
+                                                             "linalg.batch_matmul"):
+        default = "affine_map<(d0, d1, d2) -> (d0, d2)>"
+        if op_name(op) == "linalg.matmul" and default not in str(op.attributes["indexing_maps"]):
+            raise b.ad.fail(op, f"'{op_name(op)}' with custom indexing_maps is not supported")
+
+
+def _contract(b: Builder, name: str, x: ir.Value, y: ir.Value, init: ir.Value) -> ir.Value:
+    with b.loc, b.ip:
+        return _v(CONTRACTIONS[name](x, y, outs=[init]))
+
+
+def _contraction_jvp(b, op, ts):
+    _check_default_maps(b, op)
+    name = op_name(op)
+    x, y, init = list(op.operands)
+    tx, ty, tinit = ts
+    if tx is None and ty is None and tinit is None:
+        return [None]
+    acc = b.materialize(tinit, init)
+    if tx is not None:
+        acc = _contract(b, name, tx, y, acc)
+    if ty is not None:
+        acc = _contract(b, name, x, ty, acc)
+    return [acc]
+
+
+def _outer(b: Builder, u: ir.Value, v: ir.Value) -> ir.Value:
+    """out[i, j] = u[i] * v[j] (not a contraction: a parallel generic)."""
+    t = ir.RankedTensorType.get([u.type.shape[0], v.type.shape[0]], u.type.element_type)
+    init = b.empty(t)
+    return make_generic(b, [u, v], [init], [_proj(2, [0]), _proj(2, [1]), _identity(2)],
+                        [PAR, PAR], lambda bb, a: [bb.mulf(a[0], a[1])]).result
+
+
+def _scale_tensor(b: Builder, s: ir.Value, v: ir.Value) -> ir.Value:
+    """out = s * v for a rank-0 tensor s."""
+    n = v.type.rank
+    init = b.empty_like(v)
+    return make_generic(b, [s, v], [init], [ir.AffineMap.get(n, 0, []), _identity(n),
+                                            _identity(n)], [PAR] * n,
+                        lambda bb, a: [bb.mulf(a[0], a[1])]).result
+
+
+def _contraction_vjp(b, op, cts):
+    _check_default_maps(b, op)
+    name = op_name(op)
+    x, y, init = list(op.operands)
+    (ct,) = cts
+    ad = b.ad
+    gx = gy = None
+    if name == "linalg.matmul":
+        if ad.is_active(x):
+            gx = _contract(b, name, ct, transpose(b, y, [1, 0]), b.zeros_like(x))
+        if ad.is_active(y):
+            gy = _contract(b, name, transpose(b, x, [1, 0]), ct, b.zeros_like(y))
+    elif name == "linalg.batch_matmul":
+        if ad.is_active(x):
+            gx = _contract(b, name, ct, transpose(b, y, [0, 2, 1]), b.zeros_like(x))
+        if ad.is_active(y):
+            gy = _contract(b, name, transpose(b, x, [0, 2, 1]), ct, b.zeros_like(y))
+    elif name == "linalg.matvec":  # y = A v
+        if ad.is_active(x):
+            gx = _outer(b, ct, y)
+        if ad.is_active(y):
+            gy = _contract(b, "linalg.vecmat", ct, x, b.zeros_like(y))
+    elif name == "linalg.vecmat":  # y = v A
+        if ad.is_active(x):
+            gx = _contract(b, "linalg.matvec", y, ct, b.zeros_like(x))
+        if ad.is_active(y):
+            gy = _outer(b, x, ct)
+    elif name == "linalg.dot":
+        if ad.is_active(x):
+            gx = _scale_tensor(b, ct, y)
+        if ad.is_active(y):
+            gy = _scale_tensor(b, ct, x)
+    return [gx, gy, ct]
+
+
+for _name in CONTRACTIONS:
+    defjvp_rule(_name, _contraction_jvp)
+    defvjp(_name, _contraction_vjp)

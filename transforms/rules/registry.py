@@ -1,0 +1,109 @@
+"""Derivative rule registries, keyed by upstream op name (JAX style).
+
+A JVP rule is `rule(b, op, tangents) -> result tangents`; a VJP rule is
+`rule(b, op, cotangents) -> operand cotangents`. `None` stands for a
+symbolic zero in both directions. `b` is an `ad_support.Builder` positioned
+where the derivative code goes, `op` the primal op.
+
+Combinators keep most rules to one line:
+
+* `defjvp(name, *partials)`: one function per operand, `partial(b, g, *xs)`
+  returning `g * d op / d x_i` (None: the operand has no derivative). For an
+  elementwise op such a partial is linear and self-adjoint in `g`, so the same
+  functions give the reverse rule (`ct_i = partial_i(b, ct, *xs)`), the way
+  JAX transposes `defjvp` rules of elementwise primitives.
+* `deflinear(name)`: the op applied to tangents is its own JVP.
+* `defzero(name)`: the derivative is zero (floor, sign, comparisons...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+from mlir import ir
+
+Value = Optional[ir.Value]
+JvpRule = Callable[[Any, ir.Operation, list[Value]], list[Value]]
+VjpRule = Callable[[Any, ir.Operation, list[Value]], list[Value]]
+
+JVP_RULES: dict[str, JvpRule] = {}
+VJP_RULES: dict[str, VjpRule] = {}
+#: Reverse mode, before the sweep: `augment(ad, op)` may rewrite an active op's
+#: forward code, e.g. make an scf.for record a tape of its carried values.
+FORWARD_AUGMENT: dict[str, Callable[[Any, ir.Operation], None]] = {}
+
+
+def _operands(op: ir.Operation) -> list[ir.Value]:
+    return list(op.operation.operands)
+
+
+def defjvp(name: str, *partials: Callable[..., Value] | None, vjp: bool = True) -> None:
+    """Register an elementwise op by per-operand partials `partial(b, g, *xs)`."""
+
+    def jvp(b: Any, op: ir.Operation, tangents: list[Value]) -> list[Value]:
+        xs = _operands(op)
+        out: Value = None
+        for fn, g in zip(partials, tangents):
+            if fn is None or g is None:
+                continue
+            out = b.add_any(out, fn(b, g, *xs))
+        return [out]
+
+    JVP_RULES[name] = jvp
+    if vjp:
+
+        def vjp_rule(b: Any, op: ir.Operation, cts: list[Value]) -> list[Value]:
+            (ct,) = cts
+            xs = _operands(op)
+            out: list[Value] = []
+            for i, fn in enumerate(partials):
+                if fn is None or ct is None or not b.ad.is_active(xs[i]):
+                    out.append(None)
+                else:
+                    out.append(fn(b, ct, *xs))
+            return out
+
+        VJP_RULES[name] = vjp_rule
+
+
+def deflinear(name: str) -> None:
+    """An op linear in all its operands: its JVP is the op applied to the tangents."""
+
+    def jvp(b: Any, op: ir.Operation, tangents: list[Value]) -> list[Value]:
+        xs = _operands(op)
+        if all(t is None for t in tangents):
+            return [None] * len(op.results)
+        ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
+        new = b.create(op.operation.name, ts, [r.type for r in op.results],
+                       {k: op.operation.attributes[k] for k in op.operation.attributes})
+        return list(new.results)
+
+    JVP_RULES[name] = jvp
+
+
+def defzero(name: str) -> None:
+    """An op whose derivative is zero everywhere it is defined."""
+    JVP_RULES[name] = lambda b, op, ts: [None] * len(op.results)
+    VJP_RULES[name] = lambda b, op, cts: [None] * len(op.operation.operands)
+
+
+def defvjp(name: str, rule: VjpRule) -> None:
+    VJP_RULES[name] = rule
+
+
+def defjvp_rule(name: str, rule: JvpRule) -> None:
+    JVP_RULES[name] = rule
+
+
+_LOADED = False
+
+
+def load_all() -> None:
+    """Import every per-dialect rule module (they register on import)."""
+    global _LOADED
+    if _LOADED:
+        return
+    from . import arith, autodiff, func, linalg, math, scf, tensor  # noqa: F401
+
+    _LOADED = True

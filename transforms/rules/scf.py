@@ -1,0 +1,422 @@
+"""Derivative rules of the `scf` dialect: for (with a tape in reverse mode), if.
+
+Forward mode rebuilds the op with tangents appended to its results (and to
+the loop-carried values), moving the original body in and differentiating
+it in place.
+
+Reverse mode of `scf.for`: before the backward sweep the loop is rewritten
+to record every carried value at the start of each iteration into a tape
+(a tensor of shape [trip count, ...], written with tensor.insert /
+insert_slice). The backward loop walks the iterations in reverse: it reads
+iteration i's carried values back from the tape, recomputes the body from
+them and runs the reverse rules over the recomputed body, carrying the
+cotangents of the carried values and accumulating those of values captured
+from above. `scf.if` recomputes the taken branch under the saved predicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mlir import ir
+from mlir.dialects import scf
+
+from ..ad_support import Builder, captured_values, is_float, op_name, walk_ops
+from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
+
+DYN = ir.ShapedType.get_dynamic_size()
+
+
+def _move_ops(old: ir.Block, new: ir.Block, arg_map: Sequence[ir.Value]) -> None:
+    for a, n in zip(old.arguments, arg_map):
+        a.replace_all_uses_with(n)
+    ip = ir.InsertionPoint(new)
+    for o in list(old.operations):
+        ip.insert(o.operation.detach_from_parent())
+
+
+def clone_ops(ops: Sequence[Any], ip: ir.InsertionPoint, vmap: dict) -> list[ir.Operation]:
+    """Clone `ops` at `ip`, remapping operands (also inside nested regions) by `vmap`."""
+    out = []
+    for o in ops:
+        c = o.operation.clone(ip=ip)
+        for inner in walk_ops(c):
+            for k, v in enumerate(list(inner.operands)):
+                if v in vmap:
+                    inner.operands[k] = vmap[v]
+        for r_old, r_new in zip(o.results, c.results):
+            vmap[r_old] = r_new
+        out.append(c)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Forward mode
+# ----------------------------------------------------------------------------
+
+
+def _for_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
+    ad = b.ad
+    fop = op.opview
+    lb, ub, step, *inits = list(op.operands)
+    fl = [k for k, v in enumerate(inits) if is_float(v.type)]
+    t_inits = [b.materialize(ts[3 + k], inits[k]) for k in fl]
+    new = scf.ForOp(lb, ub, step, inits + t_inits, loc=op.location, ip=b.ip)
+    old_block = fop.body
+    nb = new.body
+    nargs = list(nb.arguments)
+    n = len(inits)
+    _move_ops(old_block, nb, nargs[: 1 + n])
+    for pos, k in enumerate(fl):
+        ad.t[nargs[1 + k]] = nargs[1 + n + pos]
+    ad.run_block(nb)
+    y = list(nb.operations)[-1]
+    vals = list(y.operands)
+    yb = Builder(ir.InsertionPoint(y), y.location, ad)
+    tvals = [yb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl]
+    scf.YieldOp(vals + tvals, loc=y.location, ip=ir.InsertionPoint(y))
+    y.erase()
+    res = list(new.results)
+    ad.replace_op(op, res[:n])
+    out: list = [None] * n
+    for pos, k in enumerate(fl):
+        out[k] = res[n + pos]
+    return out
+
+
+def _if_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
+    ad = b.ad
+    cond = op.operands[0]
+    types = [r.type for r in op.results]
+    fl = [k for k, t in enumerate(types) if is_float(t)]
+    if not op.regions[1].blocks:
+        return [None] * len(types)
+    new = scf.IfOp(cond, types + [types[k] for k in fl], has_else=True, loc=op.location,
+                   ip=b.ip)
+    for r in range(2):
+        old_block = op.regions[r].blocks[0]
+        nb = new.regions[r].blocks[0]
+        _move_ops(old_block, nb, [])
+        ad.run_block(nb)
+        y = list(nb.operations)[-1]
+        vals = list(y.operands)
+        yb = Builder(ir.InsertionPoint(y), y.location, ad)
+        tvals = [yb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl]
+        scf.YieldOp(vals + tvals, loc=y.location, ip=ir.InsertionPoint(y))
+        y.erase()
+    res = list(new.results)
+    n = len(types)
+    ad.replace_op(op, res[:n])
+    out: list = [None] * n
+    for pos, k in enumerate(fl):
+        out[k] = res[n + pos]
+    return out
+
+
+defjvp_rule("scf.for", _for_jvp)
+defjvp_rule("scf.if", _if_jvp)
+
+
+# ----------------------------------------------------------------------------
+# Reverse mode: scf.if
+# ----------------------------------------------------------------------------
+
+
+def _if_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
+    ad = b.ad
+    if not op.regions[1].blocks:
+        return [None]
+    cond = op.operands[0]
+    caps = [v for v in captured_values(op) if ad.is_active(v)]
+    new = scf.IfOp(cond, [v.type for v in caps], has_else=True, loc=op.location, ip=b.ip)
+    for r in range(2):
+        old_block = op.regions[r].blocks[0]
+        nb = new.regions[r].blocks[0]
+        ip = ir.InsertionPoint(nb)
+        body = list(old_block.operations)
+        vmap: dict = {}
+        clones = clone_ops(body[:-1], ip, vmap)
+        yielded = [vmap.get(v, v) for v in body[-1].operands]
+        sub = ad.sub(set(caps))
+        sub.propagate(clones)
+        sub.prepare_forward(clones)
+        clones = list(nb.operations)
+        sub.propagate(clones)
+        bb = Builder(ip, op.location, sub)
+        for y, c in zip(yielded, cts):
+            if c is not None and is_float(y.type):
+                sub.add_ct(bb, y, c)
+        sub.sweep(clones, ip)
+        scf.YieldOp([bb.materialize(sub.ct.get(v), v) for v in caps], loc=op.location, ip=ip)
+    for v, g in zip(caps, new.results):
+        ad.add_ct(b, v, g)
+    return [None]
+
+
+defvjp("scf.if", _if_vjp)
+
+
+# ----------------------------------------------------------------------------
+# Reverse mode: scf.for with a tape
+# ----------------------------------------------------------------------------
+
+
+def _idx(b: Builder, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.create(name, [x, y], [ir.IndexType.get()]).result
+
+
+def _tape_type(t: ir.Type, trip: int = DYN) -> ir.RankedTensorType:
+    if isinstance(t, ir.RankedTensorType):
+        return ir.RankedTensorType.get([trip, *t.shape], t.element_type)
+    return ir.RankedTensorType.get([trip], t)
+
+
+def _const_index(v: ir.Value) -> int | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or op_name(owner) != "arith.constant":
+        return None
+    return ir.IntegerAttr(owner.attributes["value"]).value
+
+
+def _tape_write(b: Builder, tape: ir.Value, v: ir.Value, i: ir.Value) -> ir.Value:
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType):
+        return b.create("tensor.insert", [v, tape, i], [tape.type]).result
+    r = t.rank
+    return b.create("tensor.insert_slice", [v, tape, i], [tape.type], {
+        "static_offsets": ir.DenseI64ArrayAttr.get([DYN] + [0] * r),
+        "static_sizes": ir.DenseI64ArrayAttr.get([1, *t.shape]),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0, 0]),
+    }).result
+
+
+def _tape_read(b: Builder, tape: ir.Value, t: ir.Type, i: ir.Value) -> ir.Value:
+    if not isinstance(t, ir.RankedTensorType):
+        return b.create("tensor.extract", [tape, i], [t]).result
+    r = t.rank
+    return b.create("tensor.extract_slice", [tape, i], [t], {
+        "static_offsets": ir.DenseI64ArrayAttr.get([DYN] + [0] * r),
+        "static_sizes": ir.DenseI64ArrayAttr.get([1, *t.shape]),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
+    }).result
+
+
+#: taped loop (its first result, or its op if it has none) -> (tapes, trip count)
+TAPE_ATTR = "autodiff.taped"
+TAPE_OP_ATTR = "autodiff.tape"
+
+
+def _for_augment(ad: Any, op: ir.Operation) -> None:
+    """Rewrite an active scf.for to record its carried values per iteration."""
+    fop = op.opview
+    lb, ub, step, *inits = list(op.operands)
+    for v in inits:
+        if isinstance(v.type, ir.RankedTensorType) and not v.type.has_static_shape:
+            raise ad.fail(op, "reverse mode of 'scf.for' needs statically shaped carried "
+                              "tensors")
+    b = Builder(ir.InsertionPoint(op), op.location, ad, op)
+    bounds = [_const_index(v) for v in (lb, ub, step)]
+    if None not in bounds:
+        # Static trip count: a statically shaped tape.
+        lo, hi, st = bounds
+        trip = max(0, -(-(hi - lo) // st))
+        n = b.index(trip)
+        tapes0 = [b.create("tensor.empty", [], [_tape_type(v.type, trip)]).result
+                  for v in inits]
+    else:
+        one = b.index(1)
+        span = _idx(b, "arith.subi", ub, lb)
+        n = _idx(b, "arith.divui",
+                 _idx(b, "arith.subi", _idx(b, "arith.addi", span, step), one), step)
+        # An empty range (ub <= lb) has no iteration: clamp the trip count at 0.
+        zero = b.index(0)
+        i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+        neg = b.create("arith.cmpi", [ub, lb], [i1],
+                       {"predicate": ir.IntegerAttr.get(i64, 3)}).result  # sle
+        n = b.create("arith.select", [neg, zero, n], [ir.IndexType.get()]).result
+        tapes0 = [b.create("tensor.empty", [n], [_tape_type(v.type)]).result for v in inits]
+    new = scf.ForOp(lb, ub, step, inits + tapes0, loc=op.location, ip=ir.InsertionPoint(op))
+    nb = new.body
+    nargs = list(nb.arguments)
+    k = len(inits)
+    _move_ops(fop.body, nb, nargs[: 1 + k])
+    first = list(nb.operations)[0]
+    bb = Builder(ir.InsertionPoint(first), op.location, ad)
+    i = _idx(bb, "arith.divui", _idx(bb, "arith.subi", nargs[0], lb), step)
+    tapes = [_tape_write(bb, tp, v, i) for tp, v in zip(nargs[1 + k:], nargs[1: 1 + k])]
+    for o in list(nb.operations):
+        if o.operation == first.operation:
+            break
+        o.operation.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+    y = list(nb.operations)[-1]
+    scf.YieldOp(list(y.operands) + tapes, loc=y.location, ip=ir.InsertionPoint(y))
+    y.erase()
+    res = list(new.results)
+    for old, nv in zip(op.results, res[:k]):
+        old.replace_all_uses_with(nv)
+        if old in ad.active:
+            ad.active.add(nv)
+    ad.tapes[res[0]] = (res[k:], n)
+    new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
+    op.erase()
+
+
+def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
+    ad = b.ad
+    fop = op.opview
+    lb, ub, step, *inits = list(op.operands)
+    if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
+        raise ad.fail(op, "internal: scf.for reached the backward sweep without a tape")
+    tapes, n = ad.tapes[op.results[0]]
+    k = len(tapes)
+    inits = inits[:k]
+    carried_t = [v.type for v in inits]
+    fl = [j for j in range(k) if is_float(carried_t[j])]
+    body = list(fop.body.operations)
+    # Skip the tape writes at the top of the body: they are not part of the primal.
+    primal_ops = [o for o in body[:-1] if TAPE_OP_ATTR not in o.operation.attributes]
+    caps = [v for v in captured_values(op) if ad.is_active(v) and v not in tapes]
+    ct0 = [b.materialize(cts[j], op.results[j]) for j in fl]
+    acc0 = [b.zeros_like(v) for v in caps]
+    zero, one = b.index(0), b.index(1)
+    loop = scf.ForOp(zero, n, one, ct0 + acc0, loc=op.location, ip=b.ip)
+    lbody = loop.body
+    largs = list(lbody.arguments)
+    ip = ir.InsertionPoint(lbody)
+    bb = Builder(ip, op.location, ad)
+    i = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
+    iv = _idx(bb, "arith.addi", lb, _idx(bb, "arith.muli", i, step))
+    carried = [_tape_read(bb, tp, t, i) for tp, t in zip(tapes, carried_t)]
+    old_args = list(fop.body.arguments)
+    vmap = {old_args[0]: iv}
+    for a, c in zip(old_args[1: 1 + k], carried):
+        vmap[a] = c
+    clones = clone_ops(primal_ops, ip, vmap)
+    yielded = [vmap.get(v, v) for v in list(body[-1].operands)[:k]]
+    sub = ad.sub(set(caps) | {carried[j] for j in fl})
+    sub.propagate(clones)
+    sub.prepare_forward(clones)
+    all_ops = list(lbody.operations)
+    clones = all_ops[len(all_ops) - _count_after(lbody, carried):]
+    sub.propagate(clones)
+    sb = Builder(ip, op.location, sub)
+    for pos, j in enumerate(fl):
+        sub.add_ct(sb, yielded[j], largs[1 + pos])
+    sub.sweep(clones, ip)
+    new_ct = [sb.materialize(sub.ct.get(carried[j]), carried[j]) for j in fl]
+    new_acc = [sb.add_any(a, sub.ct.get(v)) for a, v in zip(largs[1 + len(fl):], caps)]
+    scf.YieldOp(new_ct + new_acc, loc=op.location, ip=ip)
+    res = list(loop.results)
+    for v, g in zip(caps, res[len(fl):]):
+        ad.add_ct(b, v, g)
+    out: list = [None, None, None] + [None] * (2 * k)
+    for pos, j in enumerate(fl):
+        out[3 + j] = res[pos]
+    return out
+
+
+def _count_after(block: ir.Block, carried: list) -> int:
+    """Number of ops in `block` after the last tape read (the recomputed body)."""
+    ops = list(block.operations)
+    last = -1
+    owners = [c.owner.operation for c in carried if not isinstance(c.owner, ir.Block)]
+    for idx, o in enumerate(ops):
+        if any(o.operation == w for w in owners):
+            last = idx
+    return len(ops) - (last + 1)
+
+
+FORWARD_AUGMENT["scf.for"] = _for_augment
+defvjp("scf.for", _for_vjp)
+
+
+# ----------------------------------------------------------------------------
+# scf.while (forward mode) and scf.execute_region (inlined)
+# ----------------------------------------------------------------------------
+
+
+def _while_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
+    ad = b.ad
+    inits = list(op.operands)
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    res_types = [r.type for r in op.results]
+    fl_in = [k for k, v in enumerate(inits) if is_float(v.type)]
+    fl_out = [k for k, t in enumerate(res_types) if is_float(t)]
+    t_inits = [b.materialize(ts[k], inits[k]) for k in fl_in]
+    new = scf.WhileOp(res_types + [res_types[k] for k in fl_out], inits + t_inits,
+                      loc=op.location, ip=b.ip)
+    in_types = [v.type for v in inits]
+    nb = new.regions[0].blocks.append(*(in_types + [in_types[k] for k in fl_in]))
+    na = new.regions[1].blocks.append(*(res_types + [res_types[k] for k in fl_out]))
+    n_in, n_out = len(inits), len(res_types)
+    _move_ops(before, nb, list(nb.arguments)[:n_in])
+    for pos, k in enumerate(fl_in):
+        ad.t[nb.arguments[k]] = nb.arguments[n_in + pos]
+    ad.run_block(nb)
+    c = list(nb.operations)[-1]
+    vals = list(c.operands)[1:]
+    cb = Builder(ir.InsertionPoint(c), c.location, ad)
+    tv = [cb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl_out]
+    scf.ConditionOp(c.operands[0], vals + tv, loc=c.location, ip=ir.InsertionPoint(c))
+    c.erase()
+    _move_ops(after, na, list(na.arguments)[:n_out])
+    for pos, k in enumerate(fl_out):
+        ad.t[na.arguments[k]] = na.arguments[n_out + pos]
+    ad.run_block(na)
+    y = list(na.operations)[-1]
+    yv = list(y.operands)
+    yb = Builder(ir.InsertionPoint(y), y.location, ad)
+    ty = [yb.materialize(ad.tangent(yv[k]), yv[k]) for k in fl_in]
+    scf.YieldOp(yv + ty, loc=y.location, ip=ir.InsertionPoint(y))
+    y.erase()
+    res = list(new.results)
+    ad.replace_op(op, res[:n_out])
+    out: list = [None] * n_out
+    for pos, k in enumerate(fl_out):
+        out[k] = res[n_out + pos]
+    return out
+
+
+def _inline_region(op: ir.Operation, ip: ir.InsertionPoint) -> tuple[list, list]:
+    """Move the single block of an scf.execute_region to `ip`; (moved ops, yielded)."""
+    block = op.regions[0].blocks[0]
+    ops = list(block.operations)
+    moved = []
+    for o in ops[:-1]:
+        ip.insert(o.operation.detach_from_parent())
+        moved.append(o.operation)
+    return moved, list(ops[-1].operands)
+
+
+def _execute_region_jvp2(b: Builder, op: ir.Operation, ts: list) -> list:
+    ad = b.ad
+    if len(op.regions[0].blocks) != 1:
+        raise ad.fail(op, "'scf.execute_region' with several blocks is not supported")
+    moved, vals = _inline_region(op, b.ip)
+    nxt = b.ip.ref_operation
+    for i, o in enumerate(moved):
+        ad.visit(o, moved[i + 1] if i + 1 < len(moved) else nxt)
+    ad.replace_op(op, vals)
+    return [ad.tangent(v) for v in vals]
+
+
+def _execute_region_augment(ad: Any, op: ir.Operation) -> None:
+    if len(op.regions[0].blocks) != 1:
+        raise ad.fail(op, "'scf.execute_region' with several blocks is not supported")
+    _, vals = _inline_region(op, ir.InsertionPoint(op))
+    for old, new in zip(op.results, vals):
+        old.replace_all_uses_with(new)
+    op.erase()
+
+
+def _while_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
+    raise b.ad.fail(op, "reverse mode of 'scf.while' is not implemented (forward mode is)")
+
+
+defjvp_rule("scf.while", _while_jvp)
+defvjp("scf.while", _while_vjp)
+defjvp_rule("scf.execute_region", _execute_region_jvp2)
+FORWARD_AUGMENT["scf.execute_region"] = _execute_region_augment
