@@ -42,7 +42,7 @@ import numpy as np
 Thunk = Callable[[], Any]
 Builder = Callable[[Sequence[np.ndarray]], Thunk]
 
-FRAMEWORKS = ("ours", "jax", "numpy", "torch")
+FRAMEWORKS = ("ours", "jax", "numpy", "torch", "torch_compile")
 
 
 @dataclasses.dataclass
@@ -56,12 +56,15 @@ class Case:
     jax: Builder | None = None
     numpy: Builder | None = None
     torch: Builder | None = None
+    torch_compile: Builder | None = None
     flops: float | None = None  # per call: the table shows GF/s
     bytes: float | None = None  # per call, when flops is None: the table shows GB/s
     rtol: float = 1e-4  # against numpy
     atol: float = 1e-5
     quick: bool = True  # part of a --quick run
     full: bool = True  # part of a full run
+    #: for a gradient row: the name of the primal row, for the grad/f time ratio
+    primal: str | None = None
 
     def builder(self, framework: str) -> Builder | None:
         return getattr(self, framework)
@@ -230,6 +233,12 @@ for _n, _quick, _full in ((64, True, False), (128, True, True), (256, False, Tru
     ))
 
 
+# Gradient rows (MLP step, HVP, ADBench GMM) live in their own module.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grad_cases  # noqa: E402
+
+grad_cases.register_cases(Case, register)
+
 # -- timing --------------------------------------------------------------------------------------
 
 
@@ -284,7 +293,7 @@ class Row:
 #: starts: jax's (and torch's) worker threads keep spinning after a call and
 #: would otherwise slow a multithreaded BLAS timed right after them (seen on
 #: 2 cores: numpy's 128^3 matmul took 30 ms instead of 0.2 ms after jax).
-TIMING_ORDER = ("numpy", "ours", "torch", "jax")
+TIMING_ORDER = ("numpy", "ours", "torch", "torch_compile", "jax")
 
 
 def run_cases(cases: Sequence[Case], frameworks: Sequence[str], *, min_time: float,
@@ -348,6 +357,16 @@ def table(rows: Sequence[Row], frameworks: Sequence[str]) -> str:
                          for i, (c, w) in enumerate(zip(cols, widths))).rstrip()
 
     lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body]
+    by_key = {(r.case.name, r.case.size): r for r in rows}
+    ratios = []
+    for r in rows:
+        p = by_key.get((r.case.primal, r.case.size)) if r.case.primal else None
+        if p is not None:
+            cells = [f"{fw} {_ratio(r.seconds.get(fw), p.seconds.get(fw))}"
+                     for fw in frameworks if fw != "numpy"]
+            ratios.append(f"time(grad)/time(f): {r.case.name} {r.case.size}: " + ", ".join(cells))
+    if ratios:
+        lines += [""] + ratios
     for r in rows:
         for fw, msg in r.problems.items():
             lines.append(f"note: {r.case.name} {r.case.size} [{fw}]: {msg}")
@@ -357,7 +376,7 @@ def table(rows: Sequence[Row], frameworks: Sequence[str]) -> str:
 def _environment(frameworks: Sequence[str]) -> str:
     versions = [f"numpy {np.__version__}"]
     for fw in ("jax", "torch"):
-        mod = _optional(fw) if fw in frameworks else None
+        mod = _optional(fw) if fw in frameworks or f"{fw}_compile" in frameworks else None
         versions.append(f"{fw} {mod.__version__}" if mod else f"{fw} absent")
     load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     return (f"{platform.machine()}, {os.cpu_count()} cores{load}, Python "
@@ -382,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown framework(s): {', '.join(unknown)}")
     # A framework that is not installed is left out of the table, not an error.
-    frameworks = [fw for fw in frameworks if fw in ("ours", "numpy") or _optional(fw)]
+    frameworks = [fw for fw in frameworks
+                  if fw in ("ours", "numpy") or _optional(fw.split("_")[0])]
     pattern = re.compile(args.filter)
     cases = [c for c in CASES if (c.quick if args.quick else c.full)
              and pattern.search(f"{c.name} {c.size}")]
