@@ -7,8 +7,14 @@ allocations hoisted into the caller; scalar results stay results. Every
 public function gets a C interface wrapper for the ExecutionEngine. Internal
 temporaries are freed by `buffer-deallocation-pipeline`.
 
-This is the straightforward correct pipeline; the performance pipeline
-(tiling, packing, vectorization, threads) is layered on top of it.
+Performance (transforms/cpu_schedules.py): before bufferization, large
+static linalg ops (matmul, batch_matmul, elementwise, reductions,
+transposes) are tiled and vectorized by a transform-dialect schedule chosen
+by shape and host vector width, with f32 exp/log/tanh replaced by polynomial
+code of documented accuracy; small ops keep the plain loops (compile time).
+Results are computed directly in the caller's buffers where possible.
+`threads=N` (off by default) distributes large kernels over N OpenMP
+threads; the JIT must then load LLVM's OpenMP runtime.
 """
 
 from __future__ import annotations
@@ -18,7 +24,12 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from .cpu_schedules import LOWER_VECTORS, ScheduleLinalgForCpu
+from .cpu_schedules import (
+    LOWER_VECTORS,
+    ScheduleLinalgForCpu,
+    WriteResultsInPlace,
+    openmp_lowering,
+)
 from .diagnostics import fail
 from .passes import Pass, PipelineElement, register
 
@@ -146,6 +157,10 @@ class LowerToCpu(Pass):
     name = "autodiff-lower-to-cpu"
     summary = "Bufferize (results into caller-owned buffers) and lower to the LLVM dialect"
 
+    threads: int = dataclasses.field(default=1, metadata={
+        "help": "threads for large kernels (OpenMP; the JIT must load "
+                "cpu_schedules.openmp_runtime_library())"})
+
     def expand(self) -> Sequence[PipelineElement]:
         # Shared with the GPU pipeline (imported here: lower_to_gpu imports this module).
         from .lower_to_gpu import BoolBuffersToBytes, ElementwiseInitsToInputs
@@ -160,7 +175,7 @@ class LowerToCpu(Pass):
             ElementwiseInitsToInputs(),
             "func.func(linalg-fuse-elementwise-ops)",
             # Tile + vectorize large ops (transforms/cpu_schedules.py).
-            ScheduleLinalgForCpu(),
+            ScheduleLinalgForCpu(threads=self.threads),
             "eliminate-empty-tensors",
             BUFFERIZE,
             # Without hoist-static-allocs: hoisting crashes (updateReturnOps) on
@@ -168,9 +183,12 @@ class LowerToCpu(Pass):
             # cost is one copy per result at function boundaries.
             "buffer-results-to-out-params{modify-public-functions}",
             "canonicalize",
+            WriteResultsInPlace(),
             "buffer-deallocation-pipeline",
+            *openmp_lowering(self.threads)[0],
             *LOWER_VECTORS,
             *TO_LLVM[:2],  # c wrappers, linalg to loops
             BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
             *TO_LLVM[2:],
+            *openmp_lowering(self.threads)[1],
         ]

@@ -258,7 +258,9 @@ class _Executable:
         if traced.out_avals:
             what = f"jit({fname}): compiling the traced module"
             module = _reparse(traced.module, context, what)
-            _run_pipeline(module, autodiff_pipeline() + ["canonicalize", "cse"], what)
+            # symbol-dce: the traced primal functions the transforms replaced are dead.
+            _run_pipeline(module, autodiff_pipeline() + ["canonicalize", "cse", "symbol-dce"],
+                          what)
             self.remap = _dedupe_results(module)
             try:
                 self.compiled = CompiledModule(module, pipeline=LOWER_PASS, context=context)

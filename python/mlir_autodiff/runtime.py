@@ -261,6 +261,25 @@ def memref_descriptor(a: np.ndarray) -> ctypes.Structure:
     return d
 
 
+
+def _keep_freed_memory() -> None:
+    """Stop glibc from unmapping large freed blocks on every call.
+
+    Why: temporaries over glibc's default 128 KiB mmap threshold are mapped
+    and unmapped per call, so each call page-faults them in again (softmax
+    4096x1024: 17.1 ms -> 5.4 ms with this). 32 MiB is glibc's documented cap.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+    libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
+
+
+_keep_freed_memory()
+
+
 def shared_libs() -> list[str]:
     """Runtime libraries the JIT-compiled code may call (memref copies, printing)."""
     libdir = os.path.join(os.path.dirname(ir.__file__), "lib")

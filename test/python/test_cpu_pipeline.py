@@ -1,0 +1,353 @@
+"""The performance side of `--autodiff-lower-to-cpu` (transforms/cpu_schedules.py).
+
+Every scheduled kernel kind (matmul, batch_matmul, elementwise with
+broadcasts, inner and outer reductions, linalg.reduce) is checked against
+numpy on shapes that divide the register tiles and shapes that do not; the
+lowered LLVM IR is checked for the vector code that makes it fast (so a
+schedule that silently stops applying fails a test); and each f32
+polynomial approximation is measured in ulp against numpy's float64
+functions over the whole f32 range, against the bound documented in
+`APPROX_MAX_ULP`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms.cpu_schedules import APPROX_MAX_ULP, ELEMENTWISE
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def strict_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule that fails to apply raises here (users get the unscheduled code)."""
+    monkeypatch.setenv("AUTODIFF_STRICT_SCHEDULES", "1")
+N_APPROX = 1 << 20  # well above the elementwise threshold: the vector path
+
+
+def _t(shape: tuple[int, ...], dt: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + dt + ">"
+
+
+def _unary(op: str, n: int, dt: str = "f32") -> str:
+    t = _t((n,), dt)
+    return f"func.func @f(%x: {t}) -> {t} {{\n  %r = {op} %x : {t}\n  return %r : {t}\n}}"
+
+
+def _matmul(m: int, n: int, k: int, dt: str = "f32") -> str:
+    a, b, c = _t((m, k), dt), _t((k, n), dt), _t((m, n), dt)
+    return f"""
+func.func @f(%a: {a}, %b: {b}) -> {c} {{
+  %z = arith.constant 0.0 : {dt}
+  %e = tensor.empty() : {c}
+  %f = linalg.fill ins(%z : {dt}) outs(%e : {c}) -> {c}
+  %r = linalg.matmul ins(%a, %b : {a}, {b}) outs(%f : {c}) -> {c}
+  return %r : {c}
+}}"""
+
+
+def _randn(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# -- transcendental approximations ------------------------------------------------------------
+
+
+def _ulp_error(got: np.ndarray, ref64: np.ndarray) -> np.ndarray:
+    """|got - ref| in units of the float32 spacing at ref (0 where both are the same inf/nan)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref32 = ref64.astype(np.float32)
+        spacing = np.spacing(np.abs(ref32)).astype(np.float64)
+        err = np.abs(got.astype(np.float64) - ref64) / spacing
+    same_inf = np.isinf(got) & np.isinf(ref32) & (np.sign(got) == np.sign(ref32))
+    both_nan = np.isnan(got) & np.isnan(ref64)
+    return np.where(same_inf | both_nan, 0.0, err)
+
+
+def _f32_sample() -> np.ndarray:
+    """Every 4099th f32 bit pattern: both signs, every exponent, subnormals (no inf/nan)."""
+    bits = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    return x[np.isfinite(x)]
+
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-39, -1e-39,
+                     1.17549435e-38, 88.72, 88.73, 89.0, 100.0, -87.3, -103.0, -103.9, -104.0,
+                     -200.0, 1.0, 0.5, 0.625, -0.625, 0.6249999, 9.0, 9.1, -9.1, 1e-30,
+                     3.4028235e38], np.float32)
+
+
+@pytest.mark.parametrize("op,ref", [("math.exp", np.exp), ("math.log", np.log),
+                                    ("math.tanh", np.tanh)])
+def test_f32_approximation_max_ulp(op: str, ref) -> None:
+    cm = CompiledModule(_unary(op, N_APPROX))
+    # The approximation replaced the libm call / LLVM intrinsic.
+    name = op.split(".")[1]
+    assert f"llvm.intr.{name}" not in cm.lowered_text
+    assert f"@{name}f" not in cm.lowered_text
+    f = cm["f"]
+    x = _f32_sample()
+    worst = 0.0
+    for i in range(0, len(x), N_APPROX):
+        chunk = x[i:i + N_APPROX]
+        chunk = np.concatenate([chunk, np.ones(N_APPROX - len(chunk), np.float32)])
+        with np.errstate(all="ignore"):
+            err = _ulp_error(f(chunk), ref(chunk.astype(np.float64)))
+        worst = max(worst, float(err.max()))
+    assert worst <= APPROX_MAX_ULP[op], f"{op}: {worst} ulp"
+    # Special values: inf, nan, signed zeros, subnormal inputs and results, overflow.
+    sp = np.concatenate([SPECIALS, np.ones(N_APPROX - len(SPECIALS), np.float32)])
+    with np.errstate(all="ignore"):
+        got, want = f(sp)[:len(SPECIALS)], ref(SPECIALS.astype(np.float64))
+    err = _ulp_error(got, want)
+    assert err.max() <= APPROX_MAX_ULP[op], (SPECIALS[err.argmax()], got[err.argmax()])
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+def test_f64_transcendentals_stay_exact() -> None:
+    """f64 keeps libm: the vectorized loop calls exp per element, as accurate as numpy."""
+    n = 8192
+    f = CompiledModule(_unary("math.exp", n, "f64"))["f"]
+    x = RNG.uniform(-700, 700, n)
+    np.testing.assert_allclose(f(x), np.exp(x), rtol=1e-15)
+
+
+def test_small_ops_keep_libm() -> None:
+    """Below the size threshold nothing is vectorized or approximated."""
+    n = ELEMENTWISE.min_elements // 2
+    cm = CompiledModule(_unary("math.exp", n))
+    assert "vector<" not in cm.lowered_text
+    assert "llvm.intr.exp" in cm.lowered_text
+    x = RNG.uniform(-80, 80, n).astype(np.float32)
+    # libm's expf is correctly rounded in practice (numpy's own f32 exp is not).
+    assert _ulp_error(cm["f"](x), np.exp(x.astype(np.float64))).max() <= 0.51
+
+
+# -- matmul -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (128, 512, 96), (131, 90, 67), (150, 10, 200)])
+def test_matmul(m: int, n: int, k: int) -> None:
+    cm = CompiledModule(_matmul(m, n, k))
+    a, b = _randn(m, k), _randn(k, n)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(cm["f"](a, b), want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    if n % 16 == 0:
+        # The register tile: fused multiply-adds on 16-wide f32 vectors.
+        assert "llvm.intr.fmuladd" in cm.lowered_text
+        assert "vector<16xf32>" in cm.lowered_text
+
+
+def test_batch_matmul() -> None:
+    bt, m, n, k = 4, 40, 48, 40
+    a, b, c = _t((bt, m, k), "f32"), _t((bt, k, n), "f32"), _t((bt, m, n), "f32")
+    cm = CompiledModule(f"""
+func.func @f(%a: {a}, %b: {b}) -> {c} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {c}
+  %f = linalg.fill ins(%z : f32) outs(%e : {c}) -> {c}
+  %r = linalg.batch_matmul ins(%a, %b : {a}, {b}) outs(%f : {c}) -> {c}
+  return %r : {c}
+}}""")
+    x, y = _randn(bt, m, k), _randn(bt, k, n)
+    np.testing.assert_allclose(cm["f"](x, y), x.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)
+    assert "llvm.intr.fmuladd" in cm.lowered_text
+
+
+def test_matmul_accumulates_into_init() -> None:
+    """C += A B with a non-zero init (the accumulator tile is loaded, not assumed zero)."""
+    m, n, k = 64, 64, 64
+    a, b, c = _t((m, k), "f32"), _t((k, n), "f32"), _t((m, n), "f32")
+    cm = CompiledModule(f"""
+func.func @f(%a: {a}, %b: {b}, %c: {c}) -> {c} {{
+  %r = linalg.matmul ins(%a, %b : {a}, {b}) outs(%c : {c}) -> {c}
+  return %r : {c}
+}}""")
+    x, y, z = _randn(m, k), _randn(k, n), _randn(m, n)
+    z0 = z.copy()
+    np.testing.assert_allclose(cm["f"](x, y, z), z0 + x.astype(np.float64) @ y,
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(z, z0)  # arguments are read-only
+
+
+# -- elementwise and reductions ---------------------------------------------------------------
+
+
+def test_elementwise_broadcast_chain_f32_and_f64() -> None:
+    """tanh(x * w + b) with a row-broadcast bias, in f32 and f64."""
+    for dt, np_dt, rtol in [("f32", np.float32, 3e-7), ("f64", np.float64, 1e-15)]:
+        x2, r1 = _t((96, 130), dt), _t((130,), dt)
+        cm = CompiledModule(f"""
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @f(%x: {x2}, %w: {x2}, %b: {r1}) -> {x2} {{
+  %e = tensor.empty() : {x2}
+  %r = linalg.generic {{indexing_maps = [#id, #id, #row, #id],
+                        iterator_types = ["parallel", "parallel"]}}
+      ins(%x, %w, %b : {x2}, {x2}, {r1}) outs(%e : {x2}) {{
+    ^bb0(%a: {dt}, %c: {dt}, %d: {dt}, %o: {dt}):
+      %m = arith.mulf %a, %c : {dt}
+      %s = arith.addf %m, %d : {dt}
+      %t = math.tanh %s : {dt}
+      linalg.yield %t : {dt}
+  }} -> {x2}
+  return %r : {x2}
+}}""")
+        x, w, b = _randn(96, 130, dtype=np_dt), _randn(96, 130, dtype=np_dt), _randn(130,
+                                                                                 dtype=np_dt)
+        s = x * w + b  # rounded in the working precision, as the kernel does
+        np.testing.assert_allclose(cm["f"](x, w, b), np.tanh(s.astype(np.float64)),
+                                   rtol=rtol, atol=0)
+        # 130 columns: the widest vector tile dividing them is 2 elements.
+        assert f"vector<2x{dt}>" in cm.lowered_text
+
+
+def _reduce(shape: tuple[int, ...], dims: list[int], dt: str, combiner: str, init: str) -> str:
+    out = tuple(d for i, d in enumerate(shape) if i not in dims)
+    ti, to = _t(shape, dt), _t(out, dt)
+    return f"""
+func.func @f(%x: {ti}) -> {to} {{
+  %init = arith.constant {init} : {dt}
+  %e = tensor.empty() : {to}
+  %f = linalg.fill ins(%init : {dt}) outs(%e : {to}) -> {to}
+  %r = linalg.reduce ins(%x : {ti}) outs(%f : {to}) dimensions = {dims}
+    (%a: {dt}, %acc: {dt}) {{
+      %s = {combiner} %a, %acc : {dt}
+      linalg.yield %s : {dt}
+    }}
+  return %r : {to}
+}}"""
+
+
+@pytest.mark.parametrize("shape,dims", [((256, 128), [1]), ((256, 130), [1]),
+                                        ((300, 48), [0]), ((12, 40, 24), [1])])
+@pytest.mark.parametrize("dt,np_dt", [("f32", np.float32), ("f64", np.float64)])
+def test_sum_and_max_reductions(shape, dims, dt, np_dt) -> None:
+    x = _randn(*shape, dtype=np_dt)
+    fs = CompiledModule(_reduce(shape, dims, dt, "arith.addf", "0.0"))["f"]
+    rtol = 1e-5 if dt == "f32" else 1e-13
+    np.testing.assert_allclose(fs(x), x.astype(np.float64).sum(tuple(dims)), rtol=rtol,
+                               atol=rtol * np.sqrt(shape[dims[0]]))
+    fm = CompiledModule(_reduce(shape, dims, dt, "arith.maximumf", "0xFFF0000000000000"
+                                if dt == "f64" else "0xFF800000"))["f"]
+    np.testing.assert_array_equal(fm(x), x.max(tuple(dims)))
+
+
+@pytest.mark.parametrize("shape", [(128, 96), (200, 130), (8, 1024)])
+@pytest.mark.parametrize("dt,np_dt", [("f32", np.float32), ("f64", np.float64)])
+def test_transpose(shape: tuple[int, int], dt: str, np_dt: type) -> None:
+    m, n = shape
+    ti, to = _t((m, n), dt), _t((n, m), dt)
+    cm = CompiledModule(f"""
+func.func @f(%x: {ti}) -> {to} {{
+  %e = tensor.empty() : {to}
+  %t = linalg.transpose ins(%x : {ti}) outs(%e : {to}) permutation = [1, 0]
+  return %t : {to}
+}}""")
+    x = _randn(m, n, dtype=np_dt)
+    np.testing.assert_array_equal(cm["f"](x), x.T)
+    assert "vector<" in cm.lowered_text
+
+
+def test_reduction_is_vectorized() -> None:
+    cm = CompiledModule(_reduce((256, 128), [1], "f32", "arith.addf", "0.0"))
+    assert "vector<16xf32>" in cm.lowered_text
+
+
+def test_softmax_rows_with_exp_approximation() -> None:
+    """A row softmax (max, exp, sum, divide) through the scheduled ops, vs float64 numpy."""
+    m, n = 64, 256
+    t2, t1 = _t((m, n), "f32"), _t((m,), "f32")
+    cm = CompiledModule(f"""
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @f(%x: {t2}) -> {t2} {{
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : {t1}
+  %mi = linalg.fill ins(%ninf : f32) outs(%e1 : {t1}) -> {t1}
+  %mx = linalg.reduce ins(%x : {t2}) outs(%mi : {t1}) dimensions = [1]
+    (%a: f32, %acc: f32) {{
+      %r = arith.maximumf %a, %acc : f32
+      linalg.yield %r : f32
+    }}
+  %e2 = tensor.empty() : {t2}
+  %ex = linalg.generic {{indexing_maps = [#id, #row, #id],
+                        iterator_types = ["parallel", "parallel"]}}
+      ins(%x, %mx : {t2}, {t1}) outs(%e2 : {t2}) {{
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      %v = math.exp %d : f32
+      linalg.yield %v : f32
+  }} -> {t2}
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : {t1}) -> {t1}
+  %sm = linalg.reduce ins(%ex : {t2}) outs(%si : {t1}) dimensions = [1]
+    (%a: f32, %acc: f32) {{
+      %r = arith.addf %a, %acc : f32
+      linalg.yield %r : f32
+    }}
+  %res = linalg.generic {{indexing_maps = [#id, #row, #id],
+                         iterator_types = ["parallel", "parallel"]}}
+      ins(%ex, %sm : {t2}, {t1}) outs(%e2 : {t2}) {{
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %q = arith.divf %a, %b : f32
+      linalg.yield %q : f32
+  }} -> {t2}
+  return %res : {t2}
+}}""")
+    x = 5 * _randn(m, n)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(cm["f"](x), e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
+    assert "llvm.intr.exp" not in cm.lowered_text
+
+
+def test_large_result_written_in_place() -> None:
+    """The result is computed in the caller's buffer: no temporary + copy per call."""
+    cm = CompiledModule(_unary("math.exp", ELEMENTWISE.min_elements * 4))
+    assert "@malloc" not in cm.lowered_text
+    assert "memcpy" not in cm.lowered_text
+
+
+# -- threads ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def openmp() -> None:
+    """LLVM's OpenMP runtime, loaded into the process so the JIT resolves `__kmpc_*`."""
+    import ctypes
+    import os
+
+    from mlir_autodiff.transforms.cpu_schedules import openmp_runtime_library
+
+    path = openmp_runtime_library()
+    if path is None:
+        pytest.skip("LLVM OpenMP runtime not installed (apt-get install libomp-dev)")
+    # Idle workers must not spin and steal the (two) cores from the rest of the suite.
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+THREADED = "autodiff-lower-to-cpu{threads=2}"
+
+
+def test_threaded_matmul(openmp) -> None:
+    cm = CompiledModule(_matmul(256, 96, 160), pipeline=THREADED)
+    assert "omp.parallel" in cm.lowered_text
+    a, b = _randn(256, 160), _randn(160, 96)
+    np.testing.assert_allclose(cm["f"](a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_threaded_elementwise_and_reduction(openmp) -> None:
+    cm = CompiledModule(_unary("math.tanh", 1 << 17), pipeline=THREADED)
+    assert "omp.parallel" in cm.lowered_text
+    x = 4 * _randn(1 << 17)
+    assert _ulp_error(cm["f"](x), np.tanh(x.astype(np.float64))).max() <= APPROX_MAX_ULP[
+        "math.tanh"]
+    cm = CompiledModule(_reduce((1024, 96), [1], "f32", "arith.addf", "0.0"), pipeline=THREADED)
+    assert "omp.parallel" in cm.lowered_text
+    x = _randn(1024, 96)
+    np.testing.assert_allclose(cm["f"](x), x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
