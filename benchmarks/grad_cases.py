@@ -228,6 +228,93 @@ def _torch_hvp(compiled: bool):
 
 
 
+# ----------------------------------------------------------------------------- per-sample grads
+
+def _psg_inputs(batch: int, sizes: Sequence[int]):
+    return _mlp_inputs(batch, sizes)
+
+
+def _numpy_per_sample_grads(w1, b1, w2, b2, x, onehot):
+    """Per-example gradients of the MLP loss, by hand (batch of size-1 backprops)."""
+    rows = []
+    for i in range(x.shape[0]):
+        xi, yi = x[i:i + 1], onehot[i:i + 1]
+        u = xi @ w1 + b1
+        h = np.tanh(u)
+        z = h @ w2 + b2
+        z = z - z.max(axis=-1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+        dz = p - yi
+        gw2 = h.T @ dz + 2 * WD * w2
+        du = (dz @ w2.T) * (1 - h * h)
+        gw1 = xi.T @ du + 2 * WD * w1
+        rows.append(_flat(gw1, du.sum(0), gw2, dz.sum(0)))
+    return np.stack(rows)
+
+
+def _ours_psg(inputs):
+    import mlir_autodiff as ad
+    import mlir_autodiff.numpy as anp
+    from mlir_autodiff import nn
+
+    def loss(params, x, onehot):
+        return _mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), *params,
+                         anp.expand_dims(x, 0), anp.expand_dims(onehot, 0))
+
+    fn = ad.jit(ad.vmap(ad.grad(loss), in_axes=(None, 0, 0)))
+    params, x, onehot = tuple(inputs[:4]), inputs[4], inputs[5]
+
+    def call():
+        g = fn(params, x, onehot)
+        return np.concatenate([a.reshape(a.shape[0], -1) for a in g], axis=1)
+
+    return call
+
+
+def _jax_psg(inputs):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x, onehot):
+        return _mlp_loss(jnp, lambda z: jax.nn.log_softmax(z, axis=-1), *params,
+                         x[None], onehot[None])
+
+    fn = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))
+    params = tuple(jax.device_put(a) for a in inputs[:4])
+    x, onehot = jax.device_put(inputs[4]), jax.device_put(inputs[5])
+
+    def call():
+        g = jax.block_until_ready(fn(params, x, onehot))
+        return np.concatenate([np.asarray(a).reshape(a.shape[0], -1) for a in g], axis=1)
+
+    return call
+
+
+def _torch_psg(compiled: bool):
+    def build(inputs):
+        import torch
+        from torch.func import grad, vmap
+
+        def loss(params, x, onehot):
+            return _mlp_loss(torch, lambda z: torch.log_softmax(z, dim=-1), *params,
+                             x[None], onehot[None])
+
+        fn = vmap(grad(loss), in_dims=(None, 0, 0))
+        if compiled:
+            fn = torch.compile(fn)
+        params = tuple(torch.from_numpy(a) for a in inputs[:4])
+        x, onehot = torch.from_numpy(inputs[4]), torch.from_numpy(inputs[5])
+
+        def call():
+            g = fn(params, x, onehot)
+            return np.concatenate([a.detach().numpy().reshape(a.shape[0], -1) for a in g],
+                                  axis=1)
+
+        return call
+
+    return build
+
+
 # ----------------------------------------------------------------------------- ADBench GMM
 
 def _gmm_file() -> Path | None:
@@ -363,6 +450,14 @@ def register_cases(Case: Any, register: Any) -> None:
             torch_compile=_torch_mlp(True, True),
             numpy=lambda inputs: (lambda: _numpy_mlp_step(*inputs)),
             rtol=1e-3, atol=1e-5, quick=_quick, primal="mlp loss",
+        ))
+    for _batch, _sizes, _quick in ((64, (64, 32, 10), True), (64, (256, 128, 10), False)):
+        register(Case(
+            name="per-sample grads (vmap of grad)", size=f"b{_batch} " + "-".join(map(str, _sizes)),
+            inputs=_psg_inputs(_batch, _sizes), ours=_ours_psg, jax=_jax_psg,
+            torch=_torch_psg(False), torch_compile=_torch_psg(True),
+            numpy=lambda inputs: (lambda: _numpy_per_sample_grads(*inputs)),
+            rtol=1e-3, atol=1e-5, quick=_quick,
         ))
     for _n, _d, _quick in ((32, 64, True), (128, 256, False)):
         register(Case(

@@ -12,12 +12,34 @@ code uses. Generated functions are cached per (function, mode, wrt).
 
 Higher order: before a function is differentiated, every autodiff.jvp/vjp op
 inside it (and inside its callees) is lowered first, whichever pass runs, so
-`jvp of vjp`, `vjp of vjp` ... compose.
+`jvp of vjp`, `vjp of vjp` ... compose. Other passes' ops (autodiff.vmap) plug
+into the same step through `register_inner_lowerer`.
+
+Custom rules (function attributes, wherever @f is differentiated, directly or
+through calls): `autodiff.custom_jvp = @r` is called by forward mode;
+`autodiff.custom_vjp = {fwd, bwd}` by reverse mode. Where a mode has no rule
+the driver composes: forward mode of a custom_vjp-only function
+differentiates the primal body (sound: rule and body compute the same
+function); reverse mode of a custom_jvp-only function transposes the JVP rule
+(reverse mode of @r with respect to its tangents, at zero tangents), as JAX
+does. Higher orders differentiate the rule functions. Rule signatures are
+checked where they are used, with a diagnostic at @f.
+
+Checkpointing: `autodiff.checkpoint {fn = @g, policy, names}` is a call whose
+residuals are recomputed in the backward pass (`Driver.checkpoint_plan`);
+`policy` is one of POLICIES (default nothing_saveable: only the inputs stay
+alive), `names` the `checkpoint_name`s that save_only_these_names keeps. A
+`checkpoint_name` is a call of a private identity function carrying
+`autodiff.checkpoint_name = "h"`. Forward mode keeps a checkpoint a checkpoint
+(of the jvp function); once no jvp/vjp op is left, checkpoints become calls and
+name markers disappear (`lower_checkpoints`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir import ir
@@ -35,6 +57,51 @@ from .diagnostics import PassFailure, fail
 from .rules.registry import JVP_RULES, VJP_RULES, load_all
 
 AD_OPS = ("autodiff.jvp", "autodiff.vjp")
+
+#: Inner op lowerers: op name -> `lower(driver, op)` replacing `op` (e.g. an
+#: `autodiff.vmap`) by ordinary IR. Before a function is differentiated, every
+#: such op inside it (and its callees) is lowered, as jvp/vjp ops are, so a
+#: transform defined in another pass (vmap) composes under differentiation
+#: without that pass knowing about this driver's internals.
+INNER_LOWERERS: dict[str, Callable[[Any, ir.Operation], None]] = {}
+#: op name -> module under `mlir_autodiff.transforms` whose import registers its
+#: lowerer (imported lazily, only when such an op must be lowered).
+INNER_LOWERER_MODULES: dict[str, str] = {"autodiff.vmap": "vmap"}
+
+#: The checkpoint policies `autodiff.checkpoint {policy = ...}` accepts (JAX's names).
+POLICIES = ("nothing_saveable", "everything_saveable", "dots_saveable",
+            "save_only_these_names")
+#: Ops whose outputs `dots_saveable` saves (contractions).
+CONTRACTION_OPS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat",
+                   "linalg.dot", "linalg.batch_matvec", "linalg.batch_vecmat",
+                   "linalg.contract", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b")
+#: Function attribute marking a named identity (`checkpoint_name`): its result is
+#: the value `save_only_these_names` refers to by this name.
+NAME_ATTR = "autodiff.checkpoint_name"
+
+
+def register_inner_lowerer(name: str, lower: Callable[[Any, ir.Operation], None]) -> None:
+    """Let the differentiation passes lower `name` ops found inside differentiated code."""
+    INNER_LOWERERS[name] = lower
+
+
+def _inner_kinds() -> tuple[str, ...]:
+    return AD_OPS + tuple(INNER_LOWERERS)
+
+
+@dataclasses.dataclass
+class CheckpointPlan:
+    """How a reverse pass differentiates `autodiff.checkpoint {fn = @f}` (see
+    `Driver.checkpoint_plan`): the forward code calls `fwd` (args -> outs...,
+    saved...), the backward code calls `remat` (args..., saved...) -> the
+    residuals of @f's vjp (None: `saved` already are all of them), then `bwd`."""
+
+    fwd: str
+    saved_types: list[ir.Type]
+    remat: str | None
+    res_types: list[ir.Type]
+    bwd: str
+    spec: list[int]
 
 
 def _sym_name(op: ir.Operation) -> str:
@@ -59,6 +126,25 @@ def _zero_of(b: Builder, v: ir.Value) -> ir.Value:
     if isinstance(t, ir.RankedTensorType):
         attr = ir.DenseElementsAttr.get_splat(t, attr)
     return b.create("arith.constant", [], [t], {"value": attr}).result
+
+
+def _zero_of_type(b: Builder, t: ir.Type, at: Any) -> ir.Value:
+    """A zero constant of static type `t` (float or integer, scalar or tensor)."""
+    if isinstance(t, ir.ShapedType) and not t.has_static_shape:
+        raise fail(at, f"cannot build a zero of the dynamically shaped type {t}")
+    et = t.element_type if isinstance(t, ir.ShapedType) else t
+    attr = ir.FloatAttr.get(et, 0.0) if is_float(t) else ir.IntegerAttr.get(et, 0)
+    if isinstance(t, ir.ShapedType):
+        attr = ir.DenseElementsAttr.get_splat(t, attr)
+    return b.create("arith.constant", [], [t], {"value": attr}).result
+
+
+def _is_contraction(op: ir.Operation) -> bool:
+    """A `linalg.generic` that multiplies two inputs and sums (what einsum emits)."""
+    if op_name(op) != "linalg.generic" or "reduction" not in str(op.attributes["iterator_types"]):
+        return False
+    n_in = len(op.operands) - len(op.results)
+    return n_in >= 2 and any(op_name(o) == "arith.mulf" for o in walk_ops(op))
 
 
 class Driver:
@@ -131,7 +217,8 @@ class Driver:
             return fn
         self.in_progress.add(name)
         try:
-            self.lower_all(fn, AD_OPS)
+            self._load_inner_lowerers(fn)
+            self.lower_all(fn, _inner_kinds())
             for o in walk_ops(fn):
                 if op_name(o) == "func.call":
                     callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
@@ -143,10 +230,20 @@ class Driver:
         return fn
 
     def lower(self, op: ir.Operation) -> None:
-        if op_name(op) == "autodiff.jvp":
+        kind = op_name(op)
+        if kind == "autodiff.jvp":
             self.lower_jvp_op(op)
-        else:
+        elif kind == "autodiff.vjp":
             self.lower_vjp_op(op)
+        else:
+            INNER_LOWERERS[kind](self, op)
+
+    def _load_inner_lowerers(self, root: ir.Operation) -> None:
+        """Import the modules registering lowerers of the inner ops under `root`."""
+        for o in walk_ops(root):
+            kind = op_name(o)
+            if kind not in INNER_LOWERERS and kind in INNER_LOWERER_MODULES:
+                importlib.import_module(f"{__package__}.{INNER_LOWERER_MODULES[kind]}")
 
     def _check_types(self, op: ir.Operation, what: str, got: Sequence[ir.Type],
                      want: Sequence[ir.Type]) -> None:
@@ -215,13 +312,15 @@ class Driver:
     # -- generated functions (cached) --------------------------------------------
 
     def jvp_function(self, name: str, at: Any) -> str:
+        """The forward-mode function of @name: its `autodiff.custom_jvp` rule if it has
+        one, else generated from its body (also when it only has a custom_vjp: the
+        primal body is differentiated in forward mode, which is sound, as the rule
+        and the body compute the same function)."""
         if name not in self.jvp_cache:
             fn = self.lookup(name, at)
-            if "autodiff.custom_jvp" in fn.attributes:
-                # A user-supplied rule: (primals..., tangents...) -> (outs..., tangents...).
-                custom = ir.FlatSymbolRefAttr(fn.attributes["autodiff.custom_jvp"]).value
-                self.lookup(custom, fn)
-                self.jvp_cache[name] = custom
+            rule = self.custom_jvp_rule(fn, name)
+            if rule is not None:
+                self.jvp_cache[name] = rule
             else:
                 fn = self.prepare(name, at)
                 self.jvp_cache[name] = self.generate_jvp(fn, name)
@@ -230,36 +329,77 @@ class Driver:
     def vjp_functions(self, name: str, wrt: Sequence[int], at: Any
                       ) -> tuple[str, str, list[ir.Type], list[int]]:
         """(fwd, bwd, types of the residuals fwd returns, residual spec): see
-        `residual_operands` for how a call site assembles bwd's operands."""
+        `residual_operands` for how a call site assembles bwd's operands.
+
+        A `custom_vjp` is used as it is; a function with only a `custom_jvp` is
+        differentiated by transposing its rule (reverse mode of the rule with
+        respect to the tangents, which it is linear in), as JAX does."""
         key = (name, tuple(wrt))
         if key not in self.vjp_cache:
             fn = self.lookup(name, at)
             if "autodiff.custom_vjp" in fn.attributes:
                 self.vjp_cache[key] = self.custom_vjp(fn, name, list(wrt))
+            elif self.custom_jvp_rule(fn, name) is not None:
+                self.vjp_cache[key] = self.transposed_jvp(fn, name, list(wrt))
             else:
                 fn = self.prepare(name, at)
                 self.vjp_cache[key] = self.generate_vjp(fn, name, list(wrt))
         return self.vjp_cache[key]
 
+    # -- custom rules -------------------------------------------------------------
+
+    def _rule_function(self, fn: ir.Operation, name: str, attr: str, ref: Any) -> str:
+        """The function a custom-rule attribute names, checked to exist with a body."""
+        if not isinstance(ref, ir.FlatSymbolRefAttr):
+            raise self.fail(fn, f"{attr} of @{name} must name a function (@rule), got {ref}")
+        rule = ref.value
+        rfn = self.functions().get(rule)
+        if rfn is None:
+            raise self.fail(fn, f"{attr} of @{name} refers to an unknown function @{rule}")
+        if len(rfn.regions[0].blocks) != 1:
+            raise self.fail(fn, f"{attr} of @{name}: @{rule} must have a body of one block")
+        return rule
+
+    def custom_jvp_rule(self, fn: ir.Operation, name: str) -> str | None:
+        """@name's checked `autodiff.custom_jvp` rule, None without one."""
+        if "autodiff.custom_jvp" not in fn.attributes:
+            return None
+        rule = self._rule_function(fn, name, "autodiff.custom_jvp",
+                                   fn.attributes["autodiff.custom_jvp"])
+        ft = _func_type(fn)
+        want = ir.FunctionType.get(list(ft.inputs) * 2, list(ft.results) * 2)
+        got = _func_type(self.functions()[rule])
+        if got != want:
+            raise self.fail(fn, f"autodiff.custom_jvp of @{name}: @{rule} has type {got}, "
+                                f"expected {want} (primals, tangents) -> (results, tangents)")
+        return rule
+
     def custom_vjp(self, fn: ir.Operation, name: str, wrt: list[int]) -> tuple:
         """`autodiff.custom_vjp = {fwd, bwd}`: fwd (args) -> (outs, residuals), bwd
         (residuals, cotangents) -> cotangents of every input; a small wrapper
         selects the `wrt` ones."""
-        spec = ir.DictAttr(fn.attributes["autodiff.custom_vjp"])
-        if "fwd" not in spec or "bwd" not in spec:
-            raise self.fail(fn, "autodiff.custom_vjp needs {fwd = @..., bwd = @...}")
-        fwd = ir.FlatSymbolRefAttr(spec["fwd"]).value
-        bwd = ir.FlatSymbolRefAttr(spec["bwd"]).value
+        attr = "autodiff.custom_vjp"
+        spec = fn.attributes[attr]
+        if not isinstance(spec, ir.DictAttr) or "fwd" not in spec or "bwd" not in spec:
+            raise self.fail(fn, f"{attr} of @{name} must be {{fwd = @..., bwd = @...}}")
+        fwd = self._rule_function(fn, name, attr, spec["fwd"])
+        bwd = self._rule_function(fn, name, attr, spec["bwd"])
         ft = _func_type(fn)
         params, results = list(ft.inputs), list(ft.results)
-        fwd_t = _func_type(self.lookup(fwd, fn))
-        bwd_t = _func_type(self.lookup(bwd, fn))
+        fwd_t = _func_type(self.functions()[fwd])
+        bwd_t = _func_type(self.functions()[bwd])
         res_types = list(fwd_t.results)[len(results):]
-        if list(fwd_t.results)[: len(results)] != results or \
-                list(bwd_t.inputs) != res_types + results or list(bwd_t.results) != params:
-            raise self.fail(fn, f"autodiff.custom_vjp of @{name}: @{fwd} must map the "
-                                "parameters to (results, residuals) and @{bwd} (residuals, "
-                                "result cotangents) to one cotangent per parameter")
+
+        def types(ts: Sequence[ir.Type]) -> str:
+            return "(" + ", ".join(str(t) for t in ts) + ")"
+
+        if list(fwd_t.inputs) != params or list(fwd_t.results)[: len(results)] != results:
+            raise self.fail(fn, f"{attr} of @{name}: @{fwd} has type {fwd_t}, expected "
+                                f"{types(params)} -> {types(results)} followed by residuals")
+        if list(bwd_t.inputs) != res_types + results or list(bwd_t.results) != params:
+            raise self.fail(fn, f"{attr} of @{name}: @{bwd} has type {bwd_t}, expected "
+                                f"{types(res_types + results)} -> {types(params)} "
+                                "(residuals, result cotangents) -> one cotangent per parameter")
         spec = list(range(len(res_types)))
         if wrt == list(range(len(params))):
             return fwd, bwd, res_types, spec
@@ -273,6 +413,165 @@ class Driver:
         func.ReturnOp([call.results[i] for i in wrt], loc=fn.location,
                       ip=ir.InsertionPoint(blk))
         return fwd, sel_name, res_types, spec
+
+    def _new_function(self, name: str, inputs: Sequence[ir.Type], results: Sequence[ir.Type],
+                      loc: ir.Location) -> tuple[str, ir.Block]:
+        name = self.unique_name(name)
+        fn = func.FuncOp(name, (list(inputs), list(results)), loc=loc,
+                         ip=ir.InsertionPoint(self.body))
+        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        return name, fn.add_entry_block()
+
+    def transposed_jvp(self, fn: ir.Operation, name: str, wrt: list[int]) -> tuple:
+        """Reverse mode of a function that only has a `custom_jvp` rule @r.
+
+        @r (xs, ts) -> (ys, dys) is linear in ts, so the cotangents of the
+        inputs are the cotangents of ts in r's own reverse mode at ts = 0
+        (with a zero cotangent for ys): fwd(xs) = r_fwd(xs, 0) and
+        bwd(res, ct) = r_bwd(res, 0, ct). Higher orders differentiate r."""
+        rule = self.custom_jvp_rule(fn, name)
+        ft = _func_type(fn)
+        params, results = list(ft.inputs), list(ft.results)
+        n = len(params)
+        rfwd, rbwd, rres, rspec = self.vjp_functions(rule, [n + i for i in wrt], fn)
+        loc = fn.location
+        # fwd: the rule's forward at zero tangents; returns what bwd needs.
+        ret_idx = sorted({e for e in rspec if e >= 0})
+        fwd_name, blk = self._new_function(f"{name}_fwd", params,
+                                           results + [rres[e] for e in ret_idx], loc)
+        b = Builder(ir.InsertionPoint(blk), loc)
+        xs = list(blk.arguments)
+        zeros = [_zero_of(b, x) for x in xs]
+        call = func.CallOp(results * 2 + rres, ir.FlatSymbolRefAttr.get(rfwd), xs + zeros,
+                           loc=loc, ip=b.ip)
+        outs = list(call.results)
+        returned = outs[2 * len(results):]
+        func.ReturnOp(outs[: len(results)] + [returned[e] for e in ret_idx], loc=loc, ip=b.ip)
+        # bwd: residual operands in rspec order (primal args by spec, tangents are zeros).
+        spec: list[int] = []
+        res_types: list[ir.Type] = []
+        for e in rspec:
+            if e >= 0:
+                spec.append(ret_idx.index(e))
+                res_types.append(rres[e])
+            elif -1 - e < n:
+                spec.append(e)
+                res_types.append(params[-1 - e])
+        bwd_name, blk = self._new_function(f"{name}_bwd", res_types + results,
+                                           [params[i] for i in wrt], loc)
+        b = Builder(ir.InsertionPoint(blk), loc)
+        args = list(blk.arguments)
+        res_args, cts = args[: len(res_types)], args[len(res_types):]
+        it = iter(res_args)
+        operands = []
+        for e in rspec:
+            if e >= 0 or -1 - e < n:
+                operands.append(next(it))
+            else:  # a tangent of the rule: zero
+                operands.append(_zero_of_type(b, params[-1 - e - n], fn))
+        zero_cts = [_zero_of_type(b, t, fn) for t in results]
+        call = func.CallOp([params[i] for i in wrt], ir.FlatSymbolRefAttr.get(rbwd),
+                           operands + zero_cts + cts, loc=loc, ip=b.ip)
+        func.ReturnOp(list(call.results), loc=loc, ip=b.ip)
+        # The return-order of fwd's residuals is ret_idx order; spec refers to it.
+        return fwd_name, bwd_name, [rres[e] for e in ret_idx], spec
+
+    # -- checkpointing --------------------------------------------------------------
+
+    def checkpoint_plan(self, op: ir.Operation, wrt: Sequence[int]) -> CheckpointPlan:
+        """Reverse mode of `autodiff.checkpoint {fn = @f, policy, names}`.
+
+        The residuals of @f's vjp that the policy saves are returned by the
+        forward call; the others are recomputed in the backward pass by `remat`
+        (a copy of @f's forward that takes the saved ones as arguments), so the
+        enclosing function only keeps the checkpoint's inputs and the saved
+        values alive. Cached per (function, wrt, policy, names)."""
+        name = _fn_attr(op)
+        policy = "nothing_saveable"
+        if "policy" in op.attributes:
+            pa = op.attributes["policy"]
+            policy = pa.value if isinstance(pa, ir.StringAttr) else str(pa)
+        if policy not in POLICIES:
+            raise self.fail(op, f"unknown checkpoint policy '{policy}' (expected one of "
+                                f"{', '.join(POLICIES)})")
+        names: list[str] = []
+        if "names" in op.attributes:
+            na = op.attributes["names"]
+            if not isinstance(na, ir.ArrayAttr) or \
+                    not all(isinstance(a, ir.StringAttr) for a in na):
+                raise self.fail(op, "checkpoint 'names' must be an array of strings")
+            names = [ir.StringAttr(a).value for a in na]
+        if policy == "save_only_these_names" and "names" not in op.attributes:
+            raise self.fail(op, "checkpoint policy 'save_only_these_names' needs a 'names' "
+                                "attribute (an array of strings)")
+        key = ("checkpoint", name, tuple(wrt), policy, tuple(names))
+        if key in self.vjp_cache:
+            return self.vjp_cache[key]
+        fn = self.lookup(name, op)
+        results = list(_func_type(fn).results)
+        params = list(_func_type(fn).inputs)
+        self._check_types(op, f"operands (arguments of @{name})",
+                          [v.type for v in op.operands], params)
+        self._check_types(op, f"results (results of @{name})",
+                          [r.type for r in op.results], results)
+        fwd, bwd, res_types, spec = self.vjp_functions(name, wrt, op)
+        fwd_fn = self.functions()[fwd]
+        fret = list(fwd_fn.regions[0].blocks[0].operations)[-1]
+        res_vals = list(fret.operands)[len(results):]
+        saved = [self._saveable(v, policy, set(names), 0) for v in res_vals]
+        saved_types = [t for t, s in zip(res_types, saved) if s]
+        if all(saved):
+            plan = CheckpointPlan(fwd, saved_types, None, res_types, bwd, spec)
+        else:
+            ckpt_fwd = name
+            if any(saved):  # a copy of fwd returning the outputs and the saved residuals
+                ckpt_fwd = self.unique_name(f"{name}_ckpt_fwd")
+                new = self.clone_function(fwd_fn, ckpt_fwd)
+                ret = list(new.regions[0].blocks[0].operations)[-1]
+                vals = list(ret.operands)
+                keep = vals[: len(results)] + [v for v, s in zip(vals[len(results):], saved)
+                                               if s]
+                func.ReturnOp(keep, loc=ret.location, ip=ir.InsertionPoint(ret))
+                ret.erase()
+                new.attributes["function_type"] = ir.TypeAttr.get(
+                    ir.FunctionType.get(params, results + saved_types))
+            remat = self.unique_name(f"{name}_remat")
+            new = self.clone_function(fwd_fn, remat)
+            blk = new.regions[0].blocks[0]
+            ret = list(blk.operations)[-1]
+            for v, s in zip(list(ret.operands)[len(results):], saved):
+                if s:
+                    v.replace_all_uses_with(blk.add_argument(v.type, new.location))
+            func.ReturnOp(list(ret.operands)[len(results):], loc=ret.location,
+                          ip=ir.InsertionPoint(ret))
+            ret.erase()
+            new.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(params + saved_types, res_types))
+            plan = CheckpointPlan(ckpt_fwd, saved_types, remat, res_types, bwd, spec)
+        self.vjp_cache[key] = plan
+        return plan
+
+    def _saveable(self, v: ir.Value, policy: str, names: set[str], depth: int) -> bool:
+        """Whether the policy saves residual `v` (looking through calls to its origin)."""
+        if policy == "everything_saveable":
+            return True
+        if policy == "nothing_saveable" or isinstance(v.owner, ir.Block) or depth > 16:
+            return False
+        op = v.owner.operation
+        kind = op_name(op)
+        if policy == "dots_saveable" and (kind in CONTRACTION_OPS or _is_contraction(op)):
+            return True
+        if kind != "func.call":
+            return False
+        callee = self.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        if callee is None or not callee.regions[0].blocks:
+            return False
+        if NAME_ATTR in callee.attributes:
+            return policy == "save_only_these_names" and \
+                ir.StringAttr(callee.attributes[NAME_ATTR]).value in names
+        ret = list(callee.regions[0].blocks[0].operations)[-1]
+        k = list(op.results).index(v)
+        return self._saveable(ret.operands[k], policy, names, depth + 1)
 
     def generate_jvp(self, fn: ir.Operation, name: str) -> str:
         new_name = self.unique_name(f"{name}_jvp")
@@ -492,6 +791,9 @@ class ReverseAD:
     def vjp_functions(self, name: str, wrt: Sequence[int], at: Any):
         return self.driver.vjp_functions(name, wrt, at)
 
+    def checkpoint_plan(self, op: ir.Operation, wrt: Sequence[int]) -> CheckpointPlan:
+        return self.driver.checkpoint_plan(op, wrt)
+
     def forward_builder(self, op: ir.Operation) -> Builder:
         """A builder emitting forward (primal-side) code just before `op`."""
         return Builder(ir.InsertionPoint(op), op.location, self, op)
@@ -564,6 +866,29 @@ class ReverseAD:
             self.dead.clear()
 
 
+def _symbol_refs(attr: ir.Attribute, out: set[str]) -> None:
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        out.add(attr.value)
+    elif isinstance(attr, ir.DictAttr):
+        for i in range(len(attr)):
+            _symbol_refs(attr[i].attr, out)
+    elif isinstance(attr, ir.ArrayAttr):
+        for a in attr:
+            _symbol_refs(a, out)
+
+
+def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
+    """Functions referred to by an attribute other than a func.call's callee."""
+    out: set[str] = set()
+    for o in walk_ops(module):
+        for i in range(len(o.attributes)):
+            na = o.attributes[i]
+            if na.name in ("callee", "sym_name", "function_type"):
+                continue
+            _symbol_refs(na.attr, out)
+    return out
+
+
 def dedupe_private_results(module: ir.Operation) -> None:
     """Make private functions return each value once; calls reuse the duplicates.
 
@@ -579,9 +904,14 @@ def dedupe_private_results(module: ir.Operation) -> None:
             if op_name(o) == "func.call":
                 calls.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value,
                                  []).append(o)
+    # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
+    # their signature: their users check it.
+    pinned = _symbol_uses_besides_calls(module)
     for fn in funcs:
         vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
         if vis is None or ir.StringAttr(vis).value != "private" or not fn.regions[0].blocks:
+            continue
+        if _sym_name(fn) in pinned:
             continue
         blocks = list(fn.regions[0].blocks)
         if len(blocks) != 1:
@@ -622,12 +952,113 @@ def fold_stop_gradients(module: ir.Operation) -> None:
             o.erase()
 
 
+def lower_checkpoints(module: ir.Operation) -> None:
+    """Once no autodiff.jvp/vjp is left, nothing will be differentiated any more:
+    `autodiff.checkpoint` becomes a plain `func.call` and the named identities of
+    `checkpoint_name` disappear. Other passes (vmap) may call this at their end."""
+    ops = walk_ops(module)
+    if any(op_name(o) in AD_OPS for o in ops):
+        return
+    body = module.regions[0].blocks[0]
+    named = {}
+    for f in body.operations:
+        if op_name(f) == "func.func" and NAME_ATTR in f.attributes and f.regions[0].blocks:
+            blk = f.regions[0].blocks[0]
+            ret = list(blk.operations)[-1]
+            args = list(blk.arguments)
+            if len(list(blk.operations)) == 1 and all(v in args for v in ret.operands):
+                named[_sym_name(f)] = [args.index(v) for v in ret.operands]
+    for o in ops:
+        kind = op_name(o)
+        if kind == "autodiff.checkpoint":
+            call = func.CallOp([r.type for r in o.results], ir.FlatSymbolRefAttr.get(
+                _fn_attr(o)), list(o.operands), loc=o.location, ip=ir.InsertionPoint(o))
+            for old, nv in zip(o.results, call.results):
+                old.replace_all_uses_with(nv)
+            o.erase()
+        elif kind == "func.call":
+            where = named.get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+            if where is not None:
+                for old, i in zip(o.results, where):
+                    old.replace_all_uses_with(o.operands[i])
+                o.erase()
+
+
 def run_pass(module: ir.Operation, pass_name: str, kind: str) -> None:
     """Body of --autodiff-jvp / --autodiff-vjp: lower every op of `kind`."""
     with module.location:
         Driver(module, pass_name).lower_all(module, (kind,))
         fold_stop_gradients(module)
+        lower_checkpoints(module)
         for o in walk_ops(module):  # bookkeeping attributes of the tape rewrite
             for attr in ("autodiff.taped", "autodiff.tape"):
                 if attr in o.attributes:
                     del o.attributes[attr]
+
+
+@dataclasses.dataclass(frozen=True)
+class Residual:
+    """One value reverse mode saves: a parameter (`arg` is its index) or the result
+    of op `op` at `location` (`file:line:col`, traced through calls to its origin)."""
+
+    type: ir.Type
+    arg: int | None
+    op: str
+    location: str
+
+
+def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list[Residual]:
+    """What `--autodiff-vjp` saves for @name w.r.t. `wrt`: generates @name's forward
+    and backward functions in `module` (as the pass would) and describes each
+    residual the backward function receives. Raises ir.MLIRError-like PassFailure
+    (with a diagnostic) if @name cannot be differentiated."""
+    from .diagnostics import _file_location
+
+    with module.context, module.location:
+        d = Driver(module, "autodiff-vjp")
+        fn = d.lookup(name, module)
+        ft = _func_type(fn)
+        params, results = list(ft.inputs), list(ft.results)
+        fwd, _, _, spec = d.vjp_functions(name, list(wrt), fn)
+        fwd_fn = d.functions()[fwd]
+        ret = list(fwd_fn.regions[0].blocks[0].operations)[-1]
+
+        def origin(v: ir.Value, owner_fn: ir.Operation, depth: int) -> Residual:
+            if isinstance(v.owner, ir.Block):
+                args = list(owner_fn.regions[0].blocks[0].arguments)
+                idx = args.index(v) if v in args and owner_fn == fwd_fn else None
+                return Residual(v.type, idx, "a block argument", "")
+            op = v.owner.operation
+            if op_name(op) == "func.call" and depth < 16:
+                callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                if callee is not None and callee.regions[0].blocks and \
+                        NAME_ATTR not in callee.attributes:
+                    cret = list(callee.regions[0].blocks[0].operations)[-1]
+                    inner = cret.operands[list(op.results).index(v)]
+                    cargs = list(callee.regions[0].blocks[0].arguments)
+                    if isinstance(inner.owner, ir.Block) and inner in cargs:
+                        r = origin(op.operands[cargs.index(inner)], owner_fn, depth + 1)
+                    else:
+                        r = origin(inner, callee, depth + 1)
+                    return Residual(v.type, r.arg, r.op, r.location)
+            file, line, col = _file_location(op.location)
+            where = f"{file}:{line}:{col}" if file is not None else ""
+            what = op_name(op)
+            if what == "linalg.generic":  # name it by what its body computes
+                inner = [op_name(o) for o in walk_ops(op)[1:]
+                         if op_name(o) not in ("linalg.yield", "arith.constant")]
+                if inner:
+                    what += "{" + ", ".join(dict.fromkeys(inner)) + "}"
+            if op_name(op) == "func.call":
+                callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                if callee is not None and NAME_ATTR in callee.attributes:
+                    what = f"checkpoint_name '{ir.StringAttr(callee.attributes[NAME_ATTR]).value}'"
+            return Residual(v.type, None, what, where)
+
+        out = []
+        for e in spec:
+            if e < 0:
+                out.append(Residual(params[-1 - e], -1 - e, "", ""))
+            else:
+                out.append(origin(ret.operands[len(results) + e], fwd_fn, 0))
+        return out

@@ -1,8 +1,9 @@
 """`--autodiff-jvp`: forward mode. Lowers every `autodiff.jvp` op to a call of `@f_jvp`.
 
 `@f_jvp` (primals..., tangents...) -> (outputs..., output tangents...) is
-generated once per function from the per-op JVP rules in `rules/`. The
-clean-up (elementwise ops on tensors to linalg, canonicalize, cse) runs on the
+generated once per function from the per-op JVP rules in `rules/`, or is the
+function's `autodiff.custom_jvp` rule (see autodiff_common for custom rules
+and checkpoints). The clean-up (elementwise ops on tensors to linalg, canonicalize, cse) runs on the
 module afterwards, as upstream pipelines do.
 """
 

@@ -2,8 +2,9 @@
 
 For `@f` and a `wrt` set, `@f_fwd` (primals...) -> (outputs..., residuals...)
 and `@f_bwd` (residuals..., output cotangents...) -> (cotangents of wrt...)
-are generated once from the per-op VJP rules in `rules/`; the op becomes a
-call of each. Clean-up (elementwise to linalg, canonicalize, cse) follows.
+are generated once from the per-op VJP rules in `rules/` (or taken from
+`autodiff.custom_vjp`); the op becomes a call of each. `autodiff.checkpoint`
+calls save only their policy's residuals and recompute the rest in @f_bwd. Clean-up (elementwise to linalg, canonicalize, cse) follows.
 """
 
 from __future__ import annotations

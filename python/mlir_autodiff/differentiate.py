@@ -11,8 +11,8 @@ Nesting works because a traced sub-function may itself contain autodiff
 ops (the passes lower inner ops first): `grad(grad(f))`, `jvp(grad(f))`
 (Hessian-vector products), `hessian = jacfwd(jacrev(f))`.
 
-`jacfwd`/`jacrev` currently emit one jvp/vjp per basis vector (unrolled in
-the trace); they are rebuilt on `vmap` (one batched call) when batching lands.
+`jacfwd`/`jacrev` are one `vmap` of a jvp / of a pullback over the basis
+vectors: one batched call, not a loop of calls.
 """
 
 from __future__ import annotations
@@ -297,19 +297,6 @@ def stop_gradient(x: Any) -> Any:
 
 # --------------------------------------------------------------------------- Jacobians
 
-def _stack_rows(rows: list[Tracer], out_shape: tuple[int, ...],
-                in_shape: tuple[int, ...], row_major_out: bool) -> Tracer:
-    from . import numpy as anp
-
-    stacked = anp.stack(rows, axis=0)
-    if row_major_out:  # rows indexed by output element: shape out + in
-        return anp.reshape(stacked, out_shape + in_shape)
-    # rows indexed by input element: (in..., out...) -> (out..., in...)
-    arr = anp.reshape(stacked, in_shape + out_shape)
-    ni, no = len(in_shape), len(out_shape)
-    return anp.transpose(arr, tuple(range(ni, ni + no)) + tuple(range(ni)))
-
-
 def _single_array_arg(who: str, args: tuple[Any, ...], argnums: int) -> int:
     if not isinstance(argnums, int):
         raise NotImplementedError(f"{who}: only an integer argnums is supported for now")
@@ -320,8 +307,20 @@ def _single_array_arg(who: str, args: tuple[Any, ...], argnums: int) -> int:
     return n
 
 
+def _basis(aval: ShapedArray) -> np.ndarray:
+    """The standard basis of `aval`'s space, stacked: shape (size, *shape)."""
+    n = max(aval.size, 1)
+    return np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape)
+
+
 def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
-    """The Jacobian by reverse mode: shape `out.shape + x.shape` (array in, array out)."""
+    """The Jacobian by reverse mode: shape `out.shape + x.shape` (array in, array out).
+
+    One batched backward call: `vmap` of the pullback over the output basis.
+    """
+    from . import numpy as anp
+    from .batching import vmap
+
     who = f"jacrev({_name(fun)})"
 
     def transform(*args: Any) -> Any:
@@ -334,20 +333,25 @@ def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
         f_of_x.__name__ = _name(fun)
         out, pullback = vjp(f_of_x, x)
         out_aval = as_tracer(out).aval
-        rows = []
-        for k in range(max(out_aval.size, 1)):
-            e = np.zeros(out_aval.size, out_aval.dtype)
-            e[k] = 1
-            (row,) = pullback(as_tracer(e.reshape(out_aval.shape)))
-            rows.append(row)
-        return _stack_rows(rows, out_aval.shape, x.shape, True)
+
+        def row(ct: Any) -> Any:
+            return pullback(ct)[0]
+
+        rows = vmap(row)(as_tracer(_basis(out_aval)))
+        return anp.reshape(rows, out_aval.shape + x.shape)
 
     transform.__name__ = f"jacrev_{_name(fun)}"
     return _eager(transform)
 
 
 def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
-    """The Jacobian by forward mode: shape `out.shape + x.shape` (array in, array out)."""
+    """The Jacobian by forward mode: shape `out.shape + x.shape` (array in, array out).
+
+    One batched forward call: `vmap` of the jvp over the input basis.
+    """
+    from . import numpy as anp
+    from .batching import vmap
+
     who = f"jacfwd({_name(fun)})"
 
     def transform(*args: Any) -> Any:
@@ -358,15 +362,12 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
             return fun(*args[:n], xv, *args[n + 1:])
 
         f_of_x.__name__ = _name(fun)
-        cols = []
-        out_shape: tuple[int, ...] = ()
-        for k in range(max(x.size, 1)):
-            e = np.zeros(x.size, x.dtype)
-            e[k] = 1
-            out, col = jvp(f_of_x, (x,), (as_tracer(e.reshape(x.shape)),))
-            out_shape = as_tracer(col).shape
-            cols.append(col)
-        return _stack_rows(cols, out_shape, x.shape, False)
+
+        def column(t: Any) -> Any:
+            return jvp(f_of_x, (x,), (t,))[1]
+
+        cols = as_tracer(vmap(column, out_axes=-1)(as_tracer(_basis(x.aval))))
+        return anp.reshape(cols, cols.shape[:-1] + x.shape)
 
     transform.__name__ = f"jacfwd_{_name(fun)}"
     return _eager(transform)

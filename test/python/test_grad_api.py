@@ -244,3 +244,19 @@ def test_transforms_of_closures_over_traced_values():
     t = np.tanh(x @ w)
     exact = ((2 - 6 * t * t) * (1 - t * t) * (v @ w)) @ w.T  # derived by hand
     np.testing.assert_allclose(hvp, exact, rtol=1e-10, atol=1e-12)
+
+
+def test_jacobians_are_one_batched_call_not_a_loop():
+    """jacrev/jacfwd emit one vmap of one vjp/jvp, whatever the size."""
+    x = RNG.uniform(0.5, 1.5, 6)
+
+    def f(x):
+        return anp.sin(x) * anp.sum(x * x)
+
+    rev = ad.lower(ad.jacrev(f), x).as_text("capture")
+    fwd = ad.lower(ad.jacfwd(f), x).as_text("capture")
+    assert rev.count('"autodiff.vmap"') == 1 and rev.count('"autodiff.vjp"') == 1
+    assert fwd.count('"autodiff.vmap"') == 1 and fwd.count('"autodiff.jvp"') == 1
+    after = ad.lower(ad.jacrev(f), x).as_text("autodiff")
+    assert "autodiff." not in after
+    np.testing.assert_allclose(ad.jacrev(f)(x), ad.jacfwd(f)(x), rtol=1e-12)

@@ -36,8 +36,7 @@ from mlir import ir
 from mlir.dialects import linalg, scf
 
 from ..ad_support import Builder, element_type, is_tensor, op_name
-from .linalg import PAR, RED, _identity, _iters, _maps, _n_ins, _proj, _structure, _v
-from .linalg import make_generic
+from .linalg import PAR, RED, _identity, _iters, _maps, _n_ins, _proj, _structure, _v, make_generic
 
 Batched = tuple[ir.Value, bool]
 BatchRule = Callable[[Any, ir.Operation, list[ir.Value], list[bool]], list[Batched]]
@@ -131,13 +130,16 @@ class BatchBuilder(Builder):
         with self.loc, self.ip:
             return _v(linalg.broadcast(v, outs=[self.empty(t)], dimensions=[0]))
 
-    def materialize(self, v: ir.Value, batched: bool) -> ir.Value:  # type: ignore[override]
+    def ensure_batched(self, v: ir.Value, batched: bool) -> ir.Value:
+        """`v` if it is batched, else `bcast(v)`."""
         return v if batched else self.bcast(v)
 
-    def lane_index(self) -> ir.Value:
-        return self.create("linalg.index", [], [ir.IndexType.get()],
-                           {"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
-                           ).result
+
+
+def loop_index(b: Builder, d: int) -> ir.Value:
+    """`linalg.index d` at `b` (inside a linalg body; d = 0 is the lane)."""
+    return b.create("linalg.index", [], [ir.IndexType.get()],
+                    {"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)}).result
 
 
 def _attrs(op: ir.Operation) -> dict[str, ir.Attribute]:
@@ -284,7 +286,7 @@ def _structured(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
         fresh = [b.empty(unbatch_type(v.type, True)) for v in outs]
         new = b.bt.clone_unbatched(op, b.ip, operands=ins + fresh)
         return [(r, False) for r in new.results]
-    new_outs = [b.materialize(v, bb) for v, bb in zip(outs, batched[n_in:])]
+    new_outs = [b.ensure_batched(v, bb) for v, bb in zip(outs, batched[n_in:])]
     new_maps = [shift_map(m, bb) for m, bb in zip(maps[:n_in], batched[:n_in])]
     new_maps += [shift_map(m, True) for m in maps[n_in:]]
     gen = make_generic(b, ins, new_outs, new_maps, [PAR, *iters])
@@ -307,8 +309,7 @@ defstructured(
 )
 
 
-def _all_batched_or(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
-                    batched: list[bool]) -> bool:
+def _keeps_named_form(b: BatchBuilder, op: ir.Operation, batched: list[bool]) -> bool:
     """True when the op's own named form can be kept: every input batched, no capture."""
     n_in = _split(op)
     return all(batched[:n_in]) and not b.bt.captures_batched(op)
@@ -318,7 +319,7 @@ def _renamed(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value], batched: l
              attrs: dict[str, ir.Attribute] | None = None) -> list[Batched]:
     """The same linalg op on batched operands (destinations re-created batched)."""
     n_in = _split(op)
-    operands = vals[:n_in] + [b.materialize(v, bb) for v, bb in
+    operands = vals[:n_in] + [b.ensure_batched(v, bb) for v, bb in
                               zip(vals[n_in:], batched[n_in:])]
     new = b.bt.clone_unbatched(op, b.ip, operands=operands,
                                result_types=[v.type for v in operands[n_in:]][: len(op.results)],
@@ -328,18 +329,38 @@ def _renamed(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value], batched: l
 
 def _matmul(b, op, vals, batched):
     """matmul with both operands batched is a batch_matmul; otherwise a generic contraction."""
-    if "indexing_maps" in op.attributes and "(d0, d2)" not in str(op.attributes["indexing_maps"]):
-        return _structured(b, op, vals, batched)
+    default = [_proj(3, [0, 2]), _proj(3, [2, 1]), _proj(3, [0, 1])]
+    if "indexing_maps" in op.attributes and _maps(op) != default:
+        return _structured(b, op, vals, batched)  # transposed operands: a generic contraction
     if batched[0] and batched[1]:
-        init = b.materialize(vals[2], batched[2])
+        init = b.ensure_batched(vals[2], batched[2])
         with b.loc, b.ip:
             return [(_v(linalg.batch_matmul(vals[0], vals[1], outs=[init])), True)]
+    if batched[0] and vals[0].type.has_static_shape:
+        # Only the left operand is batched: fold the batch into its rows (JAX's dot_general
+        # rule), one (B*M x K) @ (K x N) matmul; the right operand is not broadcast.
+        a, w = vals[0], vals[1]
+        init = b.ensure_batched(vals[2], batched[2])
+        nb, m, _ = a.type.shape
+        rows = [[0, 1], [2]]
+        flat = b.create("tensor.collapse_shape", [a], [ir.RankedTensorType.get(
+            [nb * m, a.type.shape[2]], a.type.element_type)],
+            {"reassociation": _reassoc_attr(rows)}).result
+        out_t = init.type
+        flat_init = b.create("tensor.collapse_shape", [init], [ir.RankedTensorType.get(
+            [nb * m, out_t.shape[2]], out_t.element_type)],
+            {"reassociation": _reassoc_attr(rows)}).result
+        with b.loc, b.ip:
+            prod = _v(linalg.matmul(flat, w, outs=[flat_init]))
+        return [(b.create("tensor.expand_shape", [prod], [out_t], {
+            "reassociation": _reassoc_attr(rows),
+            "static_output_shape": ir.DenseI64ArrayAttr.get(list(out_t.shape))}).result, True)]
     return _structured(b, op, vals, batched)
 
 
 def _fill(b, op, vals, batched):
     if batched[0]:  # a per-lane scalar: broadcast it along the tensor's dims
-        init = b.materialize(vals[1], batched[1])
+        init = b.ensure_batched(vals[1], batched[1])
         r = init.type.rank
         with b.loc, b.ip:
             return [(_v(linalg.broadcast(vals[0], outs=[init],
@@ -373,7 +394,7 @@ def _copy(b, op, vals, batched):
 
 def _reduce(b, op, vals, batched):
     """A reduce over batched inputs stays a reduce: the batch dim is one more kept dim."""
-    if not _all_batched_or(b, op, vals, batched):
+    if not _keeps_named_form(b, op, batched):
         return _structured(b, op, vals, batched)
     return _renamed(b, op, vals, batched, {"dimensions": _shifted_attr(op, "dimensions", [])})
 
@@ -415,7 +436,7 @@ def _extract(b, op, vals, batched):
 
     def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
         it = iter(args)
-        lane = [BatchBuilder.lane_index(bb)] if batched[0] else []  # type: ignore[arg-type]
+        lane = [loop_index(bb, 0)] if batched[0] else []
         ix = [next(it) if flag else v for v, flag in zip(idx, batched[1:])]
         return [bb.create("tensor.extract", [src, *lane, *ix], [et]).result]
 
@@ -426,10 +447,10 @@ def _extract(b, op, vals, batched):
 def _insert(b, op, vals, batched):
     """insert at unbatched indices is an insert_slice; at batched indices a masked scatter."""
     s, dest, *idx = vals
-    dest_b = b.materialize(dest, batched[1])
+    dest_b = b.ensure_batched(dest, batched[1])
     rank = dest_b.type.rank - 1
     if not any(batched[2:]):
-        src = b.materialize(s, batched[0])
+        src = b.ensure_batched(s, batched[0])
         dyn = ir.ShapedType.get_dynamic_size()
         new = b.create("tensor.insert_slice", [src, dest_b, *idx], [dest_b.type], {
             "static_offsets": ir.DenseI64ArrayAttr.get([0] + [dyn] * rank),
@@ -450,9 +471,7 @@ def _insert(b, op, vals, batched):
         ix = [next(it) if flag else v for v, flag in zip(idx, batched[2:])]
         cond = None
         for k, v in enumerate(ix):
-            here = bb.create("linalg.index", [], [ir.IndexType.get()],
-                             {"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k + 1)}
-                             ).result
+            here = loop_index(bb, k + 1)
             eq = bb.create("arith.cmpi", [here, v], [i1],
                            {"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
                            ).result
@@ -472,9 +491,57 @@ def _slice_attrs(op: ir.Operation, size: int) -> dict[str, ir.Attribute]:
     return attrs
 
 
+def _slice_gather(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
+                  batched: list[bool]) -> list[Batched]:
+    """extract_slice at batched offsets: a gather, one generic over (lane, result element).
+
+    Element (l, i...) reads `src[(l,) offset_l + i * stride]`; sizes and strides
+    must be static, and a rank-reducing slice may only drop its unit dimensions.
+    """
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    if seg[2] or seg[3]:
+        raise b.fail(op, "cannot batch 'tensor.extract_slice' with batched offsets and "
+                         "dynamic sizes or strides")
+    dyn = ir.ShapedType.get_dynamic_size()
+    offsets = _static_array(op, "static_offsets")
+    sizes = _static_array(op, "static_sizes")
+    strides = _static_array(op, "static_strides")
+    t = op.results[0].type
+    kept = [d for d, n in enumerate(sizes) if n != 1 or t.rank == len(sizes)]
+    if [sizes[d] for d in kept] != list(t.shape):
+        raise b.fail(op, "cannot batch a rank-reducing 'tensor.extract_slice' that keeps unit "
+                         "dimensions at batched offsets")
+    off_vals = list(zip(vals[1:1 + seg[1]], batched[1:1 + seg[1]]))
+    ins = [v for v, f in off_vals if f]
+    n = t.rank + 1
+    idx_t = ir.IndexType.get()
+
+    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        it_in, it_off = iter(args), iter(off_vals)
+        index = [loop_index(bb, 0)] if batched[0] else []
+        for d, (o, st) in enumerate(zip(offsets, strides)):
+            if o == dyn:
+                v, f = next(it_off)
+                base = next(it_in) if f else v
+            else:
+                base = bb.index(o)
+            if d in kept:
+                i = loop_index(bb, 1 + kept.index(d))
+                if st != 1:
+                    i = bb.create("arith.muli", [i, bb.index(st)], [idx_t]).result
+                base = bb.create("arith.addi", [base, i], [idx_t]).result
+            index.append(base)
+        return [bb.create("tensor.extract", [vals[0], *index], [t.element_type]).result]
+
+    rt = b.btype(t)
+    maps = [_proj(n, [0])] * len(ins) + [_identity(n)]
+    gen = make_generic(b, ins, [b.empty(rt)], maps, [PAR] * n, body)
+    return [(gen.result, True)]
+
+
 def _extract_slice(b, op, vals, batched):
     if any(batched[1:]):
-        raise b.fail(op, "cannot batch 'tensor.extract_slice' with batched offsets or sizes")
+        return _slice_gather(b, op, vals, batched)
     new = b.create("tensor.extract_slice", vals, [b.btype(op.results[0].type)],
                    _slice_attrs(op, b.size))
     return [(new.result, True)]
@@ -483,7 +550,7 @@ def _extract_slice(b, op, vals, batched):
 def _insert_slice(b, op, vals, batched):
     if any(batched[2:]):
         raise b.fail(op, "cannot batch 'tensor.insert_slice' with batched offsets or sizes")
-    src, dest = b.materialize(vals[0], batched[0]), b.materialize(vals[1], batched[1])
+    src, dest = b.ensure_batched(vals[0], batched[0]), b.ensure_batched(vals[1], batched[1])
     new = b.create("tensor.insert_slice", [src, dest, *vals[2:]], [dest.type],
                    _slice_attrs(op, b.size))
     return [(new.result, True)]
@@ -570,7 +637,7 @@ def _concat(b, op, vals, batched):
     attrs = _attrs(op)
     d = ir.IntegerAttr(op.attributes["dim"]).value
     attrs["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d + 1)
-    ins = [b.materialize(v, bb) for v, bb in zip(vals, batched)]
+    ins = [b.ensure_batched(v, bb) for v, bb in zip(vals, batched)]
     return [(b.create("tensor.concat", ins, [b.btype(op.results[0].type)], attrs).result,
              True)]
 
@@ -592,7 +659,7 @@ def _from_elements(b, op, vals, batched):
     cols = []
     col_t = ir.RankedTensorType.get([b.size, 1], et)
     for v, bb in zip(vals, batched):
-        lane = b.materialize(v, bb)
+        lane = b.ensure_batched(v, bb)
         cols.append(b.create("tensor.expand_shape", [lane], [col_t], {
             "reassociation": _reassoc_attr([[0, 1]]),
             "static_output_shape": ir.DenseI64ArrayAttr.get([b.size, 1])}).result)
@@ -620,10 +687,7 @@ def _generate(b, op, vals, batched):
 
 def _index_in(b: BatchBuilder, block: ir.Block, d: int) -> ir.Value:
     """`linalg.index d` appended to `block` (a generic's body under construction)."""
-    return ir.Operation.create(
-        "linalg.index", results=[ir.IndexType.get()],
-        attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)},
-        loc=b.loc, ip=ir.InsertionPoint(block)).result
+    return loop_index(Builder(ir.InsertionPoint(block), b.loc), d)
 
 
 def _pad(b, op, vals, batched):
@@ -699,13 +763,13 @@ def _for(b, op, vals, batched):
         return [b.bt.is_tainted(y, tainted) for y in yields]
 
     carry = _fixpoint(list(batched[3:]), step)
-    new_inits = [b.materialize(v, bb) if c else v for v, bb, c in zip(inits, batched[3:], carry)]
+    new_inits = [b.ensure_batched(v, bb) if c else v for v, bb, c in zip(inits, batched[3:], carry)]
     loop = scf.ForOp(vals[0], vals[1], vals[2], new_inits, loc=b.loc, ip=b.ip)
     nb = loop.body
     env = [(nb.arguments[0], False)] + list(zip(list(nb.arguments)[1:], carry))
     outs = b.bt.batch_block(body, ir.InsertionPoint(nb), env)
     yb = BatchBuilder(ir.InsertionPoint(nb), b.loc, b.bt, op)
-    scf.YieldOp([yb.materialize(v, f) if c else v for (v, f), c in zip(outs, carry)],
+    scf.YieldOp([yb.ensure_batched(v, f) if c else v for (v, f), c in zip(outs, carry)],
                 loc=b.loc, ip=ir.InsertionPoint(nb))
     return list(zip(loop.results, carry))
 
@@ -738,7 +802,7 @@ def _if(b, op, vals, batched):
             [(else_b, new.else_block)] if else_b is not None else []):
         outs = b.bt.batch_block(src, ir.InsertionPoint(dst), [])
         yb = BatchBuilder(ir.InsertionPoint(dst), b.loc, b.bt, op)
-        scf.YieldOp([yb.materialize(v, vb) if f else v for (v, vb), f in zip(outs, flags)],
+        scf.YieldOp([yb.ensure_batched(v, vb) if f else v for (v, vb), f in zip(outs, flags)],
                     loc=b.loc, ip=ir.InsertionPoint(dst))
     return list(zip(new.results, flags))
 
@@ -757,10 +821,10 @@ def _any(b: BatchBuilder, mask: ir.Value) -> ir.Value:
 def _while(b, op, vals, batched):
     """scf.while with a batched condition runs until every lane is done.
 
-    Lanes whose condition is false keep their carried values (the after
-    region's results are selected per lane by the condition), so each lane
-    ends with the values it had when its own condition first failed. Needs
-    the common form in which the before region forwards its arguments.
+    Lanes whose condition is false keep their arguments (the after region's
+    results are selected per lane by the condition), so the before region,
+    recomputed from them, forwards again the values the lane had when its
+    own condition first failed: the loop's results are right for every lane.
     """
     before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
     cond_op = _terminator(before)
@@ -783,37 +847,44 @@ def _while(b, op, vals, batched):
 
     carry = _fixpoint(list(batched), step)
     masked = cond_batched(carry)
-    if masked and (len(fwd) != len(bargs) or any(f != a for f, a in zip(fwd, bargs))):
-        raise b.fail(op, "cannot batch 'scf.while' with a batched condition unless its "
-                         "before region forwards its arguments unchanged")
-    inits = [b.materialize(v, bb) if c else v for v, bb, c in zip(vals, batched, carry)]
+    tainted = b.bt.taint(before, {a for a, f in zip(bargs, carry) if f})
+    fwd_flags = [masked or b.bt.is_tainted(v, tainted) for v in fwd]
+    # With a mask, finished lanes keep their arguments; when the before region does
+    # not just forward them, they travel beside the forwarded values to the after region.
+    forwards = len(fwd) == len(bargs) and all(f == a for f, a in zip(fwd, bargs))
+    extra = masked and not forwards
+    inits = [b.ensure_batched(v, bb) if c else v for v, bb, c in zip(vals, batched, carry)]
     types = [v.type for v in inits]
-    i1 = ir.IntegerType.get_signless(1)
-    mask_t = b.btype(i1)
-    res_types = types + ([mask_t] if masked else [])
+    fwd_types = [b.btype(r.type) if f else r.type for r, f in zip(op.results, fwd_flags)]
+    mask_t = b.btype(ir.IntegerType.get_signless(1))
+    res_types = fwd_types + (types if extra else []) + ([mask_t] if masked else [])
     new = scf.WhileOp(res_types, inits, loc=b.loc, ip=b.ip)
     nbefore = new.before.blocks.append(*types)
     nafter = new.after.blocks.append(*res_types)
     outs = b.bt.batch_block(before, ir.InsertionPoint(nbefore),
                             list(zip(nbefore.arguments, carry)))
     cb = BatchBuilder(ir.InsertionPoint(nbefore), b.loc, b.bt, op)
-    (c, cbat), fwd_outs = outs[0], outs[1:]
-    fvals = [cb.materialize(v, vb) if f else v for (v, vb), f in zip(fwd_outs, carry)]
+    (c, _), fwd_outs = outs[0], outs[1:]
+    fvals = [cb.ensure_batched(v, vb) if f else v for (v, vb), f in zip(fwd_outs, fwd_flags)]
     if masked:
-        scf.ConditionOp(_any(cb, c), fvals + [c], loc=b.loc, ip=ir.InsertionPoint(nbefore))
+        kept = list(nbefore.arguments) if extra else []
+        scf.ConditionOp(_any(cb, c), fvals + kept + [c], loc=b.loc,
+                        ip=ir.InsertionPoint(nbefore))
     else:
         scf.ConditionOp(c, fvals, loc=b.loc, ip=ir.InsertionPoint(nbefore))
-    aenv = list(zip(list(nafter.arguments)[: len(types)], carry))
-    outs = b.bt.batch_block(after, ir.InsertionPoint(nafter), aenv)
+    aargs_new = list(nafter.arguments)
+    outs = b.bt.batch_block(after, ir.InsertionPoint(nafter),
+                            list(zip(aargs_new[: len(fwd)], fwd_flags)))
     ab = BatchBuilder(ir.InsertionPoint(nafter), b.loc, b.bt, op)
-    yvals = [ab.materialize(v, vb) if f else v for (v, vb), f in zip(outs, carry)]
+    yvals = [ab.ensure_batched(v, vb) if f else v for (v, vb), f in zip(outs, carry)]
     if masked:
-        mask = list(nafter.arguments)[-1]
-        yvals = [elementwise(ab, "arith.select", [mask, y, prev], [True, True, True],
-                             [r.type], {})[0][0]
-                 for y, prev, r in zip(yvals, list(nafter.arguments), op.results)]
+        prev = aargs_new[len(fwd): len(fwd) + len(types)] if extra else aargs_new[: len(fwd)]
+        mask = aargs_new[-1]
+        yvals = [elementwise(ab, "arith.select", [mask, y, p], [True, True, True],
+                             [unbatch_type(p.type, is_tensor(a.type))], {})[0][0]
+                 for y, p, a in zip(yvals, prev, bargs)]
     scf.YieldOp(yvals, loc=b.loc, ip=ir.InsertionPoint(nafter))
-    return list(zip(list(new.results)[: len(types)], carry))
+    return list(zip(list(new.results)[: len(fwd)], fwd_flags))
 
 
 defrule("scf.for", _for)
@@ -845,19 +916,62 @@ def _checkpoint(b, op, vals, batched):
 
 
 def _random(b, op, vals, batched):
-    """Random ops under vmap: "same" draws once for every lane; the rest await the RNG work."""
+    """A stateful draw under vmap: "same" draws once for every lane; the others are errors.
+
+    randomness = "different" works on functionalized code (--autodiff-functionalize-rng
+    first): then every lane gets its own Philox offset, see `_philox`.
+    """
     mode = b.bt.randomness
     if mode == "same" and not any(batched):
         new = b.bt.clone_unbatched(op, b.ip)
         return [(r, False) for r in new.results]
+    hint = ""
+    if mode == "different":
+        hint = " yet (run --autodiff-functionalize-rng before --autodiff-vmap)"
+    elif mode != "error":
+        hint = " yet"
     raise b.fail(op, f"random op '{op_name(op)}' under vmap with randomness = \"{mode}\" "
-                     "is not supported" + ("" if mode == "error" else " yet"))
+                     f"is not supported{hint}")
+
+
+def _philox(b, op, vals, batched):
+    """A functional draw: per-lane (seed, offset) draw per lane; unbatched ones as `_random`.
+
+    Lanes are drawn one by one into their row of the batched tensor: each
+    lane's counter range is its own (the vmap op gives lane l the offset
+    `offset + l * C`, C the blocks one call consumes), so the draws are
+    exactly those of B unbatched calls made one after the other.
+    """
+    if not any(batched):
+        if b.bt.randomness == "error":
+            return _random(b, op, vals, batched)
+        new = b.bt.clone_unbatched(op, b.ip)
+        return [(r, False) for r in new.results]
+    t = op.results[0].type
+    bt = b.btype(t)
+    b.static(bt, "'autodiff.philox'")
+    loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [b.empty(bt)], loc=b.loc, ip=b.ip)
+    lb = BatchBuilder(ir.InsertionPoint(loop.body), b.loc, b.bt, op)
+    lane = loop.induction_variable
+    args = [lb.create("tensor.extract", [v, lane], [v.type.element_type]).result if f else v
+            for v, f in zip(vals, batched)]
+    draw = lb.create(op_name(op), args, [t], _attrs(op)).result
+    r = t.rank
+    dyn = ir.ShapedType.get_dynamic_size()
+    row = lb.create("tensor.insert_slice", [draw, loop.inner_iter_args[0], lane], [bt], {
+        "static_offsets": ir.DenseI64ArrayAttr.get([dyn] + [0] * r),
+        "static_sizes": ir.DenseI64ArrayAttr.get([1] + list(t.shape)),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0, 0]),
+    }).result
+    scf.YieldOp([row], loc=b.loc, ip=ir.InsertionPoint(loop.body))
+    return [(loop.results[0], True)]
 
 
 defrule("func.call", _call)
 defrule("autodiff.checkpoint", _checkpoint)
 defrule("autodiff.random", _random)
-defrule("autodiff.philox", _random)
+defrule("autodiff.philox", _philox)
 
 #: Ops sent to their rule even when no operand is batched (a draw differs per lane).
 ALWAYS_RULE = ("autodiff.random", "autodiff.philox")

@@ -1,0 +1,218 @@
+"""`vmap`: batching, as JAX's `jax.vmap` and torch.func's `vmap`.
+
+The Python side never batches: `vmap(f)(*args)` traces `f` on one example
+(each batched argument with its batch axis removed) into its own
+`func.func`, and emits `autodiff.vmap {fn, in_axes, out_axes, randomness}`;
+the `--autodiff-vmap` pass generates the batched function when the
+enclosing `jit` compiles. Called outside a trace, `vmap(f)` compiles itself
+with `jit` (cached per signature), so `ad.vmap(f)(xs)` works eagerly.
+
+Composition works because transforms nest as functions containing autodiff
+ops, which the passes lower inside out: `vmap(grad(f))` gives per-example
+gradients in one compiled call, `vmap(vmap(f))`, `jvp(vmap(f))`, ...
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Optional
+
+import numpy as np
+
+from . import dialects, pytree
+from .api import JitFunction
+from .tracing import (
+    ShapedArray,
+    Tracer,
+    as_tracer,
+    current_trace,
+    require_trace,
+    trace_function,
+)
+
+Axis = Optional[int]
+RANDOMNESS = ("error", "different", "same")
+
+
+def _name(fun: Callable[..., Any]) -> str:
+    return getattr(fun, "__name__", "fn")
+
+
+def _eager(transform: Callable[..., Any]) -> Callable[..., Any]:
+    """Run `transform` traced: directly inside a trace, else under a cached `jit`."""
+    jitted = JitFunction(transform)
+
+    @functools.wraps(transform)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if current_trace() is not None:
+            return transform(*args, **kwargs)
+        return jitted(*args, **kwargs)
+
+    return run
+
+
+def _check_spec(spec: Any, what: str) -> None:
+    """Reject anything that is not an int/None or a container of them (JAX's message)."""
+    for leaf in pytree.tree_leaves(spec):
+        if not isinstance(leaf, (int, np.integer)) or isinstance(leaf, bool):
+            raise TypeError(f"vmap {what} must be an int, None, or (nested) container with "
+                            f"those types as leaves, but got {spec!r}")
+
+
+def _prefix_leaves(spec: Any, tree: pytree.TreeDef, what: str, whole: Any = None) -> list[Axis]:
+    """Broadcast the axis specification `spec` (a tree prefix of `tree`) to its leaves."""
+    if spec is None or isinstance(spec, (int, np.integer)):
+        return [None if spec is None else int(spec)] * tree.num_leaves
+    kind = tree.kind
+    ok = (isinstance(spec, (tuple, list)) and kind in ("tuple", "list", "namedtuple")
+          and len(spec) == len(tree.children))
+    if isinstance(spec, dict):
+        ok = kind == "dict" and tuple(sorted(spec)) == tuple(tree.aux)
+        spec = [spec[k] for k in tree.aux] if ok else spec
+    if not ok:
+        raise ValueError(f"vmap {what} specification must be a tree prefix of the "
+                         f"corresponding value, got specification {whole!r} for value tree "
+                         f"{tree}")
+    out: list[Axis] = []
+    for s, child in zip(spec, tree.children):
+        out += _prefix_leaves(s, child, what, whole)
+    return out
+
+
+def _arg_desc(i: int, t: Tracer) -> str:
+    return f"argument leaf {i} of type {t.aval.str_short()}"
+
+
+def _inconsistent(sizes: list[tuple[int, int, Tracer, int]]) -> ValueError:
+    lines = [f"  * axis {a} of {_arg_desc(i, t)} has size {n}" for i, a, t, n in sizes]
+    return ValueError("vmap got inconsistent sizes for array axes to be mapped:\n"
+                      + "\n".join(lines))
+
+
+def _insert(shape: tuple[int, ...], axis: int, n: int) -> tuple[int, ...]:
+    return shape[:axis] + (n,) + shape[axis:]
+
+
+def _broadcast_out(x: Tracer, axis: Axis, size: int) -> Tracer:
+    from . import numpy as anp
+
+    if axis is None:
+        return x
+    return anp.broadcast_to(anp.expand_dims(x, axis), _insert(x.shape, axis, size))
+
+
+def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
+         randomness: str = "error", axis_size: int | None = None) -> Callable[..., Any]:
+    """Vectorize `fun` over a batch axis of its arguments (JAX's `vmap`).
+
+    `in_axes`: an int, None, or a tuple with one entry per positional
+    argument, each a pytree prefix of that argument (ints or None: the axis
+    the leaf is batched along, None for unbatched; negative ints count from
+    the end). `out_axes`: the same for the outputs; None is only allowed for
+    an output that does not depend on a batched input, and unbatched outputs
+    with an int axis are broadcast. `axis_size` gives the batch size when no
+    argument is batched. `randomness` ("error", "different", "same") says how
+    random draws under vmap behave; "error" rejects them.
+
+    Errors are JAX's: inconsistent batch sizes, an axis out of range, a
+    mapped output with out_axes None are `ValueError`s.
+    """
+    if randomness not in RANDOMNESS:
+        raise ValueError(f"vmap: randomness must be one of {RANDOMNESS}, got {randomness!r}")
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)  # JAX treats a top-level list as a tuple
+    _check_spec(in_axes, "in_axes")
+    _check_spec(out_axes, "out_axes")
+    who = f"vmap({_name(fun)})"
+
+    def transform(*args: Any) -> Any:
+        if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+            raise ValueError(
+                "vmap in_axes must be an int, None, or a tuple of entries corresponding to "
+                "the positional arguments passed to the function, but got "
+                f"len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+        leaves, in_tree = pytree.tree_flatten(args)
+        axes = _prefix_leaves(in_axes, in_tree, "in_axes", in_axes)
+        tracers = [as_tracer(x) for x in leaves]
+        sizes = []
+        norm: list[Axis] = []
+        for i, (t, a) in enumerate(zip(tracers, axes)):
+            if a is None:
+                norm.append(None)
+                continue
+            ax = a + t.ndim if a < 0 else a
+            if not 0 <= ax < t.ndim:
+                raise ValueError(
+                    f"vmap was requested to map its argument along axis {a}, which implies "
+                    f"that its rank should be at least {(a if a >= 0 else -a - 1) + 1}, but "
+                    f"is only {t.ndim} (its shape is {t.shape})")
+            norm.append(ax)
+            sizes.append((i, ax, t, t.shape[ax]))
+        distinct = {n for *_, n in sizes}
+        if len(distinct) > 1:
+            raise _inconsistent(sizes)
+        if axis_size is not None and distinct and distinct != {axis_size}:
+            raise ValueError(f"vmap got axis_size={axis_size} but the mapped axes have size "
+                             f"{distinct.pop()}")
+        if not sizes:
+            if axis_size is None:
+                raise ValueError("vmap must have at least one non-None value in in_axes "
+                                 "(or pass axis_size)")
+            return _unbatched_call(fun, args, out_axes, axis_size)
+        size = distinct.pop()
+        avals = [t.aval if a is None else
+                 ShapedArray(t.shape[:a] + t.shape[a + 1:], t.dtype, t.weak_type)
+                 for t, a in zip(tracers, norm)]
+        fn = trace_function(fun, avals, in_tree, name=_name(fun))
+        oaxes = _prefix_leaves(out_axes, fn.out_tree, "out_axes", out_axes)
+        out_norm: list[Axis] = []
+        for j, (a, aval) in enumerate(zip(oaxes, fn.out_avals)):
+            if a is None:
+                out_norm.append(None)
+                continue
+            ax = a + aval.ndim + 1 if a < 0 else a
+            if not 0 <= ax <= aval.ndim:
+                raise ValueError(f"{who}: out_axes {a} is out of range for output leaf {j} "
+                                 f"of rank {aval.ndim}")
+            out_norm.append(ax)
+        from .transforms.vmap import batched_outputs
+
+        flags = [a is not None for a in norm] + [False] * len(fn.captures)
+        depends = batched_outputs(fn.func_op.operation, flags)
+        for j, (a, dep) in enumerate(zip(out_norm, depends)):
+            if a is None and dep:
+                raise ValueError(f"vmap has mapped output (leaf {j} of the output of "
+                                 f"{_name(fun)}) but out_axes is None")
+        res_avals = [aval if a is None else
+                     ShapedArray(_insert(aval.shape, a, size), aval.dtype)
+                     for aval, a in zip(fn.out_avals, out_norm)]
+        trace = require_trace("vmap")
+        operands = [trace.lift(t) for t in tracers + list(fn.captures)]
+        ins = [-1 if a is None else a for a in norm] + [-1] * len(fn.captures)
+        outs_ax = [-1 if a is None else a for a in out_norm]
+        with trace.emitting():
+            op = dialects.VmapOp([a.mlir_type() for a in res_avals], [o.value for o in operands],
+                                 fn.symbol, ins, outs_ax, randomness)
+        outs = [trace.wrap(v, a.strong()) for v, a in zip(op.results, res_avals)]
+        return pytree.tree_unflatten(fn.out_tree, outs)
+
+    transform.__name__ = f"vmap_{_name(fun)}"
+    return _eager(transform)
+
+
+def _unbatched_call(fun: Callable[..., Any], args: tuple[Any, ...], out_axes: Any,
+                    size: int) -> Any:
+    """vmap with no batched argument: one call, every output broadcast at its out axis."""
+    out = fun(*args)
+    leaves, tree = pytree.tree_flatten(out)
+    axes = _prefix_leaves(out_axes, tree, "out_axes", out_axes)
+    outs = []
+    for x, a in zip(leaves, axes):
+        t = as_tracer(x)
+        ax = None if a is None else (a + t.ndim + 1 if a < 0 else a)
+        outs.append(_broadcast_out(t, ax, size))
+    return pytree.tree_unflatten(tree, outs)
+
+
+__all__ = ["vmap"]

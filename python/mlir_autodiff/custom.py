@@ -1,0 +1,834 @@
+"""Custom derivative rules and checkpointing: `custom_vjp`, `custom_jvp`, `Function`,
+`checkpoint`, `checkpoint_name`, `print_saved_residuals`.
+
+Like every transform here, these only *emit* IR; the passes differentiate.
+
+- `custom_vjp` / `custom_jvp` (JAX semantics) and `Function` (torch.autograd.Function
+  semantics) trace the primal function and the rule functions into their own
+  `func.func`s and mark the primal with the function attributes of DESIGN.md,
+  `autodiff.custom_vjp = {fwd = @f_fwd, bwd = @f_bwd}` and
+  `autodiff.custom_jvp = @f_jvp`; the call site is a plain `func.call @f`. So the
+  rules apply wherever `@f` is differentiated, under `jit`, `grad`, `jvp`, `vmap`,
+  `hessian` in any nesting. Composition beyond JAX: forward mode of a function with
+  only a custom VJP differentiates the primal body; reverse mode of one with only a
+  custom JVP transposes the JVP rule (as JAX does); higher orders differentiate the
+  rule functions themselves.
+- Values a rule closes over (traced values of an enclosing function) become extra
+  arguments of the generated functions; they are treated as constants of the rule:
+  no derivative flows to them (as in JAX, where closing over a differentiated value
+  inside custom_vjp is an error; use an explicit argument instead).
+- `checkpoint(f, policy=...)` emits `autodiff.checkpoint {fn = @f, policy = "..."}`:
+  the reverse pass recomputes @f's internals in the backward pass, saving only
+  what the policy allows. `checkpoint_name(x, "h")` is a `func.call` to a private
+  identity function carrying `autodiff.checkpoint_name = "h"` (a marker the pass
+  recognizes through any differentiation; it disappears once nothing is left to
+  differentiate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import func
+
+from . import dialects, pytree
+from .api import JitFunction, _leaf_aval
+from .tracing import (
+    FunctionTrace,
+    ShapedArray,
+    TracedFunction,
+    Tracer,
+    as_tracer,
+    current_trace,
+    emit_call,
+    function_location,
+    require_trace,
+    trace_function,
+)
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _name(fun: Any) -> str:
+    name = getattr(fun, "__name__", "fn")
+    return name if isinstance(name, str) and name.isidentifier() else "fn"
+
+
+def _nums(nums: int | Sequence[int], n: int, who: str) -> tuple[int, ...]:
+    nums = (nums,) if isinstance(nums, int) else tuple(nums)
+    out = []
+    for i in nums:
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise ValueError(f"{who}: argnum {i} is out of range for {n} positional arguments")
+        out.append(j)
+    return tuple(sorted(set(out)))
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.floating)
+
+
+def _zeros(aval: ShapedArray) -> Tracer:
+    return as_tracer(np.zeros(aval.shape, aval.dtype))
+
+
+def _leaf_like(x: Any, aval: ShapedArray, who: str, what: str) -> Tracer:
+    """`x` as a tracer of `aval`'s shape and dtype (weak scalars adopt the dtype)."""
+    t = as_tracer(x)
+    if t.shape != aval.shape:
+        raise TypeError(f"{who}: {what} has shape {t.shape}, expected {aval.shape}")
+    if t.dtype != aval.dtype:
+        if not (t.weak_type or (_is_float(t.dtype) and _is_float(aval.dtype))):
+            raise TypeError(f"{who}: {what} has dtype {t.dtype}, expected {aval.dtype}")
+        t = as_tracer(t, aval.dtype)
+    return t
+
+
+def _unique_captures(*fns: TracedFunction) -> list[Tracer]:
+    """The union of the functions' captured outer values, each once."""
+    out: list[Tracer] = []
+    for fn in fns:
+        for c in fn.captures:
+            if not any(c.value == o.value for o in out):
+                out.append(c)
+    return out
+
+
+def _index_of(caps: Sequence[Tracer], c: Tracer) -> int:
+    return next(i for i, o in enumerate(caps) if o.value == c.value)
+
+
+class _Wrapper:
+    """A private `func.func` built directly in the module of the active trace."""
+
+    def __init__(self, trace: FunctionTrace, base: str, inputs: Sequence[ir.Type],
+                 results: Sequence[ir.Type], loc: ir.Location) -> None:
+        from .tracing import _unique_symbol
+
+        self.loc = loc
+        with trace.context, loc, ir.InsertionPoint(trace.module.body):
+            self.op = func.FuncOp(_unique_symbol(trace.module, base),
+                                  ir.FunctionType.get(list(inputs), list(results)),
+                                  visibility="private")
+            self.block = self.op.add_entry_block()
+        self.args = list(self.block.arguments)
+
+    @property
+    def name(self) -> str:
+        return ir.StringAttr(self.op.attributes["sym_name"]).value
+
+    def call(self, fn: TracedFunction, operands: Sequence[ir.Value]) -> list[ir.Value]:
+        with self.loc, ir.InsertionPoint(self.block):
+            types = [a.mlir_type() for a in fn.out_avals]
+            return list(func.CallOp(types, fn.symbol, list(operands)).results)
+
+    def zero(self, t: ir.Type) -> ir.Value:
+        with self.loc, ir.InsertionPoint(self.block):
+            et = t.element_type
+            attr = (ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType)
+                    else ir.IntegerAttr.get(et, 0))
+            return ir.Operation.create("arith.constant", results=[t], attributes={
+                "value": ir.DenseElementsAttr.get_splat(t, attr)}).result
+
+    def ret(self, values: Sequence[ir.Value]) -> None:
+        with self.loc, ir.InsertionPoint(self.block):
+            func.ReturnOp(list(values))
+
+
+@dataclasses.dataclass
+class _Primal:
+    """A custom function's call site: the traced primal and its flat arguments."""
+
+    trace: FunctionTrace
+    fn: TracedFunction
+    tracers: list[Tracer]
+    avals: list[ShapedArray]
+    in_tree: pytree.TreeDef
+    loc: ir.Location
+
+
+def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str) -> _Primal:
+    trace = require_trace(name)
+    leaves, in_tree = pytree.tree_flatten(diff_args)
+    tracers = [as_tracer(x) for x in leaves]
+    avals = [t.aval for t in tracers]
+    fn = trace_function(fun, avals, in_tree, name=name)
+    with trace.context:
+        loc = function_location(fun, trace.context)
+    return _Primal(trace, fn, tracers, avals, in_tree, loc)
+
+
+def _emit_custom(p: _Primal, name: str, caps: list[Tracer],
+                 attrs: dict[str, Callable[[], ir.Attribute]]) -> Any:
+    """Emit the wrapper @name (args + captures) -> outs, marked with `attrs`, and call it."""
+    x_types = [a.mlir_type() for a in p.avals]
+    c_types = [c.value.type for c in caps]
+    out_types = [a.mlir_type() for a in p.fn.out_avals]
+    w = _Wrapper(p.trace, name, x_types + c_types, out_types, p.loc)
+    nx = len(x_types)
+    ops = w.args[:nx] + [w.args[nx + _index_of(caps, c)] for c in p.fn.captures]
+    w.ret(w.call(p.fn, ops))
+    with p.trace.context, p.loc:
+        for key, make in attrs.items():
+            w.op.attributes[key] = make()
+    trace = p.trace
+    operands = [trace.lift(t) for t in p.tracers] + [trace.lift(c) for c in caps]
+    with trace.emitting():
+        call = func.CallOp(out_types, ir.FlatSymbolRefAttr.get(w.name),
+                           [o.value for o in operands])
+    outs = [trace.wrap(v, a) for v, a in zip(call.results, p.fn.out_avals)]
+    return pytree.tree_unflatten(p.fn.out_tree, outs)
+
+
+def _vjp_rule_functions(p: _Primal, name: str, fwd: TracedFunction,
+                        bwd: TracedFunction, caps: list[Tracer]
+                        ) -> tuple[Callable[[], ir.Attribute], list[Tracer]]:
+    """@name_fwd (xs, caps) -> (outs, residuals, bwd's captures) and @name_bwd
+    (residuals, bwd's captures, cts) -> (one cotangent per x and per capture)."""
+    x_types = [a.mlir_type() for a in p.avals]
+    c_types = [c.value.type for c in caps]
+    out_types = [a.mlir_type() for a in p.fn.out_avals]
+    res_types = [a.mlir_type() for a in fwd.out_avals[len(out_types):]]
+    bc_types = [c.value.type for c in bwd.captures]
+    nx = len(x_types)
+    fw = _Wrapper(p.trace, f"{name}_fwd", x_types + c_types,
+                  out_types + res_types + bc_types, p.loc)
+    ops = fw.args[:nx] + [fw.args[nx + _index_of(caps, c)] for c in fwd.captures]
+    fw.ret(fw.call(fwd, ops) + [fw.args[nx + _index_of(caps, c)] for c in bwd.captures])
+    bw = _Wrapper(p.trace, f"{name}_bwd", res_types + bc_types + out_types,
+                  x_types + c_types, p.loc)
+    nr, nb = len(res_types), len(bc_types)
+    res, bcaps, cts = bw.args[:nr], bw.args[nr:nr + nb], bw.args[nr + nb:]
+    grads = bw.call(bwd, res + cts + bcaps)
+    bw.ret(grads + [bw.zero(t) for t in c_types])
+
+    def attr() -> ir.Attribute:
+        return ir.DictAttr.get({"fwd": ir.FlatSymbolRefAttr.get(fw.name),
+                                "bwd": ir.FlatSymbolRefAttr.get(bw.name)})
+
+    return attr, caps
+
+
+def _jvp_rule_function(p: _Primal, name: str, jvp: TracedFunction, caps: list[Tracer]
+                       ) -> Callable[[], ir.Attribute]:
+    """@name_jvp (xs, caps, txs, tcaps) -> (outs, touts): the traced rule (captures
+    are constants of the rule: their tangents are ignored)."""
+    x_types = [a.mlir_type() for a in p.avals]
+    c_types = [c.value.type for c in caps]
+    out_types = [a.mlir_type() for a in p.fn.out_avals]
+    nx, nc = len(x_types), len(c_types)
+    jw = _Wrapper(p.trace, f"{name}_jvp", (x_types + c_types) * 2, out_types * 2, p.loc)
+    xs, cs, txs = jw.args[:nx], jw.args[nx:nx + nc], jw.args[nx + nc:2 * nx + nc]
+    jw.ret(jw.call(jvp, xs + txs + [cs[_index_of(caps, c)] for c in jvp.captures]))
+    return lambda: ir.FlatSymbolRefAttr.get(jw.name)
+
+
+def _split_args(args: tuple[Any, ...], nondiff: tuple[int, ...]
+                ) -> tuple[tuple[Any, ...], list[Any], Callable[[Sequence[Any]], list[Any]]]:
+    diff = tuple(a for i, a in enumerate(args) if i not in nondiff)
+    static = [args[i] for i in nondiff]
+
+    def merge(d: Sequence[Any]) -> list[Any]:
+        it = iter(d)
+        return [args[i] if i in nondiff else next(it) for i in range(len(args))]
+
+    return diff, static, merge
+
+
+class _EagerCache:
+    """Run a custom function outside a trace: `jit` with non-array nondiff args static."""
+
+    def __init__(self, fun: Callable[..., Any]) -> None:
+        self.fun = fun
+        self.jits: dict[tuple[int, ...], JitFunction] = {}
+
+    def __call__(self, args: tuple[Any, ...], nondiff: tuple[int, ...]) -> Any:
+        static = tuple(i for i in nondiff
+                       if not isinstance(args[i], (np.ndarray, np.generic, float, int)))
+        if static not in self.jits:
+            self.jits[static] = JitFunction(self.fun, static_argnums=static)
+        return self.jits[static](*args)
+
+
+def _grads_tree(g: Any, diff: tuple[Any, ...], avals: list[ShapedArray], who: str
+                ) -> list[Tracer]:
+    """bwd's output (one entry per differentiable argument, None = zero) as flat leaves."""
+    if not isinstance(g, (tuple, list)):
+        raise TypeError(f"{who}: the bwd rule must return a tuple with one cotangent per "
+                        f"differentiable argument ({len(diff)}), got {type(g).__name__}")
+    if len(g) != len(diff):
+        raise TypeError(f"{who}: the bwd rule returned {len(g)} cotangent(s) for "
+                        f"{len(diff)} differentiable argument(s)")
+    leaves: list[Tracer] = []
+    it = iter(avals)
+    for k, (gk, arg) in enumerate(zip(g, diff)):
+        tree = pytree.tree_structure(arg)
+        arg_avals = [next(it) for _ in range(tree.num_leaves)]
+        if gk is None:
+            leaves += [_zeros(a) for a in arg_avals]
+            continue
+        gl, gt = pytree.tree_flatten(gk)
+        if gt != tree:
+            raise TypeError(f"{who}: the cotangent of argument {k} has structure {gt}, "
+                            f"expected {tree}")
+        for j, (x, a) in enumerate(zip(gl, arg_avals)):
+            leaves.append(_zeros(a) if not _is_float(a.dtype) else
+                          _leaf_like(x, a, who, f"the cotangent of argument {k} (leaf {j})"))
+    return leaves
+
+
+# --------------------------------------------------------------------------- custom_vjp
+
+
+class custom_vjp:  # noqa: N801 - JAX's name
+    """A function with a user-defined reverse-mode rule (JAX's `jax.custom_vjp`).
+
+        @ad.custom_vjp
+        def clip_gradient(x):
+            return x
+        def fwd(x):
+            return x, None                  # (output, residuals)
+        def bwd(res, g):
+            return (anp.clip(g, -1, 1),)    # one entry per input; None = zero
+        clip_gradient.defvjp(fwd, bwd)
+
+    `nondiff_argnums` arguments are passed to `fwd` in place and to `bwd` first
+    (`bwd(*nondiff, residuals, cts)`); they get no cotangent.
+    """
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: Sequence[int] = ()) -> None:
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.fwd: Callable[..., Any] | None = None
+        self.bwd: Callable[..., Any] | None = None
+        self._eager = _EagerCache(self)
+
+    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
+        """Set the rule: `fwd(*args) -> (out, residuals)`, `bwd(residuals, ct) -> tuple`."""
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args: Any) -> Any:
+        name = _name(self.fun)
+        if self.fwd is None or self.bwd is None:
+            raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
+        nondiff = _nums(self.nondiff_argnums, len(args), f"custom_vjp({name})")
+        if current_trace() is None:
+            return self._eager(args, nondiff)
+        return _custom_vjp_call(self.fun, self.fwd, self.bwd, args, nondiff, name,
+                                key=self)
+
+
+#: Custom functions whose rules are being traced: key -> their traced primal.
+_IN_RULES: dict[Any, _Primal] = {}
+
+
+@contextlib.contextmanager
+def _tracing_rules(key: Any, p: _Primal) -> Iterator[None]:
+    """While a function's rules are traced, calls of the same function (a JVP rule
+    returning `f(x)`, as JAX users write) call its traced primal instead of tracing
+    the rules again without end; their derivatives are the primal body's."""
+    _IN_RULES[key] = p
+    try:
+        yield
+    finally:
+        del _IN_RULES[key]
+
+
+def _reentrant_call(key: Any, args: tuple[Any, ...], nondiff: tuple[int, ...]) -> Any:
+    """The call of `key`'s traced primal if we are inside its rules with these
+    argument types, else None."""
+    p = _IN_RULES.get(key)
+    if p is None:
+        return None
+    diff, _, _ = _split_args(args, nondiff)
+    leaves, tree = pytree.tree_flatten(diff)
+    tracers = [as_tracer(x) for x in leaves]
+    if tree != p.in_tree or [t.aval.strong() for t in tracers] != \
+            [a.strong() for a in p.avals]:
+        return None
+    outs = emit_call(p.fn, [as_tracer(t, a.dtype) for t, a in zip(tracers, p.avals)])
+    return pytree.tree_unflatten(p.fn.out_tree, outs)
+
+
+def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
+                     bwd: Callable[..., Any], args: tuple[Any, ...], nondiff: tuple[int, ...],
+                     name: str, jvp: Callable[..., Any] | None = None,
+                     key: Any = None) -> Any:
+    who = f"custom_vjp({name})"
+    again = _reentrant_call(key, args, nondiff)
+    if again is not None:
+        return again
+    diff, static, merge = _split_args(args, nondiff)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    with _tracing_rules(key, p):
+        return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp)
+
+
+def _custom_vjp_rules(p: _Primal, fwd: Callable[..., Any], bwd: Callable[..., Any],
+                      static: list[Any], merge: Callable[[Sequence[Any]], list[Any]],
+                      diff: tuple[Any, ...], name: str, who: str,
+                      jvp: Callable[..., Any] | None) -> Any:
+    trees: dict[str, pytree.TreeDef] = {}
+
+    def fwd_flat(*d: Any) -> Any:
+        r = fwd(*merge(d))
+        if not isinstance(r, (tuple, list)) or len(r) != 2:
+            raise TypeError(f"{who}: the fwd rule must return a pair (output, residuals)")
+        out, res = r
+        out_leaves, trees["out"] = pytree.tree_flatten(out)
+        res_leaves, trees["res"] = pytree.tree_flatten(res)
+        if trees["out"] != p.fn.out_tree:
+            raise TypeError(f"{who}: the fwd rule's output has structure {trees['out']}, but "
+                            f"the function's has {p.fn.out_tree}")
+        outs = [_leaf_like(x, a, who, f"output leaf {i} of the fwd rule")
+                for i, (x, a) in enumerate(zip(out_leaves, p.fn.out_avals))]
+        return outs, [as_tracer(x) for x in res_leaves]
+
+    fwd_fn = trace_function(fwd_flat, p.avals, p.in_tree, name=f"{name}_fwd_rule")
+    n_out = len(p.fn.out_avals)
+    res_avals = fwd_fn.out_avals[n_out:]
+    ct_avals = [a.strong() for a in p.fn.out_avals]
+
+    def bwd_flat(*flat: Any) -> Any:
+        res = pytree.tree_unflatten(trees["res"], flat[: len(res_avals)])
+        cts = pytree.tree_unflatten(p.fn.out_tree, flat[len(res_avals):])
+        return _grads_tree(bwd(*static, res, cts), diff, p.avals, who)
+
+    bwd_fn = trace_function(bwd_flat, [a.strong() for a in res_avals] + ct_avals,
+                            name=f"{name}_bwd_rule")
+    jvp_fn = _trace_jvp_rule(p, jvp, static, name) if jvp is not None else None
+    caps = _unique_captures(p.fn, fwd_fn, bwd_fn, *([jvp_fn] if jvp_fn else []))
+    with p.trace.context, p.loc:
+        vjp_attr, caps = _vjp_rule_functions(p, name, fwd_fn, bwd_fn, caps)
+        attrs = {"autodiff.custom_vjp": vjp_attr}
+        if jvp_fn is not None:
+            attrs["autodiff.custom_jvp"] = _jvp_rule_function(p, name, jvp_fn, caps)
+        return _emit_custom(p, name, caps, attrs)
+
+
+# --------------------------------------------------------------------------- custom_jvp
+
+
+def _trace_jvp_rule(p: _Primal, rule: Callable[..., Any], static: list[Any], name: str
+                    ) -> TracedFunction:
+    """Trace `rule(*static, primals, tangents) -> (out, tangent_out)` into a function
+    (primal leaves..., tangent leaves...) -> (out leaves..., tangent leaves...)."""
+    who = f"custom_jvp({name})"
+    n = len(p.avals)
+
+    def jvp_flat(*flat: Any) -> Any:
+        primals = pytree.tree_unflatten(p.in_tree, flat[:n])
+        tangents = pytree.tree_unflatten(p.in_tree, flat[n:])
+        r = rule(*static, tuple(primals), tuple(tangents))
+        if not isinstance(r, (tuple, list)) or len(r) != 2:
+            raise TypeError(f"{who}: the jvp rule must return a pair (primal_out, tangent_out)")
+        out, tan = r
+        ol, ot = pytree.tree_flatten(out)
+        tl, tt = pytree.tree_flatten(tan)
+        if ot != p.fn.out_tree or tt != p.fn.out_tree:
+            raise TypeError(f"{who}: the jvp rule's primal and tangent outputs must have the "
+                            f"function's output structure {p.fn.out_tree}, got {ot} and {tt}")
+        outs = [_leaf_like(x, a, who, f"primal output leaf {i}")
+                for i, (x, a) in enumerate(zip(ol, p.fn.out_avals))]
+        tans = [_leaf_like(x, a, who, f"tangent output leaf {i}")
+                for i, (x, a) in enumerate(zip(tl, p.fn.out_avals))]
+        return outs, tans
+
+    return trace_function(jvp_flat, [a.strong() for a in p.avals] * 2,
+                          name=f"{name}_jvp_rule")
+
+
+class custom_jvp:  # noqa: N801 - JAX's name
+    """A function with a user-defined forward-mode rule (JAX's `jax.custom_jvp`).
+
+        @ad.custom_jvp
+        def log1pexp(x):
+            return anp.log1p(anp.exp(x))
+
+        @log1pexp.defjvp
+        def log1pexp_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return log1pexp(x), t * (1 - 1 / (1 + anp.exp(x)))
+
+    Reverse mode transposes the rule (it must be linear in the tangents).
+    `nondiff_argnums` arguments are passed to the rule first: `rule(*nondiff,
+    primals, tangents)` with the other arguments in `primals`.
+    """
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: Sequence[int] = ()) -> None:
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.jvp: Callable[..., Any] | None = None
+        self._eager = _EagerCache(self)
+
+    def defjvp(self, jvp: Callable[..., Any]) -> Callable[..., Any]:
+        """Set the rule `jvp(primals, tangents) -> (primal_out, tangent_out)`; returns it."""
+        self.jvp = jvp
+        return jvp
+
+    def __call__(self, *args: Any) -> Any:
+        name = _name(self.fun)
+        if self.jvp is None:
+            raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
+        nondiff = _nums(self.nondiff_argnums, len(args), f"custom_jvp({name})")
+        if current_trace() is None:
+            return self._eager(args, nondiff)
+        again = _reentrant_call(self, args, nondiff)
+        if again is not None:
+            return again
+        diff, static, merge = _split_args(args, nondiff)
+        p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name)
+        with _tracing_rules(self, p):
+            jvp_fn = _trace_jvp_rule(p, self.jvp, static, name)
+        caps = _unique_captures(p.fn, jvp_fn)
+        with p.trace.context, p.loc:
+            attr = _jvp_rule_function(p, name, jvp_fn, caps)
+            return _emit_custom(p, name, caps, {"autodiff.custom_jvp": attr})
+
+
+# --------------------------------------------------------------------------- Function
+
+
+class FunctionCtx:
+    """torch's `ctx`: `save_for_backward(*tensors)` / `saved_tensors`, any other
+    attribute (Python values, or traced arrays, which are saved as residuals)."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...] = ()) -> None:
+        self.to_save: tuple[Any, ...] = ()
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self.to_save = tensors
+
+    def save_for_forward(self, *tensors: Any) -> None:
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self) -> tuple[Any, ...]:
+        return tuple(self.to_save)
+
+    def mark_non_differentiable(self, *args: Any) -> None:
+        """Accepted for compatibility: such outputs simply get no cotangent from the user."""
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+
+def _ctx_tracers(ctx: FunctionCtx) -> tuple[list[str], list[Any]]:
+    """The ctx attributes holding traced values (saved_tensors first)."""
+    keys, vals = [], []
+    for k, v in vars(ctx).items():
+        if k in ("needs_input_grad", "materialize_grads"):
+            continue
+        if k == "to_save" or any(isinstance(x, Tracer) for x in pytree.tree_leaves(v)):
+            keys.append(k)
+            vals.append(v)
+    return keys, vals
+
+
+class Function:
+    """A differentiable operation with user rules, as `torch.autograd.Function`.
+
+        class Exp(ad.Function):
+            @staticmethod
+            def forward(x):
+                return anp.exp(x)
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(output)
+            @staticmethod
+            def backward(ctx, g):
+                (y,) = ctx.saved_tensors
+                return g * y
+            @staticmethod
+            def jvp(ctx, t):               # optional: forward mode
+                (y,) = ctx.saved_tensors
+                return t * y
+
+        y = Exp.apply(x)
+
+    `forward(ctx, *args)` without `setup_context` works too. `backward` returns
+    one gradient per input (a single value for one input; None = zero);
+    non-array inputs (Python numbers, strings...) are static and get None.
+    Without `jvp`, forward mode differentiates `forward`'s body.
+    """
+
+    @staticmethod
+    def forward(*args: Any) -> Any:
+        raise NotImplementedError("subclasses of ad.Function must implement forward")
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: Any) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grads: Any) -> Any:
+        raise NotImplementedError("subclasses of ad.Function must implement backward")
+
+    @classmethod
+    def _has(cls, name: str) -> bool:
+        return getattr(cls, name).__qualname__ != getattr(Function, name).__qualname__ \
+            if hasattr(cls, name) and hasattr(Function, name) else hasattr(cls, name)
+
+    @classmethod
+    def _run_forward(cls, ctx: FunctionCtx, args: Sequence[Any]) -> Any:
+        if cls._has("setup_context"):
+            out = cls.forward(*args)
+            cls.setup_context(ctx, tuple(args), out)
+            return out
+        return cls.forward(ctx, *args)
+
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        """Run the function (differentiable with the class's rules)."""
+        name = cls.__name__ if cls.__name__.isidentifier() else "fn"
+        static = tuple(i for i, a in enumerate(args)
+                       if not (isinstance(a, (Tracer, np.ndarray, np.generic, float))
+                               or (isinstance(a, int) and not isinstance(a, bool))))
+        if current_trace() is None:
+            return _EagerCache(lambda *a: cls.apply(*a))(args, static)
+        ctx_box: dict[str, Any] = {}
+        n_diff = len(args) - len(static)
+
+        def fun(*a: Any) -> Any:
+            return cls._run_forward(FunctionCtx(), a)
+
+        def fwd(*a: Any) -> Any:
+            ctx = FunctionCtx(tuple(i not in static for i in range(len(args))))
+            out = cls._run_forward(ctx, a)
+            keys, vals = _ctx_tracers(ctx)
+            ctx_box["ctx"], ctx_box["keys"] = ctx, keys
+            return out, vals
+
+        def bwd(*rest: Any) -> Any:
+            res, cts = rest[-2], rest[-1]
+            ctx = ctx_box["ctx"]
+            for k, v in zip(ctx_box["keys"], res):
+                setattr(ctx, k, v)
+            grads = cls.backward(ctx, *(cts if isinstance(cts, tuple) else (cts,)))
+            if not isinstance(grads, tuple):
+                grads = (grads,)
+            if len(grads) != len(args):
+                raise TypeError(f"{name}.backward returned {len(grads)} gradient(s), "
+                                f"expected {len(args)} (one per input to forward)")
+            return tuple(g for i, g in enumerate(grads) if i not in static)
+
+        jvp = None
+        if cls._has("jvp"):
+            def jvp(*rest: Any) -> Any:
+                primals, tangents = rest[-2], rest[-1]
+                it, itt = iter(primals), iter(tangents)
+                full = [args[i] if i in static else next(it) for i in range(len(args))]
+                tfull = [None if i in static else next(itt) for i in range(len(args))]
+                ctx = FunctionCtx(tuple(i not in static for i in range(len(args))))
+                out = cls._run_forward(ctx, full)
+                tout = cls.jvp(ctx, *[t for i, t in enumerate(tfull) if i not in static]) \
+                    if n_diff else None
+                return out, tout
+
+        return _custom_vjp_call(fun, fwd, bwd, args, static, name, jvp, key=cls)
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+POLICIES = ("nothing_saveable", "everything_saveable", "dots_saveable")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A checkpoint policy: which values of the checkpointed function the forward
+    pass saves (the rest is recomputed in the backward pass)."""
+
+    name: str
+    names: tuple[str, ...] = ()
+
+
+class checkpoint_policies:  # noqa: N801 - JAX's name
+    """JAX's policy names: `nothing_saveable` (the default), `everything_saveable`,
+    `dots_saveable` (contraction outputs), `save_only_these_names(*names)`."""
+
+    nothing_saveable = Policy("nothing_saveable")
+    everything_saveable = Policy("everything_saveable")
+    dots_saveable = Policy("dots_saveable")
+    checkpoint_dots = dots_saveable
+
+    @staticmethod
+    def save_only_these_names(*names: str) -> Policy:
+        return Policy("save_only_these_names", tuple(names))
+
+
+def _policy(policy: Any) -> Policy:
+    if policy is None:
+        return checkpoint_policies.nothing_saveable
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, str) and policy in POLICIES:
+        return Policy(policy)
+    raise ValueError(f"checkpoint: unknown policy {policy!r}; use one of "
+                     "ad.checkpoint_policies.{nothing_saveable, everything_saveable, "
+                     "dots_saveable, save_only_these_names(...)}")
+
+
+def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool = True,
+               static_argnums: int | Sequence[int] = ()) -> Callable[..., Any]:
+    """`fun` with its internals recomputed in the backward pass instead of saved
+    (JAX's `jax.checkpoint` / `remat`). `policy` picks values that are saved
+    anyway (see `checkpoint_policies`); the default saves nothing but the inputs.
+    Emits `autodiff.checkpoint {fn = @fun, policy = "..."}`."""
+    pol = _policy(policy)
+    name = _name(fun)
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any) -> Any:
+        nums = _nums(static_argnums, len(args), f"checkpoint({name})")
+        if current_trace() is None:
+            return _EagerCache(wrapped)(args, nums)
+        diff, _, merge = _split_args(args, nums)
+        p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+        trace = p.trace
+        operands = [trace.lift(t) for t in p.tracers] + [trace.lift(c) for c in p.fn.captures]
+        with trace.emitting():
+            attrs: dict[str, ir.Attribute] = {"fn": p.fn.symbol,
+                                              "policy": ir.StringAttr.get(pol.name)}
+            if pol.name == "save_only_these_names":
+                attrs["names"] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in pol.names])
+            op = ir.Operation.create(
+                "autodiff.checkpoint", results=[a.mlir_type() for a in p.fn.out_avals],
+                operands=[o.value for o in operands], attributes=attrs)
+        outs = [trace.wrap(v, a) for v, a in zip(op.results, p.fn.out_avals)]
+        return pytree.tree_unflatten(p.fn.out_tree, outs)
+
+    return wrapped
+
+
+remat = checkpoint
+
+
+def checkpoint_name(x: Any, name: str) -> Any:
+    """`x`, named for `checkpoint_policies.save_only_these_names(name)`.
+
+    Each leaf goes through `func.call` of a private identity function marked
+    `autodiff.checkpoint_name = "<name>"` (one per name and type)."""
+    if current_trace() is None:
+        return x
+    trace = require_trace("checkpoint_name")
+
+    def one(leaf: Any) -> Any:
+        t = trace.lift(as_tracer(leaf))
+        fname = _name_function(trace, name, t.value.type)
+        with trace.emitting():
+            call = func.CallOp([t.value.type], ir.FlatSymbolRefAttr.get(fname), [t.value])
+        return trace.wrap(call.results[0], t.aval)
+
+    return pytree.tree_map(one, x)
+
+
+def _name_function(trace: FunctionTrace, name: str, t: ir.Type) -> str:
+    from .tracing import _unique_symbol
+
+    for op in trace.module.body.operations:
+        if op.operation.name == "func.func" and "autodiff.checkpoint_name" in op.attributes \
+                and ir.StringAttr(op.attributes["autodiff.checkpoint_name"]).value == name \
+                and op.attributes["function_type"].value.inputs[0] == t:
+            return ir.StringAttr(op.attributes["sym_name"]).value
+    base = "checkpoint_name_" + "".join(c if c.isalnum() else "_" for c in name)
+    with trace.context, ir.Location.unknown(), ir.InsertionPoint.at_block_begin(
+            trace.module.body):
+        fn = func.FuncOp(_unique_symbol(trace.module, base), ir.FunctionType.get([t], [t]),
+                         visibility="private")
+        fn.attributes["autodiff.checkpoint_name"] = ir.StringAttr.get(name)
+        blk = fn.add_entry_block()
+        with ir.InsertionPoint(blk):
+            func.ReturnOp([blk.arguments[0]])
+        return ir.StringAttr(fn.attributes["sym_name"]).value
+
+
+# --------------------------------------------------------------------------- residuals
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedResidual:
+    """One value reverse mode keeps from the forward to the backward pass."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+    #: "argument <name>" or "output of <op>"
+    source: str
+    #: `file:line:col` of the op that produced it ("" for arguments)
+    location: str
+
+    def __str__(self) -> str:
+        aval = ShapedArray(self.shape, self.dtype).str_short()
+        where = f" at {self.location}" if self.location else ""
+        return f"{aval} ({self.nbytes} bytes) {self.source}{where}"
+
+
+def _arg_names(fun: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    try:
+        params = list(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i, a in enumerate(args):
+        base = params[i] if i < len(params) else f"#{i}"
+        n = len(pytree.tree_leaves(a))
+        names += [base] if n == 1 and pytree.tree_structure(a).is_leaf else \
+            [f"{base}[leaf {k}]" for k in range(n)]
+    return names
+
+
+def saved_residuals(fun: Callable[..., Any], *args: Any) -> list[SavedResidual]:
+    """What reverse mode of `fun` (w.r.t. every float argument) saves for the
+    backward pass: arguments it reads there and values of the forward code."""
+    from .transforms.autodiff_common import residual_report
+
+    leaves, in_tree = pytree.tree_flatten(args)
+    avals = [_leaf_aval(x, f"saved_residuals({_name(fun)})")[0] for x in leaves]
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+    main = FunctionTrace(module, "main", avals, fun=fun)
+    with main.active():
+        fn = trace_function(fun, avals, in_tree, name=_name(fun))
+        main.finish([])
+    wrt = [i for i, a in enumerate(avals) if _is_float(a.dtype)]
+    names = _arg_names(fun, args)
+    out = []
+    with ctx:
+        for r in residual_report(module.operation, fn.sym_name, wrt):
+            aval = ShapedArray.from_type(r.type)
+            nbytes = aval.size * aval.dtype.itemsize
+            if r.arg is not None:
+                out.append(SavedResidual(aval.shape, aval.dtype, nbytes,
+                                         f"from the argument {names[r.arg]}", ""))
+            else:
+                out.append(SavedResidual(aval.shape, aval.dtype, nbytes,
+                                         f"output of {r.op}", r.location))
+    return out
+
+
+def print_saved_residuals(fun: Callable[..., Any], *args: Any) -> None:
+    """Print what reverse mode of `fun` saves (JAX's `print_saved_residuals`):
+    one line per value (shape, dtype, bytes, the op and source line), then the total."""
+    res = saved_residuals(fun, *args)
+    for r in res:
+        print(r)
+    print(f"total: {sum(r.nbytes for r in res)} bytes in {len(res)} residual(s)")
+
+
+__all__ = ["Function", "FunctionCtx", "Policy", "SavedResidual", "checkpoint",
+           "checkpoint_name", "checkpoint_policies", "custom_jvp", "custom_vjp",
+           "print_saved_residuals", "remat", "saved_residuals"]
