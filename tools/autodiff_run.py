@@ -120,6 +120,9 @@ def _make_parser() -> argparse.ArgumentParser:
                    help="print the lowered (LLVM dialect) module before running it")
     p.add_argument("-O", "--opt-level", type=int, default=2, choices=range(4),
                    metavar="{0,1,2,3}", help="LLVM optimization level (default 2)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                   help="where to run: cpu (default) or gpu (--autodiff-lower-to-gpu and the "
+                   "MLIR CUDA runtime; 'no CUDA device' without one)")
     p.add_argument("--precision", type=int, default=None, metavar="N",
                    help="significant digits of printed floats (default: by dtype)")
     return p
@@ -417,7 +420,16 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
         if runner is not None:
             _run_passes(runner, module)
         try:
-            cm = CompiledModule(module, context=ctx, opt_level=args.opt_level, pipeline=LOWERING)
+            if args.device == "gpu":
+                from ..gpu import CompiledGpuModule, NoCudaDevice
+
+                try:
+                    cm = CompiledGpuModule(module, context=ctx, opt_level=args.opt_level)
+                except NoCudaDevice as err:
+                    _error(str(err))
+            else:
+                cm = CompiledModule(module, context=ctx, opt_level=args.opt_level,
+                                    pipeline=LOWERING)
         except PipelineError as err:
             _error(f"invalid lowering pipeline: {err}")
         except ir.MLIRError as err:

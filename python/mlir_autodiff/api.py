@@ -249,7 +249,8 @@ def _dedupe_results(module: ir.Module) -> list[int]:
 class _Executable:
     """One compiled version of a jitted function (one signature)."""
 
-    def __init__(self, traced: _Traced, context: ir.Context, fname: str) -> None:
+    def __init__(self, traced: _Traced, context: ir.Context, fname: str,
+                 device: str = "cpu") -> None:
         from .runtime import CompiledModule
 
         self.traced = traced
@@ -262,8 +263,17 @@ class _Executable:
             _run_pipeline(module, autodiff_pipeline() + ["canonicalize", "cse", "symbol-dce"],
                           what)
             self.remap = _dedupe_results(module)
+            if device == "gpu":
+                # gpu.NoCudaDevice ("no CUDA device: ...") is raised as it is, before
+                # anything compiles, when no driver or device is present.
+                from .gpu import CompiledGpuModule, cuda_device
+
+                cuda_device()
             try:
-                self.compiled = CompiledModule(module, pipeline=LOWER_PASS, context=context)
+                if device == "gpu":
+                    self.compiled = CompiledGpuModule(module, context=context)
+                else:
+                    self.compiled = CompiledModule(module, pipeline=LOWER_PASS, context=context)
             except (ir.MLIRError, ValueError, RuntimeError) as err:
                 raise _compile_error(what, err) from None
 
@@ -296,9 +306,13 @@ class _Executable:
 class JitFunction:
     """A function compiled on first call per signature; see `jit`."""
 
-    def __init__(self, fun: Callable[..., Any], static_argnums: int | Sequence[int] = ()):
+    def __init__(self, fun: Callable[..., Any], static_argnums: int | Sequence[int] = (),
+                 device: str = "cpu"):
         if isinstance(fun, JitFunction):
             fun = fun.fun
+        if device not in DEVICES:
+            raise ValueError(f"jit: device must be one of {', '.join(DEVICES)}, got {device!r}")
+        self.device = device
         self.fun = fun
         if isinstance(static_argnums, int):
             static_argnums = (static_argnums,)
@@ -330,7 +344,7 @@ class JitFunction:
         exe = self._cache.get(sig.key)
         if exe is None:
             traced = _trace_main(self.fun, self.context, sig)
-            exe = _Executable(traced, self.context, self._name)
+            exe = _Executable(traced, self.context, self._name, self.device)
             self._cache[sig.key] = exe
         return exe(sig.values)
 
@@ -343,8 +357,11 @@ class JitFunction:
         return f"<jit {self._name}>"
 
 
+DEVICES = ("cpu", "gpu")
+
+
 def jit(fun: Callable[..., Any] | None = None, *,
-        static_argnums: int | Sequence[int] = ()) -> Any:
+        static_argnums: int | Sequence[int] = (), device: str = "cpu") -> Any:
     """Compile `fun` with MLIR: trace once per argument signature, cache, call.
 
     `jit(f)(*args)` flattens the argument pytrees, traces `f` on abstract
@@ -352,10 +369,14 @@ def jit(fun: Callable[..., Any] | None = None, *,
     `--autodiff-lower-to-cpu`, JIT-compiles it, and returns numpy arrays in
     `f`'s output structure. See the module docstring for the argument
     convention. Usable as `@jit` or `@jit(static_argnums=(1,))`.
+
+    `device="gpu"` compiles with `--autodiff-lower-to-gpu` and runs through
+    the MLIR CUDA runtime; without a CUDA driver or device the first call
+    raises `mlir_autodiff.gpu.NoCudaDevice` ("no CUDA device: ...").
     """
     if fun is None:
-        return lambda f: JitFunction(f, static_argnums)
-    return JitFunction(fun, static_argnums)
+        return lambda f: JitFunction(f, static_argnums, device)
+    return JitFunction(fun, static_argnums, device)
 
 
 # --------------------------------------------------------------------------- lower
