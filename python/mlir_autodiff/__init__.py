@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str | None] = {
     "nn": None,
     "numpy": None,
     "pytree": None,
+    "random": None,
     "JitFunction": "api",
     "Lowered": "api",
     "jit": "api",

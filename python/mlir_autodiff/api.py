@@ -48,11 +48,40 @@ AUTODIFF_PASSES = ("autodiff-jvp", "autodiff-vjp", "autodiff-vmap")
 LOWER_PASS = "autodiff-lower-to-cpu"
 
 
+#: With random draws: functionalize before the transforms (so recomputation in
+#: the backward pass or under checkpoint replays the forward's numbers), expand
+#: Philox after them.
+RNG_FUNCTIONALIZE_PASS = "autodiff-functionalize-rng"
+RNG_LOWER_PASS = "autodiff-lower-rng"
+
+
 def autodiff_pipeline() -> list[str]:
     """The registered transform passes among AUTODIFF_PASSES."""
     from .transforms.passes import lookup
 
     return [name for name in AUTODIFF_PASSES if lookup(name) is not None]
+
+
+def _draws_random(module: ir.Module) -> bool:
+    """Whether the traced module contains a stateful draw (`autodiff.random`)."""
+    found = False
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        if op.name == "autodiff.random":
+            found = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _transform_passes(module: ir.Module) -> list[str]:
+    """The passes that take a traced module to plain upstream MLIR."""
+    if _draws_random(module):
+        return [RNG_FUNCTIONALIZE_PASS] + autodiff_pipeline() + [RNG_LOWER_PASS]
+    return autodiff_pipeline()
 
 
 # --------------------------------------------------------------------------- arguments
@@ -132,6 +161,9 @@ class _Traced:
     plan: list[tuple[str, Any]]
     in_avals: list[ShapedArray]
     out_avals: list[ShapedArray]
+    #: @main draws random numbers: after compilation it takes trailing (seed, offset)
+    #: i64 arguments and returns the advanced offset as a trailing i64 result.
+    uses_rng: bool = False
 
 
 def _trace_main(fun: Callable[..., Any], context: ir.Context, sig: _Signature) -> _Traced:
@@ -161,7 +193,8 @@ def _trace_main(fun: Callable[..., Any], context: ir.Context, sig: _Signature) -
                 results.append(t)
             plan.append(("result", seen[id(t)]))
         trace.finish(results)
-    return _Traced(module, out_tree, plan, list(sig.in_avals), trace.out_avals)
+    return _Traced(module, out_tree, plan, list(sig.in_avals), trace.out_avals,
+                   _draws_random(module))
 
 
 def _module_text(module: ir.Module) -> str:
@@ -260,8 +293,8 @@ class _Executable:
             what = f"jit({fname}): compiling the traced module"
             module = _reparse(traced.module, context, what)
             # symbol-dce: the traced primal functions the transforms replaced are dead.
-            _run_pipeline(module, autodiff_pipeline() + ["canonicalize", "cse", "symbol-dce"],
-                          what)
+            _run_pipeline(module, _transform_passes(module) + ["canonicalize", "cse",
+                                                               "symbol-dce"], what)
             self.remap = _dedupe_results(module)
             if device == "gpu":
                 # gpu.NoCudaDevice ("no CUDA device: ...") is raised as it is, before
@@ -283,8 +316,19 @@ class _Executable:
             # bool arrays travel as int8 (see tracing.BOOL_AS_I8): reinterpret, no copy
             args = [v.view(storage_dtype(a.dtype)) if a.dtype == np.bool_ else v
                     for v, a in zip(values, self.traced.in_avals)]
-            unique = self.compiled["main"].call(args)
-            outs = [unique[j] for j in self.remap]
+            main = self.compiled["main"]
+
+            def call(a: list[Any]) -> list[Any]:
+                unique = main.call(a)
+                return [unique[j] for j in self.remap]
+
+            if self.traced.uses_rng:
+                from . import random
+
+                # Trailing (seed, offset) in, advanced offset out (functionalize-rng).
+                outs = random.call_with_state(call, args)
+            else:
+                outs = call(args)
             outs = [o.view(np.bool_) if a.dtype == np.bool_ else o
                     for o, a in zip(outs, self.traced.out_avals)]
         used: set[int] = set()
@@ -388,7 +432,8 @@ class Lowered:
     """The MLIR of one traced signature at each stage of compilation.
 
     - "capture": the module as traced (upstream ops plus any autodiff ops);
-    - "autodiff": after the registered autodiff transform passes;
+    - "autodiff": after the registered autodiff transform passes (with random
+      draws: between `--autodiff-functionalize-rng` and `--autodiff-lower-rng`);
     - "llvm": after `--autodiff-lower-to-cpu` (LLVM dialect).
     Later stages are computed on copies, on first request.
     """
@@ -410,7 +455,7 @@ class Lowered:
             return self._text[stage]
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
-        passes = autodiff_pipeline()
+        passes = _transform_passes(self._traced.module)
         if stage == "llvm":
             passes = passes + [LOWER_PASS]
         what = f"lower({self._fname}): stage '{stage}'"

@@ -233,13 +233,24 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     apply.__name__ = f"vjp_{_name(fun)}"
     apply_eager = _eager(apply)
 
-    if current_trace() is not None:
+    from . import random
+
+    eager = current_trace() is None
+    before = random.get_state()  # the pullback's recomputed forward replays these draws
+    if not eager:
         out, aux = split_aux(fun(*primals))
     else:
         out, aux = split_aux(JitFunction(fun)(*primals))
 
     def vjp_fn(ct: Any) -> Any:
-        return apply_eager(primals, ct)
+        if not eager:
+            return apply_eager(primals, ct)
+        now = random.get_state()
+        random.set_state(before)
+        try:
+            return apply_eager(primals, ct)
+        finally:
+            random.set_state(now)
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 

@@ -1,5 +1,6 @@
 """`mlir_autodiff.nn`: neural-network functions written with `mlir_autodiff.numpy`.
 
+`dropout` draws its mask from the implicit generator of `mlir_autodiff.random`.
 All are numerically stable: softmax, log_softmax and logsumexp subtract the
 maximum before exponentiating. Like `mlir_autodiff.numpy`, they trace inside
 `jit` and run eagerly on numpy arrays outside it.
@@ -96,6 +97,17 @@ def log_softmax(x: ArrayLike, axis: Any = -1) -> Any:
     return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
 
 
+def dropout(x: ArrayLike, p: float = 0.5, training: bool = True) -> Any:
+    """torch.nn.functional.dropout: zero elements with probability p, scale the rest by 1/(1-p).
+
+    The mask is drawn from the implicit generator (`mlir_autodiff.random`);
+    see `mlir_autodiff.random.dropout`.
+    """
+    from . import random
+
+    return random.dropout(x, p, training)
+
+
 def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any:
     """(..., num_classes) array with 1 at each integer label (labels outside: all zero)."""
     labels = anp.asarray(labels)
@@ -129,6 +141,7 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, reduction: str = "mean")
 
 __all__ = [
     "cross_entropy",
+    "dropout",
     "gelu",
     "log_sigmoid",
     "log_softmax",

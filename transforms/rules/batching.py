@@ -930,8 +930,12 @@ def _random(b, op, vals, batched):
         hint = " yet (run --autodiff-functionalize-rng before --autodiff-vmap)"
     elif mode != "error":
         hint = " yet"
-    raise b.fail(op, f"random op '{op_name(op)}' under vmap with randomness = \"{mode}\" "
-                     f"is not supported{hint}")
+    what = f"random op '{op_name(op)}'"
+    if op_name(op) == "autodiff.philox" and mode == "error":
+        # jit turns autodiff.random draws into philox before vmap runs
+        what += " (a random draw, e.g. ad.random.uniform)"
+        hint = "; pass randomness=\"same\" or \"different\" to vmap"
+    raise b.fail(op, f"{what} under vmap with randomness = \"{mode}\" is not supported{hint}")
 
 
 def _philox(b, op, vals, batched):
