@@ -84,26 +84,27 @@ func.func @caller(%x: tensor<3x3xf64>, %c: tensor<3x3xf64>) -> (tensor<3x3xf64>,
 
 // -----
 
-/// Check that reverse mode of scf.while (not implemented yet) is diagnosed.
-func.func @wh(%x: f64) -> f64 {
+/// Check that reverse mode of scf.while carrying a dynamically shaped tensor
+/// (its tape rows would have no static size) is diagnosed.
+func.func @wh(%x: tensor<?xf64>) -> tensor<?xf64> {
   %c0 = arith.constant 0 : i32
   %c1 = arith.constant 1 : i32
   %c4 = arith.constant 4 : i32
-  // expected-error @+1 {{autodiff-vjp: reverse mode of 'scf.while' is not implemented (forward mode is)}}
-  %r:2 = scf.while (%h = %x, %i = %c0) : (f64, i32) -> (f64, i32) {
+  // expected-error @+1 {{autodiff-vjp: reverse mode of 'scf.while' needs statically shaped carried tensors}}
+  %r:2 = scf.while (%h = %x, %i = %c0) : (tensor<?xf64>, i32) -> (tensor<?xf64>, i32) {
     %go = arith.cmpi slt, %i, %c4 : i32
-    scf.condition(%go) %h, %i : f64, i32
+    scf.condition(%go) %h, %i : tensor<?xf64>, i32
   } do {
-  ^bb0(%h2: f64, %i2: i32):
-    %s = math.sin %h2 : f64
+  ^bb0(%h2: tensor<?xf64>, %i2: i32):
+    %s = math.sin %h2 : tensor<?xf64>
     %n = arith.addi %i2, %c1 : i32
-    scf.yield %s, %n : f64, i32
+    scf.yield %s, %n : tensor<?xf64>, i32
   }
-  return %r#0 : f64
+  return %r#0 : tensor<?xf64>
 }
-func.func @caller(%x: f64, %c: f64) -> (f64, f64) {
-  %0:2 = "autodiff.vjp"(%x, %c) {fn = @wh} : (f64, f64) -> (f64, f64)
-  return %0#0, %0#1 : f64, f64
+func.func @caller(%x: tensor<?xf64>, %c: tensor<?xf64>) -> (tensor<?xf64>, tensor<?xf64>) {
+  %0:2 = "autodiff.vjp"(%x, %c) {fn = @wh} : (tensor<?xf64>, tensor<?xf64>) -> (tensor<?xf64>, tensor<?xf64>)
+  return %0#0, %0#1 : tensor<?xf64>, tensor<?xf64>
 }
 
 // -----

@@ -2,7 +2,7 @@
 
 /// Check that randomness = "error" still rejects a functionalized draw, naming it.
 func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{autodiff-vmap: random op 'autodiff.philox' under vmap with randomness = "error" is not supported}}
+  // expected-error @+1 {{autodiff-vmap: random op 'autodiff.philox' (a random draw, e.g. ad.random.uniform) under vmap with randomness = "error" is not supported; pass randomness="same" or "different" to vmap}}
   %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
   %0 = arith.addf %x, %r : tensor<4xf32>
   return %0 : tensor<4xf32>

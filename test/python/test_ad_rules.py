@@ -452,8 +452,7 @@ EXEC_REGION = """func.func @c_exec(%x: f64, %y: f64) -> f64 {
 }"""
 
 CONTROL = [
-    Fn("c_while", WHILE_FN, ["f64", "f64"], ["f64"], (-1.0, 1.0), _while_jax, order2=False,
-       reverse=False),
+    Fn("c_while", WHILE_FN, ["f64", "f64"], ["f64"], (-1.0, 1.0), _while_jax),
     Fn("c_exec", EXEC_REGION, ["f64", "f64"], ["f64"], (-1.0, 1.0),
        lambda x, y: jnp.cos(x * y) + x),
     Fn("c_loop100", LOOP100, ["tensor<3xf64>"] * 2, ["tensor<3xf64>"], (-1.0, 1.0),
@@ -561,8 +560,6 @@ _GEN = _tfn("generate", ["f64"], "tensor<4xf64>",
             "  %m = arith.mulf %p0, %f : f64\n  %e = math.exp %m : f64\n"
             "  tensor.yield %e : f64\n} : tensor<4xf64>",
             lambda s: jnp.exp(s * jnp.arange(4.0)))
-_GEN.order2 = False
-_GEN.reverse = False  # reverse mode of tensor.generate is not implemented yet
 TENSOR.append(_GEN)
 TENSOR_BY_ID = {f.name[2:]: f for f in TENSOR}
 

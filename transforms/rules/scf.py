@@ -1,4 +1,5 @@
-"""Derivative rules of the `scf` dialect: for (with a tape in reverse mode), if.
+"""Derivative rules of the `scf` dialect: for and while (with tapes in reverse
+mode), if, execute_region.
 
 Forward mode rebuilds the op with tangents appended to its results (and to
 the loop-carried values), moving the original body in and differentiating
@@ -12,6 +13,9 @@ iteration i's carried values back from the tape, recomputes the body from
 them and runs the reverse rules over the recomputed body, carrying the
 cotangents of the carried values and accumulating those of values captured
 from above. `scf.if` recomputes the taken branch under the saved predicate.
+`scf.while` counts its iterations in the forward code; its backward code
+records a tape of that dynamic length and then reads it in reverse (see the
+section on it below).
 """
 
 from __future__ import annotations
@@ -412,11 +416,204 @@ def _execute_region_augment(ad: Any, op: ir.Operation) -> None:
     op.erase()
 
 
-def _while_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
-    raise b.ad.fail(op, "reverse mode of 'scf.while' is not implemented (forward mode is)")
-
-
 defjvp_rule("scf.while", _while_jvp)
-defvjp("scf.while", _while_vjp)
 defjvp_rule("scf.execute_region", _execute_region_jvp2)
 FORWARD_AUGMENT["scf.execute_region"] = _execute_region_augment
+
+
+# ----------------------------------------------------------------------------
+# Reverse mode: scf.while with a tape of dynamic length
+# ----------------------------------------------------------------------------
+#
+# A while loop's trip count is only known once it has run, so its tape cannot
+# be allocated up front. The design (simplest correct one, and the one whose
+# residuals all have static types):
+#
+# * forward (augment): the loop also counts the iterations of its `do`
+#   region, an extra `index` result n. The forward function keeps its primal
+#   cost and saves only n, the loop's inputs and its captured values;
+# * backward (rule): a recording sweep, an `scf.for` of n iterations that
+#   re-runs before+after from the inputs and writes each iteration's carried
+#   values s_k into a `tensor<?x...>` tape allocated once with n rows; the
+#   final `before` (which forwards the results) is differentiated at s_n;
+#   then a backward `scf.for` reads s_{n-1} ... s_0 back in reverse, recomputes
+#   that iteration (before then after) and sweeps it, carrying the cotangents
+#   of the carried values and accumulating those of values captured from above.
+#
+# So the dynamically shaped tape lives inside the backward function and never
+# crosses a function boundary (a dynamic result of @f_fwd would need the
+# caller to know its size); the price is one extra primal run of the loop,
+# the same price as counting first and then recording in the forward function.
+
+
+def _ops_between(block: ir.Block, first: ir.Operation, last: ir.Operation) -> list:
+    """The ops of `block` strictly between `first` and `last`."""
+    out, inside = [], False
+    for o in block.operations:
+        if o.operation == last:
+            break
+        if inside:
+            out.append(o.operation)
+        if o.operation == first:
+            inside = True
+    return out
+
+
+def marker_op(b: Builder) -> ir.Operation:
+    """A throwaway op delimiting the recomputed ops that follow it."""
+    idx = ir.IndexType.get()
+    return b.create("arith.constant", [], [idx], {"value": ir.IntegerAttr.get(idx, 0)})
+
+
+def _holder(b: Builder, vals: Sequence[ir.Value]) -> ir.Operation:
+    """A throwaway op using `vals`: it tracks them if augmentation replaces their op."""
+    return b.create("builtin.unrealized_conversion_cast", list(vals), [])
+
+
+def sweep_recomputed(ad: Any, b: Builder, marker: ir.Operation, outs: Sequence[ir.Value],
+                     out_cts: Sequence[ir.Value | None], seeds: set) -> Any:
+    """Differentiate the ops cloned at `b.ip` after `marker` in a nested reverse pass.
+
+    `outs` are the recomputed values receiving `out_cts`; `seeds` the values
+    the cloned ops may depend on actively. Returns the nested pass (read
+    cotangents from its `ct`). Erases `marker`.
+    """
+    block = b.ip.block
+    holder = _holder(b, outs)
+    sub = ad.sub(set(seeds))
+    clones = _ops_between(block, marker, holder)
+    sub.propagate(clones)
+    sub.prepare_forward(clones)
+    clones = _ops_between(block, marker, holder)
+    sub.propagate(clones)
+    outs = list(holder.operands)  # augmentation may have replaced their ops
+    holder.erase()
+    marker.erase()
+    sb = Builder(b.ip, b.loc, sub)
+    for y, c in zip(outs, out_cts):
+        if c is not None and is_float(y.type):
+            sub.add_ct(sb, y, c)
+    sub.sweep(clones, b.ip)
+    return sub
+
+
+def _while_augment(ad: Any, op: ir.Operation) -> None:
+    """Rewrite an active scf.while to also count its iterations (an extra result)."""
+    inits = list(op.operands)
+    res_types = [r.type for r in op.results]
+    in_types = [v.type for v in inits]
+    for t in in_types + res_types:
+        if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
+            raise ad.fail(op, "reverse mode of 'scf.while' needs statically shaped carried "
+                              "tensors")
+    idx = ir.IndexType.get()
+    b = Builder(ir.InsertionPoint(op), op.location, ad, op)
+    new = scf.WhileOp(res_types + [idx], inits + [b.index(0)], loc=op.location,
+                      ip=ir.InsertionPoint(op))
+    n_in, n_out = len(in_types), len(res_types)
+    nb = new.regions[0].blocks.append(*(in_types + [idx]))
+    na = new.regions[1].blocks.append(*(res_types + [idx]))
+    _move_ops(op.regions[0].blocks[0], nb, list(nb.arguments)[:n_in])
+    c = list(nb.operations)[-1]
+    scf.ConditionOp(c.operands[0], list(c.operands)[1:] + [nb.arguments[n_in]],
+                    loc=c.location, ip=ir.InsertionPoint(c))
+    c.erase()
+    _move_ops(op.regions[1].blocks[0], na, list(na.arguments)[:n_out])
+    y = list(na.operations)[-1]
+    yb = Builder(ir.InsertionPoint(y), y.location, ad)
+    one = yb.index(1)
+    inc = _idx(yb, "arith.addi", na.arguments[n_out], one)
+    for o in (one.owner, inc.owner):
+        o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+    scf.YieldOp(list(y.operands) + [inc], loc=y.location, ip=ir.InsertionPoint(y))
+    y.erase()
+    res = list(new.results)
+    for old, nv in zip(op.results, res[:n_out]):
+        old.replace_all_uses_with(nv)
+        if old in ad.active:
+            ad.active.add(nv)
+    ad.tapes[res[0]] = ([], res[n_out])
+    new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
+    op.erase()
+
+
+def _primal_ops(block: ir.Block) -> list:
+    return [o for o in list(block.operations)[:-1] if TAPE_OP_ATTR not in o.attributes]
+
+
+def _clone_iteration(ip: ir.InsertionPoint, op: ir.Operation, s: Sequence[ir.Value],
+                     k: ir.Value, with_after: bool) -> list[ir.Value]:
+    """Clone one iteration of the (augmented) while `op` from carried values `s`
+    (`k` stands for its counter): the values `before` forwards, or, `with_after`,
+    the values `after` yields (the next carried values)."""
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    vmap = dict(zip(list(before.arguments), [*s, k]))
+    clone_ops(_primal_ops(before), ip, vmap)
+    fwd = [vmap.get(v, v) for v in list(list(before.operations)[-1].operands)[1:-1]]
+    if not with_after:
+        return fwd
+    vmap.update(zip(list(after.arguments), [*fwd, k]))
+    clone_ops(_primal_ops(after), ip, vmap)
+    return [vmap.get(v, v) for v in list(list(after.operations)[-1].operands)[:-1]]
+
+
+def _while_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
+    ad = b.ad
+    if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
+        raise ad.fail(op, "internal: scf.while reached the backward sweep without a counter")
+    _, n = ad.tapes[op.results[0]]
+    inits = list(op.operands)[:-1]
+    in_types = [v.type for v in inits]
+    n_in = len(inits)
+    fin = [j for j in range(n_in) if is_float(in_types[j])]
+    caps = [v for v in captured_values(op) if ad.is_active(v)]
+    loc = op.location
+    zero, one = b.index(0), b.index(1)
+    # 1. Recording sweep: s_k at the top of iteration k, for k < n, into the tape.
+    tapes0 = [b.empty(_tape_type(t), [n]) for t in in_types]
+    rec = scf.ForOp(zero, n, one, inits + tapes0, loc=loc, ip=b.ip)
+    rargs = list(rec.body.arguments)
+    rip = ir.InsertionPoint(rec.body)
+    rb = Builder(rip, loc, ad)
+    s = rargs[1: 1 + n_in]
+    written = [_tape_write(rb, tp, v, rargs[0]) for tp, v in zip(rargs[1 + n_in:], s)]
+    nxt = _clone_iteration(rip, op, s, rargs[0], with_after=True)
+    scf.YieldOp(nxt + written, loc=loc, ip=rip)
+    s_n, tapes = list(rec.results)[:n_in], list(rec.results)[n_in:]
+    # 2. The last `before` (it forwards the results) at s_n.
+    marker = marker_op(b)
+    outs = _clone_iteration(b.ip, op, s_n, n, with_after=False)
+    sub = sweep_recomputed(ad, b, marker, outs, cts[:-1], set(caps) | {s_n[j] for j in fin})
+    sb = Builder(b.ip, loc, sub)
+    ct_s = [sb.materialize(sub.ct.get(s_n[j]), s_n[j]) for j in fin]
+    for v in caps:
+        ad.add_ct(b, v, sub.ct.get(v))
+    # 3. Backward loop over k = n-1 ... 0: read s_k, recompute, sweep.
+    acc0 = [b.zeros_like(v) for v in caps]
+    loop = scf.ForOp(zero, n, one, ct_s + acc0, loc=loc, ip=b.ip)
+    largs = list(loop.body.arguments)
+    ip = ir.InsertionPoint(loop.body)
+    bb = Builder(ip, loc, ad)
+    k = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
+    s_k = [_tape_read(bb, tp, t, k) for tp, t in zip(tapes, in_types)]
+    marker = marker_op(bb)
+    y = _clone_iteration(ip, op, s_k, k, with_after=True)
+    ct_y = [None] * n_in
+    for pos, j in enumerate(fin):
+        ct_y[j] = largs[1 + pos]
+    sub = sweep_recomputed(ad, bb, marker, y, ct_y, set(caps) | {s_k[j] for j in fin})
+    sb = Builder(ip, loc, sub)
+    new_ct = [sb.materialize(sub.ct.get(s_k[j]), s_k[j]) for j in fin]
+    new_acc = [sb.add_any(a, sub.ct.get(v)) for a, v in zip(largs[1 + len(fin):], caps)]
+    scf.YieldOp(new_ct + new_acc, loc=loc, ip=ip)
+    res = list(loop.results)
+    for v, g in zip(caps, res[len(fin):]):
+        ad.add_ct(b, v, g)
+    out: list = [None] * len(op.operands)
+    for pos, j in enumerate(fin):
+        out[j] = res[pos]
+    return out
+
+
+FORWARD_AUGMENT["scf.while"] = _while_augment
+defvjp("scf.while", _while_vjp)

@@ -2,18 +2,24 @@
 
 Data movement is linear: the JVP applies the same op to the tangents, the VJP
 is the adjoint movement (extract <-> insert, extract_slice <-> insert_slice,
-expand_shape <-> collapse_shape, concat -> slices, pad -> slice). `empty` and
-`dim` need no rule: ops without float operands or results are inactive.
+expand_shape <-> collapse_shape, concat -> slices, pad -> slice; an active
+padding value gets the sum over the padding), with dynamic sizes too: those a
+backward rule needs are taken in the forward code (tensor.dim before the op), so
+only indices, not dynamically shaped tensors, become residuals. The reverse
+mode of `generate` is a loop nest that recomputes the body per index. `empty`
+and `dim` need no rule: ops without float operands or results are inactive.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from mlir import ir
+from mlir.dialects import scf
 
-from ..ad_support import Builder, element_type
+from ..ad_support import Builder, captured_values, element_type, is_inside
 from .linalg import sum_all
 from .registry import defjvp_rule, defvjp
+from .scf import clone_ops, marker_op, sweep_recomputed
 
 
 def _attrs(op: ir.Operation) -> dict[str, ir.Attribute]:
@@ -164,14 +170,47 @@ def _first_operand_linear_jvp(b, op, ts):
     return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
 
 
-def _static(b: Builder, op: ir.Operation, t: ir.Type) -> None:
-    if not t.has_static_shape:
-        raise b.ad.fail(op, f"reverse mode of '{op.operation.name}' needs static shapes")
+DYN = ir.ShapedType.get_dynamic_size()
+
+
+def _size(b: Builder, v: ir.Value, i: int, op: ir.Operation | None = None) -> ir.Value:
+    """Dimension `i` of tensor `v` as an index (a constant when static).
+
+    With `op` (the primal op; `v` a forward value), the tensor.dim is emitted in
+    the forward code just before `op`: the backward code then only keeps an
+    index alive, so no dynamically shaped tensor becomes a residual (the CPU
+    calling convention needs static result shapes, even of @f_fwd)."""
+    if not v.type.is_dynamic_dim(i):
+        return b.index(v.type.shape[i])
+    fb = b.ad.forward_builder(op) if op is not None else b
+    return fb.create("tensor.dim", [v, fb.index(i)], [ir.IndexType.get()]).result
+
+
+def _slice(b: Builder, src: ir.Value, t: ir.RankedTensorType, offsets: list,
+           sizes: list) -> ir.Value:
+    """tensor.extract_slice of `src` (unit strides); offsets/sizes: ints or index values."""
+    static_off = [o if isinstance(o, int) else DYN for o in offsets]
+    static_size = [z if isinstance(z, int) else DYN for z in sizes]
+    dyn_off = [o for o in offsets if not isinstance(o, int)]
+    dyn_size = [z for z in sizes if not isinstance(z, int)]
+    return b.create("tensor.extract_slice", [src, *dyn_off, *dyn_size], [t], {
+        "static_offsets": ir.DenseI64ArrayAttr.get(static_off),
+        "static_sizes": ir.DenseI64ArrayAttr.get(static_size),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * t.rank),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(dyn_off), len(dyn_size), 0]),
+    }).result
+
+
+def _sizes_of(b: Builder, v: ir.Value, op: ir.Operation) -> list:
+    """Forward value `v`'s sizes: ints where static, tensor.dim values (taken in
+    the forward code before `op`) where dynamic."""
+    t = v.type
+    return [t.shape[i] if not t.is_dynamic_dim(i) else _size(b, v, i, op)
+            for i in range(t.rank)]
 
 
 def _expand_vjp(b, op, cts):
     src = op.operands[0]
-    _static(b, op, src.type)
     g = b.create("tensor.collapse_shape", [cts[0]], [src.type],
                  {"reassociation": op.attributes["reassociation"]}).result
     return [g] + [None] * (len(op.operands) - 1)
@@ -179,22 +218,30 @@ def _expand_vjp(b, op, cts):
 
 def _collapse_vjp(b, op, cts):
     src = op.operands[0]
-    _static(b, op, src.type)
-    g = b.create("tensor.expand_shape", [cts[0]], [src.type], {
+    st = src.type
+    dyn = [_size(b, src, i, op) for i in range(st.rank) if st.is_dynamic_dim(i)]
+    g = b.create("tensor.expand_shape", [cts[0], *dyn], [st], {
         "reassociation": op.attributes["reassociation"],
-        "static_output_shape": ir.DenseI64ArrayAttr.get(list(src.type.shape)),
+        "static_output_shape": ir.DenseI64ArrayAttr.get(
+            [DYN if st.is_dynamic_dim(i) else st.shape[i] for i in range(st.rank)]),
     }).result
     return [g]
 
 
 def _reshape_vjp(b, op, cts):
     src, shape = list(op.operands)
-    _static(b, op, src.type)
     st = shape.type
-    dims = list(src.type.shape)
-    stype = ir.RankedTensorType.get([len(dims)], st.element_type)
-    attr = ir.DenseElementsAttr.get(np.array(dims, dtype=np.int64), type=stype)
-    new_shape = b.create("arith.constant", [], [stype], {"value": attr}).result
+    et = st.element_type
+    stype = ir.RankedTensorType.get([src.type.rank], et)
+    if src.type.has_static_shape:
+        dims = list(src.type.shape)
+        attr = ir.DenseElementsAttr.get(np.array(dims, dtype=np.int64), type=stype)
+        new_shape = b.create("arith.constant", [], [stype], {"value": attr}).result
+    else:  # the source's sizes at run time, in the shape operand's element type
+        sizes = [_size(b, src, i, op) for i in range(src.type.rank)]
+        if not isinstance(et, ir.IndexType):
+            sizes = [b.create("arith.index_cast", [z], [et]).result for z in sizes]
+        new_shape = b.create("tensor.from_elements", sizes, [stype]).result
     g = b.create("tensor.reshape", [cts[0], new_shape], [src.type]).result
     return [g, None]
 
@@ -223,25 +270,25 @@ def _concat_jvp(b, op, ts):
 
 
 def _concat_vjp(b, op, cts):
+    """Each operand's cotangent is its slice of the result's (offsets along `dim`
+    add up the operands' sizes, at run time when they are dynamic)."""
     dim = ir.IntegerAttr(op.attributes["dim"]).value
-    out_t = op.results[0].type
-    _static(b, op, out_t)
-    off = 0
+    off: int | ir.Value = 0
     grads = []
     for x in op.operands:
         xt = x.type
-        offsets = [0] * xt.rank
+        offsets: list = [0] * xt.rank
         offsets[dim] = off
-        off += xt.shape[dim]
-        if not b.ad.is_active(x):
+        if b.ad.is_active(x):
+            grads.append(_slice(b, cts[0], xt, offsets, _sizes_of(b, x, op)))
+        else:
             grads.append(None)
-            continue
-        grads.append(b.create("tensor.extract_slice", [cts[0]], [xt], {
-            "static_offsets": ir.DenseI64ArrayAttr.get(offsets),
-            "static_sizes": ir.DenseI64ArrayAttr.get(list(xt.shape)),
-            "static_strides": ir.DenseI64ArrayAttr.get([1] * xt.rank),
-            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0]),
-        }).result)
+        if isinstance(off, int) and not xt.is_dynamic_dim(dim):
+            off += xt.shape[dim]
+        else:
+            o = b.index(off) if isinstance(off, int) else off
+            off = b.create("arith.addi", [o, _size(b, x, dim, op)],
+                           [ir.IndexType.get()]).result
     return grads
 
 
@@ -253,35 +300,48 @@ def _pad_value(op: ir.Operation) -> ir.Value:
     return list(op.regions[0].blocks[0].operations)[-1].operands[0]
 
 
+def _pad_value_outside(b: Builder, op: ir.Operation) -> ir.Value:
+    """The padding value, which an active one must be defined above the pad."""
+    pv = _pad_value(op)
+    owner = pv.owner
+    inside = (owner == op.regions[0].blocks[0]) if isinstance(owner, ir.Block) else \
+        is_inside(owner.operation, op.operation)
+    if inside and b.ad.is_active(pv):
+        raise b.ad.fail(op, "an active padding value of 'tensor.pad' must be defined "
+                            "outside its region")
+    return pv
+
+
 def _pad_jvp(b, op, ts):
-    if b.ad.is_active(_pad_value(op)):
-        raise b.ad.fail(op, "an active padding value of 'tensor.pad' is not supported")
-    if ts[0] is None:
+    pv = _pad_value_outside(b, op)
+    tpv = b.ad.tangent(pv) if b.ad.is_active(pv) else None
+    if ts[0] is None and tpv is None:
         return [None]
     new = op.operation.clone(ip=b.ip)
-    new.operands[0] = ts[0]
+    new.operands[0] = b.materialize(ts[0], op.operands[0])
     yield_op = list(new.regions[0].blocks[0].operations)[-1]
-    et = element_type(op.results[0].type)
-    zero = Builder(ir.InsertionPoint(yield_op), b.loc).constant(et, 0.0)
-    yield_op.operands[0] = zero
+    if tpv is None:
+        et = element_type(op.results[0].type)
+        tpv = Builder(ir.InsertionPoint(yield_op), b.loc).constant(et, 0.0)
+    yield_op.operands[0] = tpv
     return [new.results[0]]
 
 
 def _pad_vjp(b, op, cts):
-    if b.ad.is_active(_pad_value(op)):
-        raise b.ad.fail(op, "an active padding value of 'tensor.pad' is not supported")
+    """The source's cotangent is the interior slice; an active padding value's is
+    the sum over the padding (the whole sum minus the interior's)."""
+    pv = _pad_value_outside(b, op)
     src = op.operands[0]
-    if len(op.operands) != 1:
-        raise b.ad.fail(op, "reverse mode of 'tensor.pad' needs static low/high padding")
-    _static(b, op, src.type)
-    low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
-    g = b.create("tensor.extract_slice", [cts[0]], [src.type], {
-        "static_offsets": ir.DenseI64ArrayAttr.get(low),
-        "static_sizes": ir.DenseI64ArrayAttr.get(list(src.type.shape)),
-        "static_strides": ir.DenseI64ArrayAttr.get([1] * src.type.rank),
-        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0]),
-    }).result
-    return [g]
+    n = src.type.rank
+    static_low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
+    n_low = _segments(op)[1]
+    dyn_low = iter(list(op.operands)[1: 1 + n_low])
+    low = [next(dyn_low) if v == DYN else v for v in static_low]
+    g = _slice(b, cts[0], src.type, low, _sizes_of(b, src, op))
+    if b.ad.is_active(pv):
+        # Not an operand (the region yields it): its cotangent goes in directly.
+        b.ad.add_ct(b, pv, b.subf(sum_all(b, cts[0]), sum_all(b, g)))
+    return [g if b.ad.is_active(src) else None] + [None] * (len(op.operands) - 1)
 
 
 defjvp_rule("tensor.pad", _pad_jvp)
@@ -306,7 +366,69 @@ def _generate_jvp(b, op, ts):
 
 
 def _generate_vjp(b, op, cts):
-    raise b.ad.fail(op, "reverse mode of 'tensor.generate' is not implemented (forward mode is)")
+    """A loop nest over the result's indices: each point recomputes the body at
+    that index and sweeps it with the cotangent's element there, accumulating
+    the cotangents of the active values the body captures (iter_args).
+
+    A captured tensor the body only reads with `tensor.extract` (a gather)
+    gets each element's cotangent added at its index, not a whole zero tensor
+    per point."""
+    ad = b.ad
+    ct = cts[0]
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    caps = [v for v in captured_values(op) if ad.is_active(v)]
+    # Only extracts directly in the body (not nested deeper) are rewritten.
+    gathered = [v for v in caps if isinstance(v.type, ir.RankedTensorType) and
+                all(u.owner.operation.name == "tensor.extract" and u.operand_number == 0
+                    and u.owner.operation.block == block
+                    for u in v.uses if is_inside(u.owner.operation, op.operation))]
+    t = ct.type
+    sizes = [b.index(d) if not t.is_dynamic_dim(i) else
+             b.create("tensor.dim", [ct, b.index(i)], [ir.IndexType.get()]).result
+             for i, d in enumerate(t.shape)]
+    acc = [b.zeros_like(v) for v in caps]
+    zero, one = b.index(0), b.index(1)
+    loops, ivs = [], []
+    ip = b.ip
+    for size in sizes:
+        loop = scf.ForOp(zero, size, one, acc, loc=b.loc, ip=ip)
+        loops.append(loop)
+        ivs.append(loop.induction_variable)
+        acc = list(loop.inner_iter_args)
+        ip = ir.InsertionPoint(loop.body)
+    bb = Builder(ip, b.loc, ad)
+    g = bb.create("tensor.extract", [ct, *ivs], [element_type(t)]).result
+    marker = marker_op(bb)
+    vmap = dict(zip(list(block.arguments), ivs))
+    clone_ops(body[:-1], ip, vmap)
+    out = vmap.get(body[-1].operands[0], body[-1].operands[0])
+    # Each element a gathered tensor's extracts read is a seed of its own.
+    reads = [o for o in bb.ip.block.operations if o.operation.name == "tensor.extract"
+             and o.operands[0] in gathered]
+    seeds = {v for v in caps if v not in gathered} | {o.results[0] for o in reads}
+    sub = sweep_recomputed(ad, bb, marker, [out], [g], seeds)
+    sb = Builder(ip, b.loc, sub)
+    new_acc = []
+    for a, v in zip(acc, caps):
+        if v not in gathered:
+            new_acc.append(sb.add_any(a, sub.ct.get(v)))
+            continue
+        for o in reads:
+            c = sub.ct.get(o.results[0])
+            if o.operands[0] == v and c is not None:
+                idx = list(o.operands)[1:]
+                old = sb.create("tensor.extract", [a, *idx], [c.type]).result
+                a = sb.create("tensor.insert", [sb.addf(old, c), a, *idx], [a.type]).result
+        new_acc.append(a)
+    if loops:
+        scf.YieldOp(new_acc, loc=b.loc, ip=ip)
+    for outer, inner in zip(reversed(loops[:-1]), reversed(loops[1:])):
+        scf.YieldOp(list(inner.results), loc=b.loc, ip=ir.InsertionPoint(outer.body))
+    res = list(loops[0].results) if loops else new_acc
+    for v, gv in zip(caps, res):
+        ad.add_ct(b, v, gv)
+    return [None] * len(op.operands)
 
 
 defjvp_rule("tensor.generate", _generate_jvp)
