@@ -289,6 +289,12 @@ def classify(op: ir.Operation) -> Candidate | None:
         return Candidate(op, "elementwise", ranges, width)
     if len(op.results) != 1:
         return None
+    if name == "linalg.generic" and len(op.operands) - len(op.results) != 1:
+        # Contractions written as generics (two or more inputs, e.g. a batched
+        # matvec from vmap) vectorize into shapes (vector<1x1x1x16xf32>) the
+        # LLVM lowering rejects; they keep the scalar loops until they get a
+        # contraction schedule.
+        return None
     # Inner reductions: the reduced dim is the last loop, all others parallel.
     if iters[-1].endswith("<reduction>") and all(i.endswith("<parallel>") for i in iters[:-1]):
         return Candidate(op, "reduction", ranges, width)

@@ -351,3 +351,33 @@ def test_threaded_elementwise_and_reduction(openmp) -> None:
     assert "omp.parallel" in cm.lowered_text
     x = _randn(1024, 96)
     np.testing.assert_allclose(cm["f"](x), x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+
+
+CONTRACTION_GENERIC = """
+#a = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+#b = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+func.func @f(%x: tensor<16x1x16xf32>, %w: tensor<16x16xf32>) -> tensor<16x1x16xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<16x1x16xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<16x1x16xf32>) -> tensor<16x1x16xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x1x16xf32>, tensor<16x16xf32>) outs(%z : tensor<16x1x16xf32>) {
+  ^bb0(%p: f32, %q: f32, %acc: f32):
+    %m = arith.mulf %p, %q : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x1x16xf32>
+  return %r : tensor<16x1x16xf32>
+}
+"""
+
+
+def test_contraction_written_as_a_generic_compiles_and_is_right():
+    """A batched matvec from vmap (a reduction generic with two inputs and a unit dim)
+    once vectorized into vector<1x1x1x16xf32>, which LLVM translation rejected."""
+    cm = CompiledModule(CONTRACTION_GENERIC)
+    x, w = _randn(16, 1, 16), _randn(16, 16)
+    np.testing.assert_allclose(cm["f"](x, w), np.einsum("bik,kj->bij", x, w), rtol=1e-5,
+                               atol=1e-5)
