@@ -388,7 +388,6 @@ class _Functionalizer:
         return state
 
     def _thread_op(self, op: ir.Operation, state: _State) -> _State:
-        i64 = _i64()
         ip = ir.InsertionPoint(op)
         if op.name == RANDOM:
             spec = self.specs[op]

@@ -423,6 +423,28 @@ def jit(fun: Callable[..., Any] | None = None, *,
     return JitFunction(fun, static_argnums, device)
 
 
+def function_name(fun: Callable[..., Any]) -> str:
+    """A function's name for generated symbols and messages ("fn" for lambdas' objects)."""
+    return getattr(fun, "__name__", "fn")
+
+
+def traced_or_jitted(transform: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a transform's body inside the active trace, or else under a cached `jit`.
+
+    This is how `grad`, `vmap` and the others work eagerly on numpy arrays:
+    outside a trace, the transform compiles itself once per signature.
+    """
+    jitted = JitFunction(transform)
+
+    @functools.wraps(transform)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if current_trace() is not None:
+            return transform(*args, **kwargs)
+        return jitted(*args, **kwargs)
+
+    return run
+
+
 # --------------------------------------------------------------------------- lower
 
 STAGES = ("capture", "autodiff", "llvm")
@@ -485,4 +507,5 @@ def lower(fun: Callable[..., Any], *args: Any, static_argnums: int | Sequence[in
     return jf.lower(*args, **kwargs)
 
 
-__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "autodiff_pipeline", "jit", "lower"]
+__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "autodiff_pipeline", "function_name",
+           "jit", "lower", "traced_or_jitted"]

@@ -14,19 +14,17 @@ gradients in one compiled call, `vmap(vmap(f))`, `jvp(vmap(f))`, ...
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
 
 from . import dialects, pytree
-from .api import JitFunction
+from .api import function_name, traced_or_jitted
 from .tracing import (
     ShapedArray,
     Tracer,
     as_tracer,
-    current_trace,
     require_trace,
     trace_function,
 )
@@ -35,21 +33,8 @@ Axis = Optional[int]
 RANDOMNESS = ("error", "different", "same")
 
 
-def _name(fun: Callable[..., Any]) -> str:
-    return getattr(fun, "__name__", "fn")
-
-
-def _eager(transform: Callable[..., Any]) -> Callable[..., Any]:
-    """Run `transform` traced: directly inside a trace, else under a cached `jit`."""
-    jitted = JitFunction(transform)
-
-    @functools.wraps(transform)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        if current_trace() is not None:
-            return transform(*args, **kwargs)
-        return jitted(*args, **kwargs)
-
-    return run
+_name = function_name
+_eager = traced_or_jitted
 
 
 def _check_spec(spec: Any, what: str) -> None:

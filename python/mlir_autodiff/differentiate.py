@@ -17,21 +17,19 @@ vectors: one batched call, not a loop of calls.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import dialects, pytree
-from .api import JitFunction
+from .api import JitFunction, function_name, traced_or_jitted
 from .tracing import (
     ShapedArray,
     TracedFunction,
     Tracer,
     as_tracer,
     current_trace,
-    emit_call,
     require_trace,
     trace_function,
 )
@@ -41,21 +39,8 @@ def _is_float(dtype: np.dtype) -> bool:
     return np.issubdtype(dtype, np.floating)
 
 
-def _name(fun: Callable[..., Any]) -> str:
-    return getattr(fun, "__name__", "fn")
-
-
-def _eager(transform: Callable[..., Any]) -> Callable[..., Any]:
-    """Run `transform` traced: directly inside a trace, else under a cached `jit`."""
-    jitted = JitFunction(transform)
-
-    @functools.wraps(transform)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        if current_trace() is not None:
-            return transform(*args, **kwargs)
-        return jitted(*args, **kwargs)
-
-    return run
+_name = function_name
+_eager = traced_or_jitted
 
 
 def _flat_tracers(tree: Any) -> tuple[list[Tracer], pytree.TreeDef]:

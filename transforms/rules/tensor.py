@@ -332,7 +332,6 @@ def _pad_vjp(b, op, cts):
     the sum over the padding (the whole sum minus the interior's)."""
     pv = _pad_value_outside(b, op)
     src = op.operands[0]
-    n = src.type.rank
     static_low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
     n_low = _segments(op)[1]
     dyn_low = iter(list(op.operands)[1: 1 + n_low])
