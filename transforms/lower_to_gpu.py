@@ -226,6 +226,49 @@ class _Step(Pass):
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
+class DistinctReturnBuffers(_Step):
+    """Give every returned buffer of a function its own allocation.
+
+    Why: upstream buffer-results-to-out-params{hoist-static-allocs} segfaults
+    (updateReturnOps) when a function returns one buffer twice, which the
+    derivative code does (both cotangents of `x + y` are the output's). A
+    later duplicate becomes a fresh allocation holding a copy.
+    """
+
+    name = "autodiff-distinct-return-buffers"
+    summary = "Copy buffers a function returns more than once into fresh allocations"
+
+    def apply(self, module: ir.Operation) -> None:
+        from mlir.dialects import func as func_d
+        from mlir.dialects import memref
+
+        for fn in module.regions[0].blocks[0].operations:
+            if fn.operation.name != "func.func" or not fn.regions[0].blocks:
+                continue
+            for block in fn.regions[0].blocks:
+                ret = list(block.operations)[-1]
+                if ret.operation.name != "func.return":
+                    continue
+                values = list(ret.operands)
+                seen: set = set()
+                changed = False
+                for i, v in enumerate(values):
+                    if not isinstance(v.type, ir.MemRefType):
+                        continue
+                    if v in seen and v.type.has_static_shape:
+                        with ir.InsertionPoint(ret), ret.location:
+                            fresh = memref.alloc(v.type, [], [])
+                            memref.copy(v, fresh)
+                        values[i] = fresh
+                        changed = True
+                    seen.add(v)
+                if changed:
+                    with ir.InsertionPoint(ret), ret.location:
+                        func_d.ReturnOp(values)
+                    ret.operation.erase()
+
+
 # -- step 0: what the GPU calling convention cannot express --------------------
 
 
@@ -977,6 +1020,7 @@ class LowerToGpu(Pass):
             # Hoisting (no copy kernel per result) is safe here: calls are
             # inlined first, and the upstream crash seen on the CPU path
             # (lower_to_cpu.py) needs private functions returning buffers.
+            DistinctReturnBuffers(),
             "buffer-results-to-out-params{hoist-static-allocs modify-public-functions}",
             "canonicalize",
             "buffer-deallocation-pipeline",
