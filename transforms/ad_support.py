@@ -258,3 +258,13 @@ class Builder:
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def unique_name(taken: set[str] | dict[str, object], base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ... : the first symbol name not in `taken`."""
+    if base not in taken:
+        return base
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    return f"{base}_{i}"

@@ -51,6 +51,7 @@ from .ad_support import (
     is_float,
     op_name,
     residual_operands,
+    unique_name,
     walk_ops,
 )
 from .diagnostics import PassFailure, fail
@@ -183,13 +184,7 @@ class Driver:
         return fn
 
     def unique_name(self, base: str) -> str:
-        names = self.functions()
-        if base not in names:
-            return base
-        i = 1
-        while f"{base}_{i}" in names:
-            i += 1
-        return f"{base}_{i}"
+        return unique_name(self.functions(), base)
 
     def clone_function(self, fn: ir.Operation, name: str) -> ir.Operation:
         new = fn.clone(ip=ir.InsertionPoint(self.body))

@@ -39,7 +39,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from .ad_support import Builder, captured_values, is_tensor, op_name, walk_ops
+from .ad_support import Builder, captured_values, is_tensor, op_name, unique_name, walk_ops
 from .autodiff_common import register_inner_lowerer
 from .diagnostics import PassFailure, fail
 from .passes import Pass, PipelineElement, register
@@ -276,13 +276,7 @@ class Driver:
         return fn
 
     def unique_name(self, base: str) -> str:
-        names = self.functions()
-        if base not in names:
-            return base
-        i = 1
-        while f"{base}_{i}" in names:
-            i += 1
-        return f"{base}_{i}"
+        return unique_name(self.functions(), base)
 
     def ad_driver(self) -> Any:
         if self._ad is None:

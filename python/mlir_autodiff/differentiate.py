@@ -303,6 +303,18 @@ def _single_array_arg(who: str, args: tuple[Any, ...], argnums: int) -> int:
     return n
 
 
+def _partial_in(fun: Callable[..., Any], args: tuple[Any, ...], argnums: int,
+                who: str) -> tuple[Tracer, Callable[..., Any]]:
+    """(x, f_of_x): the differentiated argument and `fun` as a function of it alone."""
+    n = _single_array_arg(who, args, argnums)
+
+    def f_of_x(xv: Any) -> Any:
+        return fun(*args[:n], xv, *args[n + 1:])
+
+    f_of_x.__name__ = _name(fun)
+    return as_tracer(args[n]), f_of_x
+
+
 def _basis(aval: ShapedArray) -> np.ndarray:
     """The standard basis of `aval`'s space, stacked: shape (size, *shape)."""
     n = max(aval.size, 1)
@@ -320,13 +332,7 @@ def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
     who = f"jacrev({_name(fun)})"
 
     def transform(*args: Any) -> Any:
-        n = _single_array_arg(who, args, argnums)
-        x = as_tracer(args[n])
-
-        def f_of_x(xv: Any) -> Any:
-            return fun(*args[:n], xv, *args[n + 1:])
-
-        f_of_x.__name__ = _name(fun)
+        x, f_of_x = _partial_in(fun, args, argnums, who)
         out, pullback = vjp(f_of_x, x)
         out_aval = as_tracer(out).aval
 
@@ -351,13 +357,7 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
     who = f"jacfwd({_name(fun)})"
 
     def transform(*args: Any) -> Any:
-        n = _single_array_arg(who, args, argnums)
-        x = as_tracer(args[n])
-
-        def f_of_x(xv: Any) -> Any:
-            return fun(*args[:n], xv, *args[n + 1:])
-
-        f_of_x.__name__ = _name(fun)
+        x, f_of_x = _partial_in(fun, args, argnums, who)
 
         def column(t: Any) -> Any:
             return jvp(f_of_x, (x,), (t,))[1]
