@@ -291,6 +291,9 @@ class CheckGpuLowerable(_Step):
                 raise fail(op, f"autodiff-lower-to-gpu: input already contains '{op.name}'; "
                                "the pipeline expects tensor programs")
         for fn in _functions(module):
+            vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
+            if vis is not None and ir.StringAttr(vis).value == "private":
+                continue  # inlined into its callers by the parallel stage
             ftype = fn.attributes["function_type"].value
             outputs = 0
             for t in ftype.results:

@@ -2,7 +2,8 @@
 
 `build_module(fns)` wraps every primal function `@name` with
 `@jvp_name` (autodiff.jvp), `@vjp_name` (autodiff.vjp), `@hvp_name` (jvp of
-vjp_name: second order) and `@vjpjvp_name` (vjp of jvp_name), runs
+vjp_name: second order), `@vjpjvp_name` (vjp of jvp_name) and `@vjpvjp_name`
+(vjp of vjp_name: reverse over reverse), runs
 `--autodiff-jvp,--autodiff-vjp` and compiles the result for the CPU. The
 checkers compare against central finite differences in one random direction,
 the dot-product identity <vjp(ct), t> == <ct, jvp(t)>, and (where given) jax.
@@ -88,6 +89,10 @@ def wrappers(f: Fn) -> str:
         func(f"vjpjvp_{f.name}", x + t + c + ct2, P + P + R + R,
              _call("autodiff.vjp", f"jvp_{f.name}", x + t + c + ct2, P + P + R + R,
                    R + R + P + P), R + R + P + P)
+        # vjp of vjp: (x, c, cy, cg) -> (y, g, gx, gc)
+        func(f"vjpvjp_{f.name}", x + c + ct2 + t, P + R + R + P,
+             _call("autodiff.vjp", f"vjp_{f.name}", x + c + ct2 + t, P + R + R + P,
+                   R + P + P + R), R + P + P + R)
     return "\n".join(out)
 
 
@@ -213,6 +218,22 @@ def check_second_order(cm: CompiledModule, f: Fn, rng, *, eps=1e-5, rtol=1e-5, a
     fd2 = (g(*axpy(xs, eps, us)) - g(*axpy(xs, -eps, us))) / (2 * eps)
     np.testing.assert_allclose(vdot(gx, us), fd2, rtol=rtol * 10, atol=atol * 10,
                                err_msg="vjp of jvp vs FD")
+    # vjp of vjp: with cy = 0 and cg = dg, gx = d/dx <dg, vjp_x(x, c)> and
+    # gc = d/dc <dg, vjp_x(x, c)>, each checked along a random direction.
+    dg = random_like(f.params, rng)
+    r = _as_list(cm[f"vjpvjp_{f.name}"](*xs, *cs, *zy, *dg))
+    gx, gc = r[m + n: m + 2 * n], r[m + 2 * n:]
+
+    def h2(x_args, c_args):
+        return vdot(dg, _as_list(cm[f"vjp_{f.name}"](*x_args, *c_args))[m:])
+
+    fd3 = (h2(axpy(xs, eps, us), cs) - h2(axpy(xs, -eps, us), cs)) / (2 * eps)
+    np.testing.assert_allclose(vdot(gx, us), fd3, rtol=rtol * 10, atol=atol * 10,
+                               err_msg="vjp of vjp (d/dx) vs FD")
+    ws = random_like(f.results, rng)
+    fd4 = (h2(xs, axpy(cs, eps, ws)) - h2(xs, axpy(cs, -eps, ws))) / (2 * eps)
+    np.testing.assert_allclose(vdot(gc, ws), fd4, rtol=rtol * 10, atol=atol * 10,
+                               err_msg="vjp of vjp (d/dc) vs FD")
 
 
 def check_against_jax(cm: CompiledModule, f: Fn, rng, *, rtol=1e-10, atol=1e-12):

@@ -451,7 +451,40 @@ EXEC_REGION = """func.func @c_exec(%x: f64, %y: f64) -> f64 {
   return %o : f64
 }"""
 
+# A loop nest whose inner loop starts from the outer loop's carried value and
+# reads x only from inside the nest (reverse mode once dropped the whole
+# nest: the inner loop's augmentation replaced the value its cotangent was
+# attached to).
+NESTED_FOR = """func.func @c_nestfor(%x: f64, %y: f64) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %z = arith.constant 0.0 : f64
+  %r = scf.for %i = %c0 to %c3 step %c1 iter_args(%a = %z) -> (f64) {
+    %q = scf.for %j = %c0 to %c2 step %c1 iter_args(%b = %a) -> (f64) {
+      %s = math.sin %x : f64
+      %t = arith.mulf %s, %b : f64
+      %u = arith.addf %t, %y : f64
+      scf.yield %u : f64
+    }
+    scf.yield %q : f64
+  }
+  %o = arith.mulf %r, %x : f64
+  return %o : f64
+}"""
+
+
+def _nestfor_jax(x, y):
+    a = 0.0
+    for _ in range(3):
+        for _ in range(2):
+            a = jnp.sin(x) * a + y
+    return a * x
+
+
 CONTROL = [
+    Fn("c_nestfor", NESTED_FOR, ["f64", "f64"], ["f64"], (-1.0, 1.0), _nestfor_jax),
     Fn("c_while", WHILE_FN, ["f64", "f64"], ["f64"], (-1.0, 1.0), _while_jax),
     Fn("c_exec", EXEC_REGION, ["f64", "f64"], ["f64"], (-1.0, 1.0),
        lambda x, y: jnp.cos(x * y) + x),

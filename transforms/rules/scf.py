@@ -213,12 +213,39 @@ TAPE_ATTR = "autodiff.taped"
 TAPE_OP_ATTR = "autodiff.tape"
 
 
+def _write_only(body: ir.Block, j: int) -> bool:
+    """Is carried value j only ever written into, never read?
+
+    True when its block argument's one use is as the destination of a
+    tensor.insert/insert_slice whose result only goes back to yield slot j:
+    the shape of a tape being recorded (what reverse mode of a reverse-mode
+    loop meets). The reverse rule of an insert never reads its destination, so
+    such a value needs no tape of its own (which would cost trip² memory and
+    need a static shape): the backward loop can stand any tensor of its type in
+    for it.
+    """
+    arg = body.arguments[1 + j]
+    uses = list(arg.uses)
+    if len(uses) != 1 or uses[0].operand_number != 1:
+        return False
+    writer = uses[0].owner
+    if op_name(writer) not in ("tensor.insert", "tensor.insert_slice"):
+        return False
+    out = list(writer.results[0].uses)
+    yield_op = list(body.operations)[-1]
+    return (len(out) == 1 and out[0].owner == yield_op.operation
+            and out[0].operand_number == j)
+
+
 def _for_augment(ad: Any, op: ir.Operation) -> None:
-    """Rewrite an active scf.for to record its carried values per iteration."""
+    """Rewrite an active scf.for to record its carried values per iteration
+    (except write-only ones, see `_write_only`)."""
     fop = op.opview
     lb, ub, step, *inits = list(op.operands)
-    for v in inits:
-        if isinstance(v.type, ir.RankedTensorType) and not v.type.has_static_shape:
+    taped = [j for j in range(len(inits)) if not _write_only(fop.body, j)]
+    for j in taped:
+        t = inits[j].type
+        if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
             raise ad.fail(op, "reverse mode of 'scf.for' needs statically shaped carried "
                               "tensors")
     b = Builder(ir.InsertionPoint(op), op.location, ad, op)
@@ -228,8 +255,8 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
         lo, hi, st = bounds
         trip = max(0, -(-(hi - lo) // st))
         n = b.index(trip)
-        tapes0 = [b.create("tensor.empty", [], [_tape_type(v.type, trip)]).result
-                  for v in inits]
+        tapes0 = [b.create("tensor.empty", [], [_tape_type(inits[j].type, trip)]).result
+                  for j in taped]
     else:
         one = b.index(1)
         span = _idx(b, "arith.subi", ub, lb)
@@ -241,7 +268,8 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
         neg = b.create("arith.cmpi", [ub, lb], [i1],
                        {"predicate": ir.IntegerAttr.get(i64, 3)}).result  # sle
         n = b.create("arith.select", [neg, zero, n], [ir.IndexType.get()]).result
-        tapes0 = [b.create("tensor.empty", [n], [_tape_type(v.type)]).result for v in inits]
+        tapes0 = [b.create("tensor.empty", [n], [_tape_type(inits[j].type)]).result
+                  for j in taped]
     new = scf.ForOp(lb, ub, step, inits + tapes0, loc=op.location, ip=ir.InsertionPoint(op))
     nb = new.body
     nargs = list(nb.arguments)
@@ -250,7 +278,7 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
     first = list(nb.operations)[0]
     bb = Builder(ir.InsertionPoint(first), op.location, ad)
     i = _idx(bb, "arith.divui", _idx(bb, "arith.subi", nargs[0], lb), step)
-    tapes = [_tape_write(bb, tp, v, i) for tp, v in zip(nargs[1 + k:], nargs[1: 1 + k])]
+    tapes = [_tape_write(bb, tp, nargs[1 + j], i) for tp, j in zip(nargs[1 + k:], taped)]
     for o in list(nb.operations):
         if o.operation == first.operation:
             break
@@ -263,7 +291,10 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
         old.replace_all_uses_with(nv)
         if old in ad.active:
             ad.active.add(nv)
-    ad.tapes[res[0]] = (res[k:], n)
+    by_slot: list[ir.Value | None] = [None] * k
+    for j, tp in zip(taped, res[k:]):
+        by_slot[j] = tp
+    ad.tapes[res[0]] = (by_slot, n)
     new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
     op.erase()
 
@@ -282,7 +313,10 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     body = list(fop.body.operations)
     # Skip the tape writes at the top of the body: they are not part of the primal.
     primal_ops = [o for o in body[:-1] if TAPE_OP_ATTR not in o.operation.attributes]
-    caps = [v for v in captured_values(op) if ad.is_active(v) and v not in tapes]
+    taped = [tp for tp in tapes if tp is not None]
+    caps = [v for v in captured_values(op) if ad.is_active(v) and v not in taped]
+    # A write-only carried value is never read (`_write_only`): the loop's
+    # final value stands in for it, as any tensor of its type would.
     ct0 = [b.materialize(cts[j], op.results[j]) for j in fl]
     acc0 = [b.zeros_like(v) for v in caps]
     zero, one = b.index(0), b.index(1)
@@ -293,23 +327,20 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     bb = Builder(ip, op.location, ad)
     i = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
     iv = _idx(bb, "arith.addi", lb, _idx(bb, "arith.muli", i, step))
-    carried = [_tape_read(bb, tp, t, i) for tp, t in zip(tapes, carried_t)]
+    carried = [_tape_read(bb, tp, t, i) if tp is not None else op.results[j]
+               for j, (tp, t) in enumerate(zip(tapes, carried_t))]
     old_args = list(fop.body.arguments)
     vmap = {old_args[0]: iv}
     for a, c in zip(old_args[1: 1 + k], carried):
         vmap[a] = c
-    clones = clone_ops(primal_ops, ip, vmap)
+    marker = marker_op(bb)
+    clone_ops(primal_ops, ip, vmap)
     yielded = [vmap.get(v, v) for v in list(body[-1].operands)[:k]]
-    sub = ad.sub(set(caps) | {carried[j] for j in fl})
-    sub.propagate(clones)
-    sub.prepare_forward(clones)
-    all_ops = list(lbody.operations)
-    clones = all_ops[len(all_ops) - _count_after(lbody, carried):]
-    sub.propagate(clones)
-    sb = Builder(ip, op.location, sub)
+    ct_y: list[ir.Value | None] = [None] * k
     for pos, j in enumerate(fl):
-        sub.add_ct(sb, yielded[j], largs[1 + pos])
-    sub.sweep(clones, ip)
+        ct_y[j] = largs[1 + pos]
+    sub = sweep_recomputed(ad, bb, marker, yielded, ct_y, set(caps) | {carried[j] for j in fl})
+    sb = Builder(ip, op.location, sub)
     new_ct = [sb.materialize(sub.ct.get(carried[j]), carried[j]) for j in fl]
     new_acc = [sb.add_any(a, sub.ct.get(v)) for a, v in zip(largs[1 + len(fl):], caps)]
     scf.YieldOp(new_ct + new_acc, loc=op.location, ip=ip)
@@ -320,17 +351,6 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     for pos, j in enumerate(fl):
         out[3 + j] = res[pos]
     return out
-
-
-def _count_after(block: ir.Block, carried: list) -> int:
-    """Number of ops in `block` after the last tape read (the recomputed body)."""
-    ops = list(block.operations)
-    last = -1
-    owners = [c.owner.operation for c in carried if not isinstance(c.owner, ir.Block)]
-    for idx, o in enumerate(ops):
-        if any(o.operation == w for w in owners):
-            last = idx
-    return len(ops) - (last + 1)
 
 
 FORWARD_AUGMENT["scf.for"] = _for_augment
