@@ -46,13 +46,24 @@ The contract
   leaves a gap); otherwise the op yields its branch's offset as an extra
   `i64` result.
 * The seed is passed through unchanged.
+* Key-rooted functions: a function marked `autodiff.rng_key = N : i64` takes
+  its state from its argument N, a `tensor<2xi64>` key `[seed, offset]` (the
+  layout of `mlir_autodiff.random` keys). It keeps its signature: its body
+  (and the functions it uses) are threaded from `tensor.extract`s of the key
+  at entry, and to its callers it is an ordinary function of its arguments,
+  so its uses are not threaded and it does not make them draw. Every use of
+  it with the same key therefore replays the same numbers: this is how a
+  primal call and its separately emitted `autodiff.vjp` (Python's `vjp`
+  inside a trace) agree on their draws. Its own draws become philox ops
+  marked `keyed` (pure functions of the key; see `lower_rng`).
 
 Errors (at the op, naming the pass): a draw with a non-static shape or bad
 attributes; a draw reached through recursion (its offsets would not be
 static); a draw inside an op whose trip count the pass cannot bound
 (`scf.while`, `scf.parallel`, `scf.forall`, linalg bodies...) or in a
-function with several blocks; and any other symbol use of a function that
-draws (e.g. a custom-rule attribute), which would miss its new signature.
+function with several blocks; any other symbol use of a function that
+draws (e.g. a custom-rule attribute), which would miss its new signature; and
+an `autodiff.rng_key` that does not name a `tensor<2xi64>` argument.
 """
 
 from __future__ import annotations
@@ -61,7 +72,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, tensor
 
 from .diagnostics import PassFailure, emit_error
 from .lower_rng import DrawSpec, draw_spec
@@ -87,6 +98,8 @@ _STRUCTURED = ("scf.if", "scf.for", "scf.execute_region")
 STATE_ATTR = "autodiff.rng_state"
 #: The counter blocks one call consumes, on functions where it is a constant.
 BLOCKS_ATTR = "autodiff.rng_blocks"
+#: On functions that take their RNG state from a key argument: its index.
+KEY_ATTR = "autodiff.rng_key"
 
 
 def _i64() -> ir.Type:
@@ -190,10 +203,17 @@ class _Functionalizer:
             for name, fn in self.funcs.items()
         }
         self.specs: dict[ir.Operation, DrawSpec] = {}
+        #: Functions that take the state from their callers (gain seed/offset arguments).
         self.drawing: set[str] = set()
+        #: Key-rooted functions (`autodiff.rng_key`): name -> the key argument's index.
+        self.keyed: dict[str, int] = {}
+        #: Key-rooted functions that draw (their bodies are threaded from the key).
+        self.keyed_drawing: set[str] = set()
         self.consumption: dict[str, int | None] = {}
         self.errors = 0
         self.seed: ir.Value | None = None
+        #: Whether the function being rewritten is key-rooted (its draws are `keyed`).
+        self.in_keyed = False
 
     def error(self, op: ir.Operation, message: str) -> None:
         emit_error(op, f"{PASS}: {message}")
@@ -202,6 +222,7 @@ class _Functionalizer:
     # -- analysis ----------------------------------------------------------------
 
     def analyze(self) -> None:
+        self.keyed = self._key_arguments()
         direct: dict[str, bool] = {name: False for name in self.funcs}
         edges: dict[str, set[str]] = {name: set() for name in self.funcs}
         all_ops = _walk(self.module)
@@ -223,14 +244,17 @@ class _Functionalizer:
                 callee = _callee(op)
                 if callee in self.funcs:
                     edges[name].add(callee)
-        self.drawing = {n for n, d in direct.items() if d}
+        # Key-rooted functions are boundaries: they draw, but not from their callers' state.
+        self.drawing = {n for n, d in direct.items() if d and n not in self.keyed}
         changed = True
         while changed:
             changed = False
             for name in self.funcs:
-                if name not in self.drawing and edges[name] & self.drawing:
+                if name not in self.drawing and name not in self.keyed \
+                        and edges[name] & self.drawing:
                     self.drawing.add(name)
                     changed = True
+        self.keyed_drawing = {n for n in self.keyed if direct[n] or edges[n] & self.drawing}
         if self.errors:
             return
         self._check_recursion(edges)
@@ -241,6 +265,23 @@ class _Functionalizer:
         for name in self._callee_first_order(edges):
             self.consumption[name] = self._region_consumption(self.funcs[name].regions[0])
 
+    def _key_arguments(self) -> dict[str, int]:
+        """The key-rooted functions and their key argument's index (diagnosed if invalid)."""
+        key_type = ir.RankedTensorType.get([2], _i64())
+        keyed: dict[str, int] = {}
+        for name, fn in self.funcs.items():
+            if KEY_ATTR not in fn.attributes:
+                continue
+            attr = fn.attributes[KEY_ATTR]
+            args = fn.regions[0].blocks[0].arguments
+            index = ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else -1
+            if not 0 <= index < len(args) or args[index].type != key_type:
+                self.error(fn, f"'{KEY_ATTR}' of '@{name}' must be the index of a "
+                               f"{key_type} argument (the key [seed, offset]), got {attr}")
+                continue
+            keyed[name] = index
+        return keyed
+
     def _draw_sites(self, fn: ir.Operation) -> list[ir.Operation]:
         return [
             op for op in _walk(fn)
@@ -250,13 +291,13 @@ class _Functionalizer:
     def _check_recursion(self, edges: dict[str, set[str]]) -> None:
         for name in sorted(self.drawing):
             seen: set[str] = set()
-            stack = list(edges[name])
+            stack = list(edges[name] & self.drawing)
             while stack:
                 cur = stack.pop()
                 if cur in seen:
                     continue
                 seen.add(cur)
-                stack.extend(edges[cur])
+                stack.extend(edges[cur] & self.drawing)
             if name in seen:
                 site = self._draw_sites(self.funcs[name])[0]
                 self.error(
@@ -266,7 +307,7 @@ class _Functionalizer:
                 )
 
     def _check_sites(self) -> None:
-        for name in sorted(self.drawing):
+        for name in sorted(self.drawing | self.keyed_drawing):
             fn = self.funcs[name]
             for site in self._draw_sites(fn):
                 if len(fn.regions[0].blocks) != 1:
@@ -318,7 +359,7 @@ class _Functionalizer:
             done.add(name)
             for callee in sorted(edges[name]):
                 visit(callee)
-            if name in self.drawing:
+            if name in self.drawing or name in self.keyed_drawing:
                 order.append(name)
 
         for name in self.funcs:
@@ -365,6 +406,11 @@ class _Functionalizer:
             fn = self.funcs[name]
             block = fn.regions[0].blocks[0]
             loc = fn.location
+            self.in_keyed = name in self.keyed
+            if self.in_keyed:
+                self.seed, offset = _key_words(block, self.keyed[name], loc)
+                self._thread_block(block, _State(offset))  # the end offset is not needed
+                continue
             self.seed = block.add_argument(i64, loc)
             offset = block.add_argument(i64, loc)
             ftype = fn.attributes["function_type"].value
@@ -393,6 +439,8 @@ class _Functionalizer:
             spec = self.specs[op]
             offset = state.value(ip)
             attrs = {k: op.attributes[k] for k in op.attributes}
+            if self.in_keyed:
+                attrs["keyed"] = ir.UnitAttr.get()
             new = ir.Operation.create(
                 PHILOX, results=[spec.result_type], operands=[self.seed, offset],
                 attributes=attrs, loc=op.location, ip=ip,
@@ -510,6 +558,14 @@ class _Functionalizer:
         block = new.regions[0].blocks[0]
         _append_to_terminator(block, self._thread_block(block, _State(block.arguments[-1])))
         return _State(new.results[-1])
+
+
+def _key_words(block: ir.Block, index: int, loc: ir.Location) -> tuple[ir.Value, ir.Value]:
+    """(seed, offset): the two i64 words of the key argument `index`, read at entry."""
+    key = block.arguments[index]
+    with loc, ir.InsertionPoint.at_block_begin(block):
+        words = [tensor.extract(key, [_const(ir.IndexType.get(), i)]) for i in (0, 1)]
+    return words[0], words[1]
 
 
 def _is_terminator(op: ir.Operation) -> bool:

@@ -28,6 +28,11 @@ Stream layout (the contract `--autodiff-functionalize-rng` relies on)
   counter (c0, c1, c2, c3) = lo32/hi32 of (offset + b) (mod 2^64), then the
   optional `stream : i64` attribute's lo32/hi32 (default 0): independent
   sub-streams that never meet the offset-indexed ones.
+* A unit attribute `keyed` marks a draw from an explicit key (the Python
+  API's `random.key`, or a function marked `autodiff.rng_key`) rather than
+  from the implicit generator's threaded state. It changes no number; it
+  tells `--autodiff-vmap` that an unbatched draw is a pure function of its
+  key, shared by all lanes whatever the `randomness` mode.
 * Words: word `w` of a draw is lane `w mod 4` of block `w div 4`. Elements
   are taken in row-major (linear index) order.
 * Elements of 64-bit types (f64, i64) use two consecutive words (w = 2i,
@@ -160,9 +165,7 @@ def draw_spec(op: ir.Operation, pass_name: str) -> DrawSpec:
         if key not in _PARAMS[dist]:
             raise fail(op, f"{pass_name}: attribute '{key}' does not apply to '{dist}' draws")
         attr = op.attributes[key]
-        if isinstance(attr, ir.FloatAttr):
-            params[key] = float(attr.value)
-        elif isinstance(attr, ir.IntegerAttr):
+        if isinstance(attr, (ir.FloatAttr, ir.IntegerAttr)):
             params[key] = float(attr.value)
         else:
             raise fail(op, f"{pass_name}: attribute '{key}' must be a float, got {attr}")

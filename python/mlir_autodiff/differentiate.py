@@ -30,6 +30,7 @@ from .tracing import (
     Tracer,
     as_tracer,
     current_trace,
+    emit_call,
     require_trace,
     trace_function,
 )
@@ -198,16 +199,19 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
 
     primal_only.__name__ = _name(fun)
 
-    def apply(args: tuple[Any, ...], ct: Any) -> Any:
-        fn, tracers = _trace(primal_only, args)
+    def pull(fn: TracedFunction, tracers: list[Tracer], args: tuple[Any, ...], ct: Any,
+             out_tree: pytree.TreeDef) -> Any:
+        """Emit `autodiff.vjp` of `fn` for cotangent `ct` of its first outputs (`out_tree`;
+        any further outputs, the aux, get zero cotangents)."""
         ct_tracers, ct_tree = _flat_tracers(ct)
-        if ct_tree != fn.out_tree:
+        if ct_tree != out_tree:
             raise TypeError(f"{who}: the cotangent's structure {ct_tree} does not match the "
-                            f"output's {fn.out_tree}")
+                            f"output's {out_tree}")
         for c, a in zip(ct_tracers, fn.out_avals):
             if c.shape != a.shape or c.dtype != a.dtype:
                 raise TypeError(f"{who}: cotangent {c.aval.str_short()} does not match the "
                                 f"output {a.str_short()}")
+        ct_tracers += [_zeros(a) for a in fn.out_avals[len(ct_tracers):]]
         wrt = [i for i, t in enumerate(tracers) if _is_float(t.dtype)]
         results = _emit("vjp", fn, tracers, ct_tracers,
                         list(fn.out_avals) + [tracers[i].aval for i in wrt], wrt)
@@ -215,21 +219,33 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
         leaves = [grads[i] if i in grads else _zeros(t.aval) for i, t in enumerate(tracers)]
         return tuple(pytree.tree_unflatten(pytree.tree_structure(args), leaves))
 
+    def apply(args: tuple[Any, ...], ct: Any) -> Any:
+        fn, tracers = _trace(primal_only, args)
+        return pull(fn, tracers, args, ct, fn.out_tree)
+
     apply.__name__ = f"vjp_{_name(fun)}"
     apply_eager = _eager(apply)
 
     from . import random
 
-    eager = current_trace() is None
+    if current_trace() is not None:
+        # One traced function serves the primal call and every pullback. Two uses of a
+        # function that draws would draw different numbers; pin_draws ties its draws
+        # to one key drawn here, so each pullback replays the primal's numbers.
+        fn, tracers = _trace(fun, primals)
+        random.pin_draws(fn)
+        out, aux = split_aux(pytree.tree_unflatten(fn.out_tree, emit_call(fn, tracers)))
+        out_tree = fn.out_tree.children[0] if has_aux else fn.out_tree
+
+        def traced_vjp_fn(ct: Any) -> Any:
+            return pull(fn, tracers, primals, ct, out_tree)
+
+        return (out, traced_vjp_fn, aux) if has_aux else (out, traced_vjp_fn)
+
     before = random.get_state()  # the pullback's recomputed forward replays these draws
-    if not eager:
-        out, aux = split_aux(fun(*primals))
-    else:
-        out, aux = split_aux(JitFunction(fun)(*primals))
+    out, aux = split_aux(JitFunction(fun)(*primals))
 
     def vjp_fn(ct: Any) -> Any:
-        if not eager:
-            return apply_eager(primals, ct)
         now = random.get_state()
         random.set_state(before)
         try:

@@ -21,18 +21,29 @@ programs (the numbers depend only on seed, offset and the draw's shape).
 
 Outside a trace the functions run eagerly: they compile (once per shape,
 dtype and parameters) and draw from the same generator.
+
+Explicit keys, as in JAX: `key(seed)` is the int64 array `[seed, 0]`, plain
+data that passes through `jit`, `grad` and `vmap`; `split` and `fold_in`
+derive new keys from Philox words of a key. `uniform`, `normal`,
+`bernoulli` and `randint` take a key as their first argument for a pure
+draw (JAX's argument order after it); without one they draw from the
+generator (torch's order). Keyed draws emit `autodiff.philox` directly, at the
+key's (seed, offset), marked `keyed`.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from mlir import ir
+from mlir.dialects import arith, tensor
 
 from . import dialects
-from .tracing import ShapedArray, Tracer, canonical_dtype, current_trace
+from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
 
 #: torch's default seed, so an unseeded program is still reproducible.
 DEFAULT_SEED = 67280421310721
@@ -171,31 +182,285 @@ def _draw(shape: tuple[int, ...], dtype: np.dtype, distribution: str,
     return trace.wrap(value, aval)
 
 
+# --------------------------------------------------------------------------- keys
+
+#: A key is an int64 array of this shape: [seed, offset], see `key`.
+KEY_SHAPE = (2,)
+KEY_DTYPE = np.dtype(np.int64)
+#: Philox `stream` words (the counter's high 64 bits) of key derivation. Draws use
+#: stream 0, so no derived key is a number some draw returned.
+_DIGEST_STREAM = 0x6B657964  # "keyd"
+_SPLIT_STREAM = 0x73706C74  # "splt"
+_FOLD_STREAM = 0x666F6C64  # "fold"
+#: Function attribute of `--autodiff-functionalize-rng`: the index of the argument
+#: the function takes its RNG state from (see `pin_draws`).
+KEY_ATTR = "autodiff.rng_key"
+
+
+def _as_i64(value: int) -> int:
+    """A Python int taken mod 2**64, as the two's complement int64 holding it."""
+    value &= _MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def key(seed: Any) -> Any:
+    """A key for the keyed draws (JAX's `jax.random.key`): the int64 array [seed, 0].
+
+    A key is plain data, an int64 array of shape (2,): the Philox key (`seed`,
+    taken mod 2**64) and the first counter block its draws use. Draws with a
+    key are pure functions of it (the same key gives the same numbers, the
+    generator of `manual_seed` is not touched); `split` and `fold_in` derive
+    new keys. `uniform(key(s), shape)` is the first draw after `manual_seed(s)`:
+    both read the Philox stream of `s` from block 0. Keys pass through `jit`,
+    `grad` and `vmap` (a batch of keys is an int64 array of shape (n, 2)).
+    """
+    if isinstance(seed, Tracer):
+        from . import numpy as anp
+
+        if np.issubdtype(seed.dtype, np.floating) or seed.dtype == np.bool_ or seed.shape:
+            raise TypeError(f"random.key: seed must be an integer scalar, got {seed.aval}")
+        return anp.stack([anp.astype(seed, KEY_DTYPE), anp.zeros((), KEY_DTYPE)])
+    if isinstance(seed, (bool, float, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"random.key: seed must be an int, got {type(seed).__name__}")
+    return np.array([_as_i64(int(seed)), 0], dtype=KEY_DTYPE)
+
+
+def _is_key_like(x: Any) -> bool:
+    """Whether a first argument selects the keyed form: keys are integer arrays; shapes
+    are ints or tuples, and bernoulli's `p` is a float."""
+    return isinstance(x, (Tracer, np.ndarray)) and np.issubdtype(x.dtype, np.integer)
+
+
+def _check_key(k: Any, who: str) -> Any:
+    """`k` if it is one key; a TypeError saying what a key is otherwise."""
+    if not isinstance(k, (Tracer, np.ndarray)):
+        raise TypeError(f"{who}: a key must be an int64 array of shape (2,) (from random.key, "
+                        f"split or fold_in), got {type(k).__name__}")
+    dtype, shape = np.dtype(k.dtype), tuple(k.shape)
+    if dtype != KEY_DTYPE or shape != KEY_SHAPE:
+        hint = "; map over a batch of keys with ad.vmap" if shape[-1:] == KEY_SHAPE else ""
+        raise TypeError(
+            f"{who}: a key must be an int64 array of shape (2,) (from random.key, split or "
+            f"fold_in), got {dtype}{list(shape)}{hint}; shapes are ints or tuples of ints"
+        )
+    return k
+
+
+def _index(i: int) -> ir.Value:
+    return arith.constant(ir.IndexType.get(), i)
+
+
+def _key_words(k: Tracer) -> tuple[ir.Value, ir.Value]:
+    """(seed, offset) of a key, as the i64 scalars `autodiff.philox` takes."""
+    return tensor.extract(k.value, [_index(0)]), tensor.extract(k.value, [_index(1)])
+
+
+def _philox(aval: ShapedArray, seed: ir.Value, offset: ir.Value, distribution: str,
+            stream: int = 0, **params: float) -> ir.Value:
+    """Emit `autodiff.philox` at the current insertion point, marked `keyed`: a pure
+    function of the key, which `vmap` shares among lanes when the key is unbatched."""
+    value = dialects.philox(aval.mlir_type(), seed, offset, distribution, **params)
+    value.owner.attributes["keyed"] = ir.UnitAttr.get()
+    if stream:
+        i64 = ir.IntegerType.get_signless(64)
+        value.owner.attributes["stream"] = ir.IntegerAttr.get(i64, _as_i64(stream))
+    return value
+
+
+def _keyed_draw(k: Any, shape: tuple[int, ...], dtype: np.dtype, distribution: str,
+                **params: float) -> Tracer:
+    """Emit the draw of key `k` in the active trace: philox at (k[0], k[1])."""
+    from . import numpy as anp
+
+    trace = current_trace()
+    assert trace is not None
+    k = anp.asarray(k)
+    aval = ShapedArray(shape, dtype)
+    with trace.emitting():
+        seed, offset = _key_words(k)
+        value = _philox(aval, seed, offset, distribution, **params)
+    return trace.wrap(value, aval)
+
+
+def _derived_keys(k: Any, data: Any, shape: tuple[int, ...], stream: int) -> Tracer:
+    """int64 words of keys derived from `k`, in the active trace.
+
+    Two Philox evaluations: a digest h of both key words (one block of
+    `_DIGEST_STREAM` at (k[0], k[1])), then the words of counter `data` under
+    key h in `stream`. Mixing both words first means keys that share a seed
+    but not an offset have unrelated children.
+    """
+    from . import numpy as anp
+
+    trace = current_trace()
+    assert trace is not None
+    k = anp.asarray(k)
+    data_t = None if isinstance(data, int) else anp.astype(data, KEY_DTYPE)
+    aval = ShapedArray(shape, KEY_DTYPE)
+    with trace.emitting():
+        i64 = ir.IntegerType.get_signless(64)
+        seed, offset = _key_words(k)
+        digest = _philox(ShapedArray((1,), KEY_DTYPE), seed, offset, "bits", _DIGEST_STREAM)
+        h = tensor.extract(digest, [_index(0)])
+        counter = (arith.constant(i64, _as_i64(data)) if data_t is None
+                   else tensor.extract(data_t.value, []))
+        value = _philox(aval, h, counter, "bits", stream)
+    return trace.wrap(value, aval)
+
+
+def split(key: Any, num: int = 2) -> Any:
+    """`num` new keys from `key` (jax.random.split): an int64 array of shape (num, 2).
+
+    Child i is block i of the Philox stream `_SPLIT_STREAM` under a digest of
+    `key` (see `_derived_keys`): a fresh 64-bit seed and offset, so the
+    children's streams and the parent's are independent. Deterministic: the
+    same key always splits the same way.
+    """
+    who = "random.split"
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 0:
+        raise TypeError(f"{who}: num must be a non-negative int, got {num!r}")
+    _check_key(key, who)
+    if current_trace() is None:
+        return _eager("split", [key], {"num": int(num)})
+    return _derived_keys(key, 0, (int(num),) + KEY_SHAPE, _SPLIT_STREAM)
+
+
+def fold_in(key: Any, data: Any) -> Any:
+    """A new key from `key` and an integer `data` (jax.random.fold_in).
+
+    `data` (a Python int taken mod 2**64, or a traced integer scalar) picks
+    the counter block of `_FOLD_STREAM` under a digest of `key`: distinct data
+    give independent keys; `fold_in(key, i)` under `vmap` over i gives one key
+    per lane.
+    """
+    who = "random.fold_in"
+    _check_key(key, who)
+    if isinstance(data, (bool, float, np.bool_)):
+        raise TypeError(f"{who}: data must be an integer, got {type(data).__name__}")
+    if isinstance(data, (int, np.integer)):
+        data = _as_i64(int(data))
+    else:
+        aval = data.aval if isinstance(data, Tracer) else np.asarray(data)
+        if aval.shape != () or not np.issubdtype(aval.dtype, np.integer):
+            raise TypeError(f"{who}: data must be an integer scalar, got {data!r}")
+    if current_trace() is None:
+        return _eager("fold_in", [key, np.asarray(data, KEY_DTYPE)], {})
+    return _derived_keys(key, data, KEY_SHAPE, _FOLD_STREAM)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+def _bind(who: str, signature: Callable[..., Any], args: Sequence[Any],
+          kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Bind a call's arguments to `signature`'s parameters (defaults applied)."""
+    try:
+        bound = inspect.signature(signature).bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(f"{who}: {err}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _split_key(who: str, args: Sequence[Any],
+               kwargs: dict[str, Any]) -> tuple[Any, Sequence[Any], dict[str, Any]]:
+    """(key or None, the other arguments): a draw's keyed form has a key first."""
+    if "key" in kwargs:
+        kwargs = dict(kwargs)
+        return _check_key(kwargs.pop("key"), who), args, kwargs
+    if args and _is_key_like(args[0]):
+        return _check_key(args[0], who), args[1:], kwargs
+    return None, args, kwargs
+
+
+def _source(k: Any) -> Callable[..., Tracer]:
+    """The emitter of a draw: from the implicit generator, or from key `k`."""
+    if k is None:
+        return _draw
+    return lambda *a, **p: _keyed_draw(k, *a, **p)
+
+
+def _aliased(who: str, b: dict[str, Any], names: tuple[str, str], default: Any) -> Any:
+    """JAX's and torch's names for one parameter (minval / low): at most one given."""
+    given = [b[n] for n in names if b[n] is not None]
+    if len(given) > 1:
+        raise TypeError(f"{who}: pass only one of {names[0]} and {names[1]}")
+    return given[0] if given else default
+
+
+# Signatures of the two forms, bound by `_bind` (their bodies never run).
+
+def _uniform_stateful(shape: ShapeLike = (), dtype: Any = np.float32, low: Any = 0.0,
+                      high: Any = 1.0) -> None:
+    """uniform(shape, dtype, low, high)."""
+
+
+def _uniform_keyed(shape: ShapeLike = (), dtype: Any = np.float32, minval: Any = None,
+                   maxval: Any = None, *, low: Any = None, high: Any = None) -> None:
+    """uniform(key, shape, dtype, minval, maxval); key removed."""
+
+
+def _normal_args(shape: ShapeLike = (), dtype: Any = np.float32, mean: Any = 0.0,
+                 std: Any = 1.0) -> None:
+    """normal([key,] shape, dtype, mean, std)."""
+
+
+def _bernoulli_args(p: Any = 0.5, shape: ShapeLike | None = None) -> None:
+    """bernoulli([key,] p, shape)."""
+
+
+def _randint_stateful(low: Any, high: Any = None, shape: ShapeLike = (),
+                      dtype: Any = np.int32) -> None:
+    """randint(low, high, shape, dtype) or randint(high, shape)."""
+
+
+def _randint_keyed(shape: ShapeLike, minval: Any, maxval: Any, dtype: Any = np.int32) -> None:
+    """randint(key, shape, minval, maxval, dtype); key removed."""
+
+
 # --------------------------------------------------------------------------- draws
 
-def uniform(shape: ShapeLike = (), dtype: Any = np.float32, low: Any = 0.0,
-            high: Any = 1.0) -> Any:
-    """Samples from U[low, high) (torch.rand / torch.empty(...).uniform_(low, high)).
+def uniform(*args: Any, **kwargs: Any) -> Any:
+    """Samples from U[low, high). Two forms, told apart by the first argument:
+
+    * `uniform(shape=(), dtype=np.float32, low=0.0, high=1.0)` draws from the
+      implicit generator (torch.rand / torch.empty(...).uniform_(low, high));
+    * `uniform(key, shape=(), dtype=np.float32, minval=0.0, maxval=1.0)`
+      (jax.random.uniform; `low`/`high` are accepted too) is a pure function of
+      the key (see `key`).
 
     `low`/`high` may be traced values (broadcast against `shape`): the draw is
     then `low + (high - low) * U[0, 1)`, differentiable in both.
     """
+    who = "random.uniform"
+    k, args, kwargs = _split_key(who, args, kwargs)
+    if k is None:
+        b = _bind(who, _uniform_stateful, args, kwargs)
+        low, high = b["low"], b["high"]
+    else:
+        b = _bind(who, _uniform_keyed, args, kwargs)
+        low = _aliased(who, b, ("minval", "low"), 0.0)
+        high = _aliased(who, b, ("maxval", "high"), 1.0)
+    return _uniform(k, low, high, shape=b["shape"], dtype=b["dtype"])
+
+
+def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
     who = "random.uniform"
     shape = _shape(shape, who)
     dt = _float_dtype(dtype, who)
     static = _is_static_scalar(low) and _is_static_scalar(high)
     if current_trace() is None:
         if static:
-            return _eager("uniform", [], dict(shape=shape, dtype=dt.str, low=float(low),
-                                              high=float(high)))
-        return _eager("uniform", [low, high], dict(shape=shape, dtype=dt.str))
+            return _eager("_uniform", [k], {"shape": shape, "dtype": dt.str, "low": float(low),
+                                                "high": float(high)})
+        return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.str})
+    draw = _source(k)
     if static:
         if not float(low) <= float(high):
             raise ValueError(f"{who}: expected low <= high, got low={low}, high={high}")
-        return _draw(shape, dt, "uniform", low=float(low), high=float(high))
+        return draw(shape, dt, "uniform", low=float(low), high=float(high))
     from . import numpy as anp
 
-    u = _draw(shape, dt, "uniform")
+    u = draw(shape, dt, "uniform")
     low, high = anp.asarray(low), anp.asarray(high)
     out = low + (high - low) * u
     return anp.astype(out, dt) if out.dtype != dt else out
@@ -208,29 +473,41 @@ def rand(*shape: int, dtype: Any = np.float32) -> Any:
     return uniform(shape, dtype)
 
 
-def normal(shape: ShapeLike = (), dtype: Any = np.float32, mean: Any = 0.0,
-           std: Any = 1.0) -> Any:
-    """Samples from N(mean, std**2) (torch.randn * std + mean).
+def normal(*args: Any, **kwargs: Any) -> Any:
+    """Samples from N(mean, std**2). Two forms, told apart by the first argument:
+
+    * `normal(shape=(), dtype=np.float32, mean=0.0, std=1.0)` draws from the
+      implicit generator (torch.randn * std + mean);
+    * `normal(key, shape=(), dtype=np.float32, mean=0.0, std=1.0)`
+      (jax.random.normal) is a pure function of the key (see `key`).
 
     `mean`/`std` may be traced values: the draw is then `mean + std * z` with
     z ~ N(0, 1) (the reparameterization), differentiable in both.
     """
+    who = "random.normal"
+    k, args, kwargs = _split_key(who, args, kwargs)
+    b = _bind(who, _normal_args, args, kwargs)
+    return _normal(k, b["mean"], b["std"], shape=b["shape"], dtype=b["dtype"])
+
+
+def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
     who = "random.normal"
     shape = _shape(shape, who)
     dt = _float_dtype(dtype, who)
     static = _is_static_scalar(mean) and _is_static_scalar(std)
     if current_trace() is None:
         if static:
-            return _eager("normal", [], dict(shape=shape, dtype=dt.str, mean=float(mean),
-                                             std=float(std)))
-        return _eager("normal", [mean, std], dict(shape=shape, dtype=dt.str))
+            return _eager("_normal", [k], {"shape": shape, "dtype": dt.str, "mean": float(mean),
+                                               "std": float(std)})
+        return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.str})
+    draw = _source(k)
     if static:
         if float(std) < 0:
             raise ValueError(f"{who}: std must be >= 0, got {std}")
-        return _draw(shape, dt, "normal", mean=float(mean), std=float(std))
+        return draw(shape, dt, "normal", mean=float(mean), std=float(std))
     from . import numpy as anp
 
-    z = _draw(shape, dt, "normal")
+    z = draw(shape, dt, "normal")
     out = anp.asarray(mean) + anp.asarray(std) * z
     return anp.astype(out, dt) if out.dtype != dt else out
 
@@ -242,12 +519,20 @@ def randn(*shape: int, dtype: Any = np.float32) -> Any:
     return normal(shape, dtype)
 
 
-def bernoulli(p: Any = 0.5, shape: ShapeLike | None = None) -> Any:
-    """Boolean samples, True with probability `p` (jax.random.bernoulli without a key).
+def bernoulli(*args: Any, **kwargs: Any) -> Any:
+    """Boolean samples, True with probability `p`: `bernoulli(p=0.5, shape=None)` from the
+    implicit generator, or `bernoulli(key, p=0.5, shape=None)` (jax.random.bernoulli).
 
     `shape` defaults to the shape of `p`; `p` broadcasts against it. The
     draw is `U[0, 1) < p`, so p = 0 never and p = 1 always gives True.
     """
+    who = "random.bernoulli"
+    k, args, kwargs = _split_key(who, args, kwargs)
+    b = _bind(who, _bernoulli_args, args, kwargs)
+    return _bernoulli(k, b["p"], shape=b["shape"])
+
+
+def _bernoulli(k: Any, p: Any, shape: ShapeLike | None) -> Any:
     who = "random.bernoulli"
     static = _is_static_scalar(p)
     if static and not 0.0 <= float(p) <= 1.0:
@@ -257,15 +542,67 @@ def bernoulli(p: Any = 0.5, shape: ShapeLike | None = None) -> Any:
     shape = _shape(shape, who)
     if current_trace() is None:
         if static:
-            return _eager("bernoulli", [], dict(p=float(p), shape=shape))
-        return _eager("bernoulli", [p], dict(shape=shape))
+            return _eager("_bernoulli", [k], {"p": float(p), "shape": shape})
+        return _eager("_bernoulli", [k, p], {"shape": shape})
     from . import numpy as anp
 
     dt = np.float32
     if not static:
         p = anp.asarray(p)
         dt = p.dtype if np.issubdtype(p.dtype, np.floating) else np.float32
-    return _draw(shape, np.dtype(dt), "uniform") < p
+    return _source(k)(shape, np.dtype(dt), "uniform") < p
+
+
+def randint(*args: Any, **kwargs: Any) -> Any:
+    """Integers uniform in [low, high). Two forms, told apart by the first argument:
+
+    * `randint(low, high, shape=(), dtype=np.int32)` draws from the implicit
+      generator (torch.randint; `randint(high, shape)` means low = 0);
+    * `randint(key, shape, minval, maxval, dtype=np.int32)` (jax.random.randint)
+      is a pure function of the key.
+
+    The bounds are Python ints with low < high, within `dtype`. Each element
+    is `low + (w mod (high - low))` for a 64-bit Philox word w (floor mod, so
+    in range), whose bias is below (high - low) / 2**64.
+    """
+    who = "random.randint"
+    k, args, kwargs = _split_key(who, args, kwargs)
+    if k is None:
+        b = _bind(who, _randint_stateful, args, kwargs)
+        low, high, shape = b["low"], b["high"], b["shape"]
+        if isinstance(high, (tuple, list)) and "shape" not in kwargs and len(args) == 2:
+            low, high, shape = 0, low, high  # torch.randint(high, size)
+        elif high is None:
+            low, high = 0, low
+    else:
+        b = _bind(who, _randint_keyed, args, kwargs)
+        low, high, shape = b["minval"], b["maxval"], b["shape"]
+    return _randint(k, low=low, high=high, shape=shape, dtype=b["dtype"])
+
+
+def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
+    who = "random.randint"
+    shape = _shape(shape, who)
+    dt = canonical_dtype(dtype)
+    if not np.issubdtype(dt, np.integer):
+        raise TypeError(f"{who}: dtype must be an integer type, got {dt}")
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{who}: {name} must be a Python int, got {v!r}")
+    low, high = int(low), int(high)
+    info = np.iinfo(dt)
+    if not info.min <= low < high <= info.max + 1:
+        raise ValueError(f"{who}: expected {info.min} <= low < high <= {info.max + 1} for "
+                         f"{dt}, got low={low}, high={high}")
+    if high - low > np.iinfo(np.int64).max:
+        raise ValueError(f"{who}: the range high - low = {high - low} exceeds 2**63 - 1")
+    if current_trace() is None:
+        return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.str})
+    from . import numpy as anp
+
+    words = _source(k)(shape, KEY_DTYPE, "bits")
+    out = anp.remainder(words, np.int64(high - low)) + np.int64(low)
+    return anp.astype(out, dt)
 
 
 def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
@@ -286,7 +623,7 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
     if not training or p == 0.0:
         return x
     if current_trace() is None:
-        return _eager("dropout", [x], dict(p=p, training=True))
+        return _eager("dropout", [x], {"p": p, "training": True})
     from . import numpy as anp
 
     x = anp.asarray(x)
@@ -298,17 +635,98 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
     return anp.where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
+# --------------------------------------------------------------------------- pinned draws
+
+def _symbol_refs(attr: ir.Attribute) -> list[str]:
+    """Flat symbol names referenced inside an attribute (callee, fn, custom-rule dicts)."""
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        return [attr.value]
+    if isinstance(attr, ir.ArrayAttr):
+        return [r for a in attr for r in _symbol_refs(a)]
+    if isinstance(attr, ir.DictAttr):
+        return [r for i in range(len(attr)) for r in _symbol_refs(attr[i].attr)]
+    return []
+
+
+def _draws_statefully(func_op: ir.Operation) -> bool:
+    """Whether a function draws from the implicit generator, itself or through the
+    functions it names (key-rooted functions excepted: they draw from their key)."""
+    module = func_op.parent
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+             for op in module.regions[0].blocks[0].operations
+             if op.operation.name == "func.func"}
+    seen: set[str] = set()
+    stack = [func_op]
+    while stack:
+        fn = stack.pop()
+        if KEY_ATTR in fn.attributes and fn != func_op:
+            continue
+        found = False
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            nonlocal found
+            if op.name == "autodiff.random":
+                found = True
+                return ir.WalkResult.INTERRUPT
+            for name in op.attributes:
+                for ref in _symbol_refs(op.attributes[name]):
+                    if ref in funcs and ref not in seen:
+                        seen.add(ref)
+                        stack.append(funcs[ref])
+            return ir.WalkResult.ADVANCE
+
+        fn.walk(visit)
+        if found:
+            return True
+    return False
+
+
+def pin_draws(fn: TracedFunction) -> None:
+    """Make `fn`'s draws from the implicit generator a function of one key drawn now.
+
+    A traced function used twice (a primal call, then `autodiff.vjp` ops of
+    it for pullbacks emitted later) would draw fresh numbers at each use, as
+    any two uses of a drawing function do. If `fn` draws, this draws one key
+    from the generator in the active trace (the trace `fn` was traced from),
+    adds it as a trailing parameter passed like a capture, and marks the
+    function `autodiff.rng_key`: `--autodiff-functionalize-rng` then threads
+    its draws from that key, so every use replays the same numbers. Does
+    nothing if `fn` does not draw.
+    """
+    func_op = fn.func_op.operation
+    if not _draws_statefully(func_op):
+        return
+    k = _draw(KEY_SHAPE, KEY_DTYPE, "bits")
+    block = func_op.regions[0].blocks[0]
+    with func_op.context, func_op.location:
+        block.add_argument(k.value.type, func_op.location)
+        ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+        inputs = [*ftype.inputs, k.value.type]
+        func_op.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(inputs, list(ftype.results)))
+        func_op.attributes[KEY_ATTR] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), len(inputs) - 1)
+    fn.captures.append(k)
+
+
 __all__ = [
     "DEFAULT_SEED",
+    "KEY_DTYPE",
+    "KEY_SHAPE",
     "bernoulli",
     "call_with_state",
     "dropout",
+    "fold_in",
     "get_state",
+    "key",
     "manual_seed",
     "normal",
+    "pin_draws",
     "rand",
+    "randint",
     "randn",
     "seed",
     "set_state",
+    "split",
     "uniform",
 ]

@@ -155,3 +155,21 @@ func.func @custom(%x: tensor<4xf32>) -> tensor<4xf32>
     attributes {autodiff.custom_vjp = {fwd = @noisy_fwd, bwd = @noisy_bwd}} {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+/// Check that `autodiff.rng_key` must name a tensor<2xi64> argument.
+
+// expected-error@+1 {{autodiff-functionalize-rng: 'autodiff.rng_key' of '@bad_key_type' must be the index of a tensor<2xi64> argument (the key [seed, offset]), got 0 : i64}}
+func.func @bad_key_type(%k: tensor<2xi32>) -> tensor<4xf32> attributes {autodiff.rng_key = 0 : i64} {
+  %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// expected-error@+1 {{'autodiff.rng_key' of '@bad_key_index' must be the index of a tensor<2xi64> argument (the key [seed, offset]), got 1 : i64}}
+func.func @bad_key_index(%k: tensor<2xi64>) -> tensor<4xf32> attributes {autodiff.rng_key = 1 : i64} {
+  %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}

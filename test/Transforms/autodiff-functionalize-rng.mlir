@@ -391,3 +391,58 @@ func.func @empty_draw() -> (tensor<0x3xf32>, tensor<1xf32>) {
   %b = "autodiff.random"() {distribution = "uniform"} : () -> tensor<1xf32>
   return %a, %b : tensor<0x3xf32>, tensor<1xf32>
 }
+
+// -----
+
+/// Check that a key-rooted function (`autodiff.rng_key = N`) keeps its
+/// signature and threads its draws, and those of the stateful functions it
+/// calls, from the words of its key argument N; its draws are marked `keyed`.
+/// Its uses are not threaded: a caller that only calls it does not draw,
+/// and two calls with one key replay the same numbers.
+
+// CHECK-LABEL: func.func private @leaf_of_keyed
+// CHECK-SAME: (%{{.*}}: tensor<4xf32>, %{{.*}}: i64, %{{.*}}: i64) -> (tensor<4xf32>, i64)
+// CHECK-SAME: autodiff.rng_state
+// CHECK-LABEL: func.func private @keyed
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>, %[[K:.*]]: tensor<2xi64>) -> tensor<4xf32>
+// CHECK-SAME: attributes {autodiff.rng_key = 1 : i64}
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[SEED:.*]] = tensor.extract %[[K]][%[[C0]]] : tensor<2xi64>
+// CHECK-DAG: %[[OFF:.*]] = tensor.extract %[[K]][%[[C1]]] : tensor<2xi64>
+// CHECK: "autodiff.philox"(%[[SEED]], %[[OFF]]) {distribution = "normal", keyed} : (i64, i64) -> tensor<4xf32>
+// CHECK: %[[NEXT:.*]] = arith.addi %[[OFF]], %{{.*}} : i64
+// CHECK: call @leaf_of_keyed(%[[X]], %[[SEED]], %[[NEXT]]) : (tensor<4xf32>, i64, i64) -> (tensor<4xf32>, i64)
+// CHECK: return %{{.*}} : tensor<4xf32>
+// CHECK-LABEL: func.func @pure_caller
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>, %[[K:.*]]: tensor<2xi64>) -> (tensor<4xf32>, tensor<4xf32>) {
+// CHECK: call @keyed(%[[X]], %[[K]])
+// CHECK: call @keyed(%[[X]], %[[K]])
+// CHECK-LABEL: func.func @stateful_caller
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>, %[[S:.*]]: i64, %[[O:.*]]: i64) -> (tensor<4xf32>, i64)
+// CHECK: %[[KEY:.*]] = "autodiff.philox"(%[[S]], %[[O]]) {distribution = "bits"} : (i64, i64) -> tensor<2xi64>
+// CHECK: call @keyed(%[[X]], %[[KEY]]) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+// CHECK: %[[END:.*]] = arith.addi %[[O]], %{{.*}} : i64
+// CHECK: return %{{.*}}, %[[END]]
+func.func private @leaf_of_keyed(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  %y = arith.mulf %x, %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+func.func private @keyed(%x: tensor<4xf32>, %k: tensor<2xi64>) -> tensor<4xf32>
+    attributes {autodiff.rng_key = 1 : i64} {
+  %r = "autodiff.random"() {distribution = "normal"} : () -> tensor<4xf32>
+  %y = func.call @leaf_of_keyed(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %z = arith.addf %y, %r : tensor<4xf32>
+  return %z : tensor<4xf32>
+}
+func.func @pure_caller(%x: tensor<4xf32>, %k: tensor<2xi64>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = func.call @keyed(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  %b = func.call @keyed(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  return %a, %b : tensor<4xf32>, tensor<4xf32>
+}
+func.func @stateful_caller(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %k = "autodiff.random"() {distribution = "bits"} : () -> tensor<2xi64>
+  %a = func.call @keyed(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  return %a : tensor<4xf32>
+}

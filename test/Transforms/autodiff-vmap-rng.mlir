@@ -49,3 +49,53 @@ func.func @main(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
   %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "same"} : (tensor<3x4xf32>) -> tensor<3x4xf32>
   return %0 : tensor<3x4xf32>
 }
+
+// -----
+
+/// Check that a `keyed` draw (from an explicit key) with an unbatched key is
+/// shared by the lanes even with randomness = "error": it is a pure function
+/// of the key, not a draw from the implicit generator.
+// CHECK-LABEL: func.func private @f_batched_3_bu(
+// CHECK-SAME: %{{.*}}: tensor<3x4xf32>, %[[K:.*]]: tensor<2xi64>)
+// CHECK: %[[S:.*]] = tensor.extract %[[K]]
+// CHECK: %[[O:.*]] = tensor.extract %[[K]]
+// CHECK: %[[D:.*]] = "autodiff.philox"(%[[S]], %[[O]]) {distribution = "uniform", keyed} : (i64, i64) -> tensor<4xf32>
+// CHECK-NOT: scf.for
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[D]] : tensor<3x4xf32>, tensor<4xf32>)
+func.func private @f(%x: tensor<4xf32>, %k: tensor<2xi64>) -> tensor<4xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %s = tensor.extract %k[%c0] : tensor<2xi64>
+  %o = tensor.extract %k[%c1] : tensor<2xi64>
+  %r = "autodiff.philox"(%s, %o) {distribution = "uniform", keyed} : (i64, i64) -> tensor<4xf32>
+  %0 = arith.addf %x, %r : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func @main(%x: tensor<3x4xf32>, %k: tensor<2xi64>) -> tensor<3x4xf32> {
+  %0 = "autodiff.vmap"(%x, %k) {fn = @f, in_axes = array<i64: 0, -1>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3x4xf32>, tensor<2xi64>) -> tensor<3x4xf32>
+  return %0 : tensor<3x4xf32>
+}
+
+// -----
+
+/// Check that a batch of keys gives each lane the draw of its own key: the
+/// key words are batched, so the draw runs once per lane into its row.
+// CHECK-LABEL: func.func private @f_batched_5_b(
+// CHECK-SAME: %[[K:.*]]: tensor<5x2xi64>) -> tensor<5x3xf32>
+// CHECK: scf.for %[[L:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (tensor<5x3xf32>)
+// CHECK: %[[SL:.*]] = tensor.extract %{{.*}}[%[[L]]] : tensor<5xi64>
+// CHECK: %[[OL:.*]] = tensor.extract %{{.*}}[%[[L]]] : tensor<5xi64>
+// CHECK: %[[D:.*]] = "autodiff.philox"(%[[SL]], %[[OL]]) {distribution = "uniform", keyed} : (i64, i64) -> tensor<3xf32>
+// CHECK: tensor.insert_slice %[[D]] into %[[ACC]][%[[L]], 0] [1, 3] [1, 1] : tensor<3xf32> into tensor<5x3xf32>
+func.func private @f(%k: tensor<2xi64>) -> tensor<3xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %s = tensor.extract %k[%c0] : tensor<2xi64>
+  %o = tensor.extract %k[%c1] : tensor<2xi64>
+  %r = "autodiff.philox"(%s, %o) {distribution = "uniform", keyed} : (i64, i64) -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}
+func.func @main(%k: tensor<5x2xi64>) -> tensor<5x3xf32> {
+  %0 = "autodiff.vmap"(%k) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<5x2xi64>) -> tensor<5x3xf32>
+  return %0 : tensor<5x3xf32>
+}

@@ -105,6 +105,42 @@ def test_bernoulli_frequency():
     np.testing.assert_array_equal(ad.random.bernoulli(p), p.astype(bool))
 
 
+def test_randint_is_uniform_on_its_range():
+    """Chi-square on the counts of the ten values of [-3, 7); torch's randint(high, size)."""
+    from scipy import stats
+
+    ad.random.manual_seed(21)
+    r = ad.random.randint(-3, 7, (200_000,))
+    assert r.dtype == np.int32 and r.shape == (200_000,)
+    assert r.min() == -3 and r.max() == 6
+    counts = np.bincount(r + 3, minlength=10)
+    assert len(counts) == 10 and stats.chisquare(counts).pvalue > 1e-3
+    assert abs(np.corrcoef(r[:-1], r[1:])[0, 1]) < 0.012  # sd 1/sqrt(2e5)
+    s = ad.random.randint(5, (10_000,), dtype=np.int8)  # high = 5, low = 0
+    assert s.dtype == np.int8 and set(np.unique(s)) == {0, 1, 2, 3, 4}
+    wide = ad.random.randint(-2**40, 2**40, (1000,), dtype=np.int64)
+    assert wide.min() >= -2**40 and wide.max() < 2**40 and np.abs(wide).max() > 2**32
+    # from the generator: consecutive calls differ, the seed replays them
+    ad.random.manual_seed(21)
+    assert ad.random.randint(-3, 7, (200_000,)).tobytes() == r.tobytes()
+    with pytest.raises(ValueError, match="low < high"):
+        ad.random.randint(4, 4, (3,))
+    with pytest.raises(ValueError, match="int32"):
+        ad.random.randint(0, 2**31 + 1, (3,))
+    with pytest.raises(TypeError, match="integer type"):
+        ad.random.randint(0, 3, (3,), dtype=np.float32)
+
+
+def test_randint_inside_jit_draws_fresh_values():
+    f = ad.jit(lambda x: x + ad.random.randint(0, 1000, x.shape, dtype=np.int64))
+    x = np.zeros(64, np.int64)
+    ad.random.manual_seed(3)
+    a, b = f(x), f(x)
+    assert a.min() >= 0 and a.max() < 1000 and not np.array_equal(a, b)
+    ad.random.manual_seed(3)
+    assert f(x).tobytes() == a.tobytes()
+
+
 # --------------------------------------------------------------------------- the generator state
 
 def _noisy(x):
@@ -354,3 +390,60 @@ def test_eager_vjp_pullback_replays_the_forward_draws():
     kept = out != 0
     np.testing.assert_array_equal(g != 0, kept)
     np.testing.assert_allclose(g[kept], 3.0 / 0.5)
+
+
+def _dropout_times_three(x):
+    return nn.dropout(x, P) * 3.0
+
+
+def test_vjp_inside_jit_pulls_back_through_the_forward_mask():
+    """ad.vjp inside a trace: the pullback's recomputed forward replays the primal's draws
+    (the primal call and the vjp op share one key drawn from the generator)."""
+    @ad.jit
+    def fwd_bwd(x):
+        out, pull = ad.vjp(_dropout_times_three, x)
+        ones = anp.ones_like(x)
+        (g,) = pull(ones)
+        (g2,) = pull(2.0 * ones)  # a second pullback: the same mask again
+        rows = ad.vmap(lambda ct: pull(ct)[0])(anp.eye(x.shape[0], dtype=x.dtype))
+        return out, g, g2, rows
+
+    x = X[0]
+    ad.random.manual_seed(13)
+    masks = []
+    for _ in range(3):  # a fresh mask per call, each matched by its own pullback
+        out, g, g2, rows = fwd_bwd(x)
+        keep = out != 0
+        assert 0 < keep.sum() < len(x)
+        np.testing.assert_array_equal(out[keep], x[keep] * np.float32(1 / (1 - P)) * 3)
+        expected = keep * np.float32(1 / (1 - P)) * np.float32(3.0)
+        np.testing.assert_array_equal(g, expected)
+        np.testing.assert_array_equal(g2, 2 * expected)
+        np.testing.assert_array_equal(rows, np.diag(expected))  # the Jacobian by rows
+        masks.append(keep)
+    assert not np.array_equal(masks[0], masks[1])
+
+
+def test_vjp_with_aux_inside_jit_and_vmap_different():
+    def f(x):
+        out = nn.dropout(x, P)
+        return out * W[0], anp.sum(out)
+
+    @ad.jit
+    def fwd_bwd(x):
+        out, pull, aux = ad.vjp(f, x, has_aux=True)
+        return out, aux, pull(anp.ones_like(out))[0]
+
+    ad.random.manual_seed(5)
+    out, aux, g = fwd_bwd(X[0])
+    keep = out != 0
+    np.testing.assert_allclose(aux, np.sum(out / W[0]), rtol=1e-5)
+    np.testing.assert_array_equal(g, keep * np.float32(1 / (1 - P)) * W[0])
+
+    def lane(x):
+        out, pull = ad.vjp(_dropout_times_three, x)
+        return out, pull(anp.ones_like(x))[0]
+
+    out, g = ad.jit(ad.vmap(lane, randomness="different"))(X)
+    np.testing.assert_array_equal(g, (out != 0) * np.float32(1 / (1 - P)) * np.float32(3.0))
+    assert len({(row != 0).tobytes() for row in out}) == len(X)  # lanes draw their own masks

@@ -944,10 +944,12 @@ def _philox(b, op, vals, batched):
     Lanes are drawn one by one into their row of the batched tensor: each
     lane's counter range is its own (the vmap op gives lane l the offset
     `offset + l * C`, C the blocks one call consumes), so the draws are
-    exactly those of B unbatched calls made one after the other.
+    exactly those of B unbatched calls made one after the other. An unbatched
+    draw marked `keyed` (from an explicit key, see `lower_rng`) is a pure function
+    of its operands, so every randomness mode shares it among the lanes.
     """
     if not any(batched):
-        if b.bt.randomness == "error":
+        if b.bt.randomness == "error" and "keyed" not in op.attributes:
             return _random(b, op, vals, batched)
         new = b.bt.clone_unbatched(op, b.ip)
         return [(r, False) for r in new.results]
