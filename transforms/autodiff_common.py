@@ -190,7 +190,8 @@ class Driver:
         new = fn.clone(ip=ir.InsertionPoint(self.body))
         new.attributes["sym_name"] = ir.StringAttr.get(name)
         new.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        for attr in ("autodiff.custom_vjp", "autodiff.custom_jvp", "llvm.emit_c_interface"):
+        for attr in ("autodiff.custom_vjp", "autodiff.custom_jvp", "autodiff.custom_vmap",
+                     "llvm.emit_c_interface"):
             if attr in new.attributes:
                 del new.attributes[attr]
         return new

@@ -14,27 +14,154 @@ gradients in one compiled call, `vmap(vmap(f))`, `jvp(vmap(f))`, ...
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Optional
+import contextlib
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
+from mlir import ir
 
 from . import dialects, pytree
 from .api import function_name, traced_or_jitted
 from .tracing import (
+    FunctionTrace,
     ShapedArray,
     Tracer,
     as_tracer,
+    current_trace,
     require_trace,
     trace_function,
 )
 
-Axis = Optional[int]
+Axis = int | None
 RANDOMNESS = ("error", "different", "same")
 
 
 _name = function_name
 _eager = traced_or_jitted
+
+
+# --------------------------------------------------------------------------- vmap levels
+
+
+@dataclasses.dataclass(frozen=True)
+class VmapLevel:
+    """A `vmap` whose per-example function is being traced.
+
+    `trace` is that function's trace and `batched` the indices of its
+    arguments that carry the batch. Custom functions traced meanwhile
+    (`Function` with a `vmap` rule) ask the innermost level for the batch
+    size and for which of their arguments depend on a batched argument, to
+    emit a batching rule for exactly this level (see `custom.py`).
+    """
+
+    trace: FunctionTrace
+    size: int
+    randomness: str
+    batched: frozenset[int]
+
+    def batched_leaves(self, leaves: list[Any]) -> list[bool | None]:
+        """Per leaf: does it depend on a batched argument of this level (True/False),
+        or None where that is only known once the passes run (a value of a
+        function nested in this level's, such as an argument of a `grad`-traced
+        function: its call is not emitted yet). Conservative like the pass: an
+        op's results depend on everything it reads; random draws are per lane
+        with randomness="different"."""
+        memo: dict[ir.Value, bool | None] = {}
+        # values of functions enclosing this level's (or constants) are unbatched
+        return [self._depends(x.trace, x.value, memo)
+                if isinstance(x, Tracer) and x.trace.is_self_or_ancestor(self.trace) else False
+                for x in leaves]
+
+    def _depends(self, trace: FunctionTrace, v: ir.Value,
+                 memo: dict[ir.Value, bool | None]) -> bool | None:
+        """`v`'s dependence, with an explicit stack (traces can be long chains)."""
+        stack = [(trace, v)]
+        while stack:
+            tr, val = stack[-1]
+            if val in memo:
+                stack.pop()
+                continue
+            ins = self._inputs(tr, val)
+            if not isinstance(ins, list):
+                memo[val] = ins
+                stack.pop()
+                continue
+            todo = [(t, x) for t, x in ins if x not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            found = [memo[x] for _, x in ins]
+            memo[val] = True if True in found else None if None in found else False
+            stack.pop()
+        return memo[v]
+
+    def _inputs(self, trace: FunctionTrace, v: ir.Value
+                ) -> bool | None | list[tuple[FunctionTrace, ir.Value]]:
+        """What `v` depends on: a final answer, or the values (with their traces)
+        whose dependence decides it (SSA: no cycles; captures lead outwards)."""
+        from .transforms.ad_support import captured_values
+        from .transforms.rules.batching import ALWAYS_RULE
+
+        owner = v.owner
+        if not isinstance(owner, ir.Block):
+            op = owner.operation
+            if op.name in ALWAYS_RULE and self.randomness == "different":
+                return True
+            reads = list(op.operands) + (captured_values(op) if op.regions else [])
+            return [(trace, r) for r in reads]
+        arg = ir.BlockArgument(v)
+        if arg.owner != trace.block:
+            return None  # a region argument reached some other way: unknown
+        i = arg.arg_number
+        if trace is self.trace:
+            return i in self.batched
+        n = len(trace.in_avals)
+        if i < n or trace.parent is None:
+            return None  # an argument of a nested function: known at its call only
+        outer = trace.captures[i - n]
+        return [(outer.trace, outer.value)]
+
+
+class _Levels(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[VmapLevel] = []
+
+
+_LEVELS = _Levels()
+
+
+def active_vmap_level(trace: FunctionTrace | None = None) -> VmapLevel | None:
+    """The innermost vmap level enclosing `trace` (default: the current trace)."""
+    trace = trace or current_trace()
+    for level in reversed(_LEVELS.stack):
+        if trace is not None and trace.is_self_or_ancestor(level.trace):
+            return level
+    return None
+
+
+@contextlib.contextmanager
+def _level(level: VmapLevel) -> Iterator[None]:
+    _LEVELS.stack.append(level)
+    try:
+        yield
+    finally:
+        _LEVELS.stack.pop()
+
+
+def _per_example(fun: Callable[..., Any], size: int, randomness: str,
+                 batched: frozenset[int]) -> Callable[..., Any]:
+    """`fun`, run as the per-example function of a vmap level."""
+
+    @functools.wraps(fun)
+    def lane(*args: Any) -> Any:
+        with _level(VmapLevel(require_trace("vmap"), size, randomness, batched)):
+            return fun(*args)
+
+    return lane
 
 
 def _check_spec(spec: Any, what: str) -> None:
@@ -149,7 +276,9 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         avals = [t.aval if a is None else
                  ShapedArray(t.shape[:a] + t.shape[a + 1:], t.dtype, t.weak_type)
                  for t, a in zip(tracers, norm)]
-        fn = trace_function(fun, avals, in_tree, name=_name(fun))
+        batched = frozenset(i for i, a in enumerate(norm) if a is not None)
+        fn = trace_function(_per_example(fun, size, randomness, batched), avals, in_tree,
+                            name=_name(fun))
         oaxes = _prefix_leaves(out_axes, fn.out_tree, "out_axes", out_axes)
         out_norm: list[Axis] = []
         for j, (a, aval) in enumerate(zip(oaxes, fn.out_avals)):
@@ -200,4 +329,4 @@ def _unbatched_call(fun: Callable[..., Any], args: tuple[Any, ...], out_axes: An
     return pytree.tree_unflatten(tree, outs)
 
 
-__all__ = ["vmap"]
+__all__ = ["VmapLevel", "active_vmap_level", "vmap"]

@@ -13,6 +13,10 @@ Like every transform here, these only *emit* IR; the passes differentiate.
   only a custom VJP differentiates the primal body; reverse mode of one with only a
   custom JVP transposes the JVP rule (as JAX does); higher orders differentiate the
   rule functions themselves.
+- Under vmap the passes batch the rules with the function: the batched function
+  carries batched custom_vjp/custom_jvp rules, so grad of vmap uses them.
+  `Function.vmap` (torch.func's batching rule) becomes `autodiff.custom_vmap`,
+  traced for the innermost enclosing vmap level (`batching.VmapLevel`).
 - Values a rule closes over (traced values of an enclosing function) become extra
   arguments of the generated functions; they are treated as constants of the rule:
   no derivative flows to them (as in JAX, where closing over a differentiated value
@@ -288,7 +292,7 @@ def _grads_tree(g: Any, diff: tuple[Any, ...], avals: list[ShapedArray], who: st
 # --------------------------------------------------------------------------- custom_vjp
 
 
-class custom_vjp:  # noqa: N801 - JAX's name
+class custom_vjp:
     """A function with a user-defined reverse-mode rule (JAX's `jax.custom_vjp`).
 
         @ad.custom_vjp
@@ -362,7 +366,7 @@ def _reentrant_call(key: Any, args: tuple[Any, ...], nondiff: tuple[int, ...]) -
 def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
                      bwd: Callable[..., Any], args: tuple[Any, ...], nondiff: tuple[int, ...],
                      name: str, jvp: Callable[..., Any] | None = None,
-                     key: Any = None) -> Any:
+                     key: Any = None, vmap: _VmapSpec | None = None) -> Any:
     who = f"custom_vjp({name})"
     again = _reentrant_call(key, args, nondiff)
     if again is not None:
@@ -370,13 +374,13 @@ def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
     diff, static, merge = _split_args(args, nondiff)
     p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
     with _tracing_rules(key, p):
-        return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp)
+        return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp, vmap)
 
 
 def _custom_vjp_rules(p: _Primal, fwd: Callable[..., Any], bwd: Callable[..., Any],
                       static: list[Any], merge: Callable[[Sequence[Any]], list[Any]],
                       diff: tuple[Any, ...], name: str, who: str,
-                      jvp: Callable[..., Any] | None) -> Any:
+                      jvp: Callable[..., Any] | None, vmap: _VmapSpec | None = None) -> Any:
     trees: dict[str, pytree.TreeDef] = {}
 
     def fwd_flat(*d: Any) -> Any:
@@ -406,13 +410,107 @@ def _custom_vjp_rules(p: _Primal, fwd: Callable[..., Any], bwd: Callable[..., An
     bwd_fn = trace_function(bwd_flat, [a.strong() for a in res_avals] + ct_avals,
                             name=f"{name}_bwd_rule")
     jvp_fn = _trace_jvp_rule(p, jvp, static, name) if jvp is not None else None
-    caps = _unique_captures(p.fn, fwd_fn, bwd_fn, *([jvp_fn] if jvp_fn else []))
+    vmap_fn, out_axes = _trace_vmap_rule(p, vmap, name) if vmap is not None else (None, [])
+    caps = _unique_captures(p.fn, fwd_fn, bwd_fn, *([jvp_fn] if jvp_fn else []),
+                            *([vmap_fn] if vmap_fn else []))
     with p.trace.context, p.loc:
         vjp_attr, caps = _vjp_rule_functions(p, name, fwd_fn, bwd_fn, caps)
         attrs = {"autodiff.custom_vjp": vjp_attr}
         if jvp_fn is not None:
             attrs["autodiff.custom_jvp"] = _jvp_rule_function(p, name, jvp_fn, caps)
+        if vmap_fn is not None:
+            attrs["autodiff.custom_vmap"] = _vmap_rule_function(p, name, vmap, vmap_fn,
+                                                                out_axes, caps)
         return _emit_custom(p, name, caps, attrs)
+
+
+# --------------------------------------------------------------------------- custom vmap
+
+
+@dataclasses.dataclass(frozen=True)
+class VmapInfo:
+    """torch.func's `info` of a `Function.vmap` rule: the size of the vmapped
+    dimension and the enclosing vmap's `randomness`."""
+
+    batch_size: int
+    randomness: str
+
+
+@dataclasses.dataclass
+class _VmapSpec:
+    """The batching rule a custom function emits for one vmap level.
+
+    `call(diff_args, diff_in_dims)` runs the user's rule and returns its
+    `(outputs, out_dims)`; `flags` says, per flat argument leaf, whether the
+    rule receives it batched (at axis 0)."""
+
+    level: Any  # batching.VmapLevel
+    flags: list[bool]
+    call: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+
+
+def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
+                     ) -> tuple[TracedFunction, list[int]]:
+    """Trace the user's batching rule on batched arguments into a function
+    (leaves, batched where `spec.flags` says, batch at axis 0) -> output leaves,
+    each with its batch axis (-1: unbatched), checked against the primal's outputs."""
+    from .batching import _prefix_leaves
+
+    who = f"{name}.vmap"
+    size = spec.level.size
+    avals = [ShapedArray((size, *a.shape), a.dtype) if f else a.strong()
+             for a, f in zip(p.avals, spec.flags)]
+    axes: list[int] = []
+
+    def vmap_flat(*diff: Any) -> Any:
+        dims = pytree.tree_unflatten(p.in_tree, [0 if f else None for f in spec.flags])
+        r = spec.call(tuple(diff), tuple(dims))
+        if not isinstance(r, (tuple, list)) or len(r) != 2:
+            raise TypeError(f"{who}: the vmap staticmethod must return a pair "
+                            "(outputs, out_dims)")
+        out, out_dims = r
+        leaves, tree = pytree.tree_flatten(out)
+        if tree != p.fn.out_tree:
+            raise TypeError(f"{who}: the vmap staticmethod returned outputs of structure "
+                            f"{tree}, but forward returns {p.fn.out_tree}")
+        dims_flat = _prefix_leaves(out_dims, tree, "out_dims", out_dims)
+        outs = []
+        for j, (x, d, a) in enumerate(zip(leaves, dims_flat, p.fn.out_avals)):
+            t = as_tracer(x)
+            if d is not None and d < 0:
+                d += t.ndim
+            want = a.shape if d is None else (*a.shape[:d], size, *a.shape[d:])
+            if d is not None and not 0 <= d <= a.ndim or t.shape != want:
+                raise ValueError(f"{who}: output {j} has shape {t.shape} with out_dims "
+                                 f"{d}, expected {want} (forward's output shape {a.shape} "
+                                 f"with the batch size {size} at dim {d})")
+            outs.append(_leaf_like(t, ShapedArray(want, a.dtype), who, f"output {j}"))
+            axes.append(-1 if d is None else d)
+        return outs
+
+    return trace_function(vmap_flat, avals, p.in_tree, name=f"{name}_vmap_rule"), axes
+
+
+def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedFunction,
+                        out_axes: list[int], caps: list[Tracer]
+                        ) -> Callable[[], ir.Attribute]:
+    """@name_vmap (leaves, caps) -> outputs, marked with `autodiff.in_axes` /
+    `autodiff.out_axes` (-1: unbatched); values the rules close over are unbatched
+    arguments (an error here if the enclosing vmap batches one)."""
+    if True in spec.level.batched_leaves(caps):
+        raise ValueError(f"{name}: its forward or rules close over a value that the enclosing "
+                         "vmap batches; pass that value as an argument of apply()")
+    x_types = [a.mlir_type() for a in vmap_fn.in_avals]
+    c_types = [c.value.type for c in caps]
+    w = _Wrapper(p.trace, f"{name}_vmap", x_types + c_types,
+                 [a.mlir_type() for a in vmap_fn.out_avals], p.loc)
+    nx = len(x_types)
+    w.ret(w.call(vmap_fn, w.args[:nx] + [w.args[nx + _index_of(caps, c)]
+                                         for c in vmap_fn.captures]))
+    in_axes = [0 if f else -1 for f in spec.flags] + [-1] * len(caps)
+    w.op.attributes["autodiff.in_axes"] = ir.DenseI64ArrayAttr.get(in_axes)
+    w.op.attributes["autodiff.out_axes"] = ir.DenseI64ArrayAttr.get(out_axes)
+    return lambda: ir.FlatSymbolRefAttr.get(w.name)
 
 
 # --------------------------------------------------------------------------- custom_jvp
@@ -447,7 +545,7 @@ def _trace_jvp_rule(p: _Primal, rule: Callable[..., Any], static: list[Any], nam
                           name=f"{name}_jvp_rule")
 
 
-class custom_jvp:  # noqa: N801 - JAX's name
+class custom_jvp:
     """A function with a user-defined forward-mode rule (JAX's `jax.custom_jvp`).
 
         @ad.custom_jvp
@@ -562,7 +660,27 @@ class Function:
     one gradient per input (a single value for one input; None = zero);
     non-array inputs (Python numbers, strings...) are static and get None.
     Without `jvp`, forward mode differentiates `forward`'s body.
+
+    Under `vmap` (torch.func semantics) the class needs one of:
+
+    - `generate_vmap_rule = True`: the passes batch `forward`, `backward`
+      and `jvp` like any code (the batched function keeps batched versions of
+      the derivative rules, so grad of vmap still uses `backward`);
+    - a staticmethod `vmap(info, in_dims, *args) -> (outputs, out_dims)`:
+      `info.batch_size`, `info.randomness`; `in_dims[i]` is the batch dim of
+      argument i (0) or None for an unbatched or non-array argument;
+      `out_dims` is an int or None per output (a prefix of the outputs'
+      structure), negative dims count from the end. It is traced for the
+      innermost enclosing vmap level into an `autodiff.custom_vmap` rule;
+      enclosing levels batch the rule's code generically, and grad/jvp of the
+      vmapped function use the batched `backward`/`jvp`.
+
+    Without either, `apply` on a batched argument raises torch's RuntimeError
+    (see `_vmap_spec` for the cases only the passes can decide).
     """
+
+    #: torch's flag: batch forward/backward/jvp automatically under vmap.
+    generate_vmap_rule: bool = False
 
     @staticmethod
     def forward(*args: Any) -> Any:
@@ -575,6 +693,10 @@ class Function:
     @staticmethod
     def backward(ctx: FunctionCtx, *grads: Any) -> Any:
         raise NotImplementedError("subclasses of ad.Function must implement backward")
+
+    @staticmethod
+    def vmap(info: VmapInfo, in_dims: tuple[Any, ...], *args: Any) -> Any:
+        raise NotImplementedError
 
     @classmethod
     def _has(cls, name: str) -> bool:
@@ -637,7 +759,58 @@ class Function:
                     if n_diff else None
                 return out, tout
 
-        return _custom_vjp_call(fun, fwd, bwd, args, static, name, jvp, key=cls)
+        vmap = cls._vmap_spec(args, static, name)
+        return _custom_vjp_call(fun, fwd, bwd, args, static, name, jvp, key=cls, vmap=vmap)
+
+    @classmethod
+    def _vmap_spec(cls, args: tuple[Any, ...], static: tuple[int, ...], name: str
+                   ) -> _VmapSpec | None:
+        """The batching rule to emit when `apply` runs under vmap (torch.func semantics).
+
+        Nothing is emitted outside vmap, when no argument depends on a batched
+        value of the innermost vmap level, or with `generate_vmap_rule = True`
+        (the pass then batches forward and the derivative rules themselves).
+        Without either, an argument known to be batched is torch's RuntimeError;
+        where batching is only known to the passes (below), the function is
+        batched like `generate_vmap_rule` (sound here: every rule is traced
+        code), so the vmaps inside `jacfwd`/`jacrev`/`hessian` keep working.
+        With a `vmap` staticmethod, the rule is traced for that level's batch
+        size: arguments known to be unbatched get in_dims None, the others 0;
+        an argument whose batching is only known to the passes (inside a
+        function nested in the vmapped one, e.g. under grad) is passed batched,
+        which is always usable: the pass broadcasts an unbatched value into it.
+        Other vmap levels batch the rule's code generically.
+        """
+        from .batching import active_vmap_level
+
+        level = active_vmap_level()
+        if level is None:
+            return None
+        diff = [a for i, a in enumerate(args) if i not in static]
+        found = level.batched_leaves(pytree.tree_leaves(diff))
+        if not any(f is not False for f in found):
+            return None
+        has_rule, generate = cls._has("vmap"), bool(getattr(cls, "generate_vmap_rule", False))
+        if has_rule and generate:
+            raise RuntimeError(
+                f"You tried to vmap over {name}, but it has both generate_vmap_rule=True and "
+                "an overridden vmap staticmethod. Please set generate_vmap_rule=False or "
+                "delete the overridden vmap staticmethod to avoid ambiguity.")
+        if not has_rule and not generate and True in found:
+            raise RuntimeError(
+                f"You tried to vmap over {name}, but it does not have vmap support. Please "
+                "override and implement the vmap staticmethod or set generate_vmap_rule=True.")
+        if not has_rule:
+            return None
+        info = VmapInfo(level.size, level.randomness)
+
+        def call(diff_args: tuple[Any, ...], diff_dims: tuple[Any, ...]) -> Any:
+            it, itd = iter(diff_args), iter(diff_dims)
+            full = [args[i] if i in static else next(it) for i in range(len(args))]
+            dims = tuple(None if i in static else next(itd) for i in range(len(args)))
+            return cls.vmap(info, dims, *full)
+
+        return _VmapSpec(level, [f is not False for f in found], call)
 
 
 # --------------------------------------------------------------------------- checkpoint
@@ -654,7 +827,7 @@ class Policy:
     names: tuple[str, ...] = ()
 
 
-class checkpoint_policies:  # noqa: N801 - JAX's name
+class checkpoint_policies:
     """JAX's policy names: `nothing_saveable` (the default), `everything_saveable`,
     `dots_saveable` (contraction outputs), `save_only_these_names(*names)`."""
 
@@ -829,6 +1002,6 @@ def print_saved_residuals(fun: Callable[..., Any], *args: Any) -> None:
     print(f"total: {sum(r.nbytes for r in res)} bytes in {len(res)} residual(s)")
 
 
-__all__ = ["Function", "FunctionCtx", "Policy", "SavedResidual", "checkpoint",
+__all__ = ["Function", "FunctionCtx", "Policy", "SavedResidual", "VmapInfo", "checkpoint",
            "checkpoint_name", "checkpoint_policies", "custom_jvp", "custom_vjp",
            "print_saved_residuals", "remat", "saved_residuals"]
