@@ -10,22 +10,30 @@ Argument convention (documented choice):
   arguments (`tensor<f64>`, ...) — but *weakly typed* (as in JAX): `x_f32 * s`
   with a Python float `s` stays float32. Changing the value does not retrace;
   changing the Python type does.
-- `static_argnums` arguments are passed to the function as they are (they
-  must be hashable); each distinct value traces a new version.
+- `static_argnums` (and keyword `static_argnames`) arguments are passed to
+  the function as they are (they must be hashable); each distinct value
+  traces a new version.
+- `donate_argnums` arguments' arrays may be overwritten by outputs of the
+  same shape and dtype, which are then the caller's arrays (see `jit`).
 
 The cache key of a compiled version is (argument tree structure, per-leaf
-shape/dtype/weak type, static values). Each `jit`-wrapped function owns one
-MLIR `Context`; every version it compiles lives in that context.
+shape/dtype/weak type, static values and their types, donated leaves).
+Each `jit`-wrapped function owns one MLIR `Context`; every version it
+compiles lives in that context.
 
 Outputs may be any pytree; leaves that are not traced values (Python or
 numpy constants) are returned as numpy arrays without being compiled, and
-an output that is just an input is returned as a copy of that input.
+an output that is just an input is returned as a copy of that input (a
+donated input is handed back itself). No two outputs share memory, and no
+output shares memory with an input that was not donated: every call
+returns fresh arrays, which later calls never overwrite.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,13 +70,13 @@ def autodiff_pipeline() -> list[str]:
     return [name for name in AUTODIFF_PASSES if lookup(name) is not None]
 
 
-def _draws_random(module: ir.Module) -> bool:
-    """Whether the traced module contains a stateful draw (`autodiff.random`)."""
+def _draws_random(module: ir.Module, op_name: str = "autodiff.random") -> bool:
+    """Whether the traced module contains a stateful draw (`autodiff.random`), or `op_name`."""
     found = False
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal found
-        if op.name == "autodiff.random":
+        if op.name == op_name:
             found = True
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
@@ -81,6 +89,8 @@ def _transform_passes(module: ir.Module) -> list[str]:
     """The passes that take a traced module to plain upstream MLIR."""
     if _draws_random(module):
         return [RNG_FUNCTIONALIZE_PASS] + autodiff_pipeline() + [RNG_LOWER_PASS]
+    if _draws_random(module, "autodiff.philox"):  # keyed draws only: functional already
+        return autodiff_pipeline() + [RNG_LOWER_PASS]
     return autodiff_pipeline()
 
 
@@ -122,33 +132,84 @@ class _Signature:
     values: list[Any]
     static: dict[int, Any]
     n_args: int
+    #: keyword arguments named in static_argnames, passed to the function as they are
+    static_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: leaf indices of the donated numpy arrays, in order
+    donated: tuple[int, ...] = ()
+
+
+def _argnum(fname: str, what: str, i: int, n: int) -> int:
+    """Positional index `i` (negative counts from the end) checked against `n` arguments."""
+    j = i + n if i < 0 else i
+    if not 0 <= j < n:
+        raise TypeError(f"jit({fname}): {what} {i} is out of range for {n} positional "
+                        "arguments")
+    return j
+
+
+def _static_key(fname: str, static: dict[Any, Any]) -> tuple[Any, ...]:
+    """Hashable key of the static values and their types (1, 1.0, True: three versions)."""
+    try:
+        key = tuple(sorted(((k, type(v), v) for k, v in static.items()),
+                           key=lambda kv: kv[0]))
+        hash(key)
+    except TypeError:
+        raise TypeError(f"jit({fname}): static arguments must be hashable, got "
+                        f"{[type(v).__name__ for v in static.values()]}") from None
+    return key
+
+
+def _donated_leaves(fname: str, args: Sequence[Any], dyn_index: list[int],
+                    donate: Sequence[int], static: dict[int, Any]) -> tuple[int, ...]:
+    """Leaf indices of the numpy arrays in the donated positional arguments.
+
+    Python and numpy scalars have no buffer the caller could give up: a
+    donated argument without any array is an error, scalar leaves inside
+    a donated pytree are simply not donated.
+    """
+    starts, offset = {}, 0
+    for i in dyn_index:
+        starts[i] = offset
+        offset += len(pytree.tree_leaves(args[i]))
+    out: list[int] = []
+    for i in sorted(set(donate)):
+        if i in static:
+            raise TypeError(f"jit({fname}): argument {i} is in both static_argnums and "
+                            "donate_argnums; static arguments are not buffers and cannot "
+                            "be donated")
+        leaves = pytree.tree_leaves(args[i])
+        arrays = [starts[i] + k for k, leaf in enumerate(leaves)
+                  if isinstance(leaf, np.ndarray)]
+        if not arrays:
+            raise TypeError(f"jit({fname}): donate_argnums {i}: argument {i} "
+                            f"({type(args[i]).__name__}) holds no numpy array; only "
+                            "arrays (or pytrees of arrays) can be donated")
+        out += arrays
+    return tuple(out)
 
 
 def _signature(fname: str, args: Sequence[Any], kwargs: dict[str, Any],
-               static_argnums: tuple[int, ...]) -> _Signature:
+               static_argnums: tuple[int, ...], donate_argnums: tuple[int, ...] = (),
+               static_argnames: tuple[str, ...] = ()) -> _Signature:
     n = len(args)
-    static = {}
-    for i in static_argnums:
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise TypeError(f"jit({fname}): static_argnums {i} is out of range for {n} "
-                            "positional arguments")
-        static[j] = args[j]
-    dyn = tuple(a for i, a in enumerate(args) if i not in static)
+    static = {j: args[j] for j in (_argnum(fname, "static_argnums", i, n)
+                                   for i in static_argnums)}
+    donate = [_argnum(fname, "donate_argnums", i, n) for i in donate_argnums]
+    static_kwargs = {k: v for k, v in kwargs.items() if k in static_argnames}
+    kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+    dyn_index = [i for i in range(n) if i not in static]
+    donated = _donated_leaves(fname, args, dyn_index, donate, static)
+    dyn = tuple(args[i] for i in dyn_index)
     leaves, in_tree = pytree.tree_flatten((dyn, kwargs))
     avals, values = [], []
     for i, leaf in enumerate(leaves):
         aval, value = _leaf_aval(leaf, f"jit({fname}): {_arg_name(i)}")
         avals.append(aval)
         values.append(value)
-    try:
-        static_key = tuple(sorted(static.items()))
-        hash(static_key)
-    except TypeError:
-        raise TypeError(f"jit({fname}): static arguments must be hashable, got "
-                        f"{[type(v).__name__ for v in static.values()]}") from None
-    key = (in_tree, tuple((a.shape, a.dtype.str, a.weak_type) for a in avals), static_key)
-    return _Signature(key, in_tree, avals, values, static, n)
+    static_key = (_static_key(fname, static), _static_key(fname, static_kwargs))
+    key = (in_tree, tuple((a.shape, a.dtype.str, a.weak_type) for a in avals), static_key,
+           donated)
+    return _Signature(key, in_tree, avals, values, static, n, static_kwargs, donated)
 
 
 # --------------------------------------------------------------------------- tracing to a module
@@ -174,7 +235,7 @@ def _trace_main(fun: Callable[..., Any], context: ir.Context, sig: _Signature) -
         dyn, kwargs = pytree.tree_unflatten(sig.in_tree, trace.args)
         it = iter(dyn)
         call_args = [sig.static[i] if i in sig.static else next(it) for i in range(sig.n_args)]
-        out = fun(*call_args, **kwargs)
+        out = fun(*call_args, **kwargs, **sig.static_kwargs)
         out_leaves, out_tree = pytree.tree_flatten(out)
         plan: list[tuple[str, Any]] = []
         results: list[Tracer] = []
@@ -243,6 +304,59 @@ def _run_pipeline(module: ir.Module, passes: Sequence[str], what: str) -> None:
 
 # --------------------------------------------------------------------------- jit
 
+def _main_func(module: ir.Module) -> ir.OpView:
+    return next(op for op in module.body.operations
+                if op.operation.name == "func.func"
+                and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+
+
+def _donate_buffers(module: ir.Module, donated: Sequence[int],
+                    candidates: Sequence[int]) -> dict[int, int]:
+    """Let results live in donated arguments' buffers; returns argument -> result index.
+
+    Each donated argument takes the first free result (of `candidates`) of
+    exactly its type, as JAX pairs them. Soundness is bufferization's job,
+    so the pairing is stated in the IR it analyses: the result is written
+    into the argument with `bufferization.materialize_in_destination` and
+    the argument is marked `bufferization.writable = true`. One-shot
+    bufferization then computes in place only what may be (an elementwise
+    update, not a matmul that still reads the argument), and the lowering
+    drops the result from the signature when it is the argument's buffer.
+    """
+    from mlir.dialects import bufferization
+
+    main = _main_func(module)
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1].operation
+    taken: set[int] = set()
+    pairs: dict[int, int] = {}
+    for a in donated:
+        r = next((r for r in candidates
+                  if r not in taken and ret.operands[r].type == block.arguments[a].type), None)
+        if r is not None:
+            taken.add(r)
+            pairs[a] = r
+    with module.context, ret.location, ir.InsertionPoint(ret):
+        for a, r in pairs.items():
+            dest = block.arguments[a]
+            if ret.operands[r] != dest:
+                ret.operands[r] = bufferization.MaterializeInDestinationOp(
+                    dest.type, ret.operands[r], dest).result
+        n = len(block.arguments)
+        old = main.attributes.get("arg_attrs")
+        attrs = []
+        for i in range(n):
+            entries = {}
+            if old is not None:
+                d = ir.DictAttr(old[i])
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+            if i in pairs:
+                entries["bufferization.writable"] = ir.BoolAttr.get(True)
+            attrs.append(ir.DictAttr.get(entries))
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+    return pairs
+
+
 def _dedupe_results(module: ir.Module) -> list[int]:
     """Make @main return each SSA value once; returns result index -> unique index.
 
@@ -252,9 +366,7 @@ def _dedupe_results(module: ir.Module) -> list[int]:
     """
     from mlir.dialects import func
 
-    main = next(op for op in module.body.operations
-                if op.operation.name == "func.func"
-                and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+    main = _main_func(module)
     block = main.regions[0].blocks[0]
     ret = list(block.operations)[-1]
     operands = list(ret.operands)
@@ -279,16 +391,33 @@ def _dedupe_results(module: ir.Module) -> list[int]:
     return remap
 
 
+def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1) -> Any:
+    """JIT-compile `module` for `device` (raises what the runtimes raise)."""
+    if device == "gpu":
+        from .gpu import CompiledGpuModule
+
+        return CompiledGpuModule(module, context=context)
+    from .runtime import CompiledModule
+    from .transforms.cpu_schedules import cpu_pipeline
+
+    return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
+
+
 class _Executable:
     """One compiled version of a jitted function (one signature)."""
 
     def __init__(self, traced: _Traced, context: ir.Context, fname: str,
-                 device: str = "cpu") -> None:
-        from .runtime import CompiledModule
-
+                 device: str = "cpu", donated: Sequence[int] = (), threads: int = 1) -> None:
         self.traced = traced
+        self.threads = threads
+        self.fname = fname
         self.compiled = None
         self.remap: list[int] = []
+        #: donated argument leaf -> unique result index computed in its buffer
+        self.in_place: dict[int, int] = {}
+        #: donated leaves returned as outputs unchanged (handed back, not copied)
+        returned = {what for kind, what in traced.plan if kind == "arg"}
+        self.returned_donated = [a for a in donated if a in returned]
         if traced.out_avals:
             what = f"jit({fname}): compiling the traced module"
             module = _reparse(traced.module, context, what)
@@ -299,16 +428,46 @@ class _Executable:
             if device == "gpu":
                 # gpu.NoCudaDevice ("no CUDA device: ...") is raised as it is, before
                 # anything compiles, when no driver or device is present.
-                from .gpu import CompiledGpuModule, cuda_device
+                from .gpu import cuda_device
 
                 cuda_device()
-            try:
-                if device == "gpu":
-                    self.compiled = CompiledGpuModule(module, context=context)
-                else:
-                    self.compiled = CompiledModule(module, pipeline=LOWER_PASS, context=context)
-            except (ir.MLIRError, ValueError, RuntimeError) as err:
-                raise _compile_error(what, err) from None
+            else:
+                self._compile_donating(module, context, what,
+                                       [a for a in donated if a not in returned])
+            if self.compiled is None:
+                try:
+                    self.compiled = _build(module, context, device, self.threads)
+                except (ir.MLIRError, ValueError, RuntimeError) as err:
+                    raise _compile_error(what, err) from None
+        self._warn_unused(donated)
+
+    def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
+                          donated: Sequence[int]) -> None:
+        """Compile with results in donated buffers; leaves `compiled` None if that fails."""
+        if not donated:
+            return
+        candidates = sorted({self.remap[i] for i in range(len(self.traced.out_avals))})
+        trial = _reparse(module, context, what)
+        pairs = _donate_buffers(trial, donated, candidates)
+        if not pairs:
+            return
+        try:
+            self.compiled = _build(trial, context, "cpu", self.threads)
+        except (ir.MLIRError, ValueError, RuntimeError):
+            # Bufferization cannot honour every pairing (e.g. two donated
+            # arguments whose results read each other): fresh outputs instead.
+            return
+        result_args = self.compiled["main"].result_args
+        self.in_place = {a: r for a, r in pairs.items() if result_args[r] == a}
+
+    def _warn_unused(self, donated: Sequence[int]) -> None:
+        unused = [a for a in donated
+                  if a not in self.in_place and a not in self.returned_donated]
+        if unused:
+            avals = ", ".join(f"{self.traced.in_avals[a]} ({_arg_name(a)})" for a in unused)
+            warnings.warn(f"jit({self.fname}): Some donated buffers were not usable: {avals} "
+                          "(no output of the same shape and dtype could be computed in "
+                          "place; those arrays are left unchanged)", stacklevel=4)
 
     def __call__(self, values: list[Any]) -> Any:
         outs: list[Any] = []
@@ -331,36 +490,53 @@ class _Executable:
                 outs = call(args)
             outs = [o.view(np.bool_) if a.dtype == np.bool_ else o
                     for o, a in zip(outs, self.traced.out_avals)]
+        return pytree.tree_unflatten(self.traced.out_tree, self._output_leaves(values, outs))
+
+    def _output_leaves(self, values: list[Any], outs: list[Any]) -> list[Any]:
+        """Output leaves that never alias each other or a caller's array not donated.
+
+        Each output is a fresh array, except a donated array, which is handed
+        back (as the result computed in its buffer, or returned unchanged).
+        """
         used: set[int] = set()
         leaves = []
         for kind, what in self.traced.plan:
             if kind == "const":
-                leaves.append(np.array(what))
+                out = np.array(what)
             elif kind == "arg":
-                leaves.append(np.array(values[what]))
+                out = values[what] if what in self.returned_donated else np.array(values[what])
             else:
                 out = outs[what]
-                if id(out) in used:  # one array returned twice: give independent copies
-                    out = np.array(out)
-                used.add(id(out))
-                leaves.append(out)
-        return pytree.tree_unflatten(self.traced.out_tree, leaves)
+            if id(out) in used:  # one array returned twice: give independent copies
+                out = np.array(out)
+            used.add(id(out))
+            leaves.append(out)
+        return leaves
 
 
 class JitFunction:
     """A function compiled on first call per signature; see `jit`."""
 
     def __init__(self, fun: Callable[..., Any], static_argnums: int | Sequence[int] = (),
-                 device: str = "cpu"):
+                 device: str = "cpu", donate_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (), threads: int | None = None):
+        from .transforms.cpu_schedules import cpu_threads
+
         if isinstance(fun, JitFunction):
             fun = fun.fun
         if device not in DEVICES:
             raise ValueError(f"jit: device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.device = device
+        try:
+            self.threads = cpu_threads(threads)
+        except ValueError as err:
+            raise ValueError(f"jit: {err}") from None
         self.fun = fun
-        if isinstance(static_argnums, int):
-            static_argnums = (static_argnums,)
-        self.static_argnums = tuple(int(i) for i in static_argnums)
+        self.static_argnums = _int_tuple(static_argnums, "static_argnums")
+        self.donate_argnums = _int_tuple(donate_argnums, "donate_argnums")
+        if isinstance(static_argnames, str):
+            static_argnames = (static_argnames,)
+        self.static_argnames = tuple(static_argnames)
         self._context: ir.Context | None = None
         self._cache: dict[Any, _Executable] = {}
         self._name = getattr(fun, "__name__", "fn")
@@ -384,17 +560,22 @@ class JitFunction:
         if current_trace() is not None:
             # Called while tracing another function: inline into that trace.
             return self.fun(*args, **kwargs)
-        sig = _signature(self._name, args, kwargs, self.static_argnums)
+        sig = self._signature(args, kwargs)
         exe = self._cache.get(sig.key)
         if exe is None:
             traced = _trace_main(self.fun, self.context, sig)
-            exe = _Executable(traced, self.context, self._name, self.device)
+            exe = _Executable(traced, self.context, self._name, self.device, sig.donated,
+                              self.threads)
             self._cache[sig.key] = exe
         return exe(sig.values)
 
+    def _signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> _Signature:
+        return _signature(self._name, args, kwargs, self.static_argnums, self.donate_argnums,
+                          self.static_argnames)
+
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace for these arguments and return the MLIR at each stage (see `lower`)."""
-        sig = _signature(self._name, args, kwargs, self.static_argnums)
+        sig = self._signature(args, kwargs)
         return Lowered(_trace_main(self.fun, self.context, sig), self.context, self._name)
 
     def __repr__(self) -> str:
@@ -404,8 +585,24 @@ class JitFunction:
 DEVICES = ("cpu", "gpu")
 
 
+def _int_tuple(value: int | Sequence[int], what: str) -> tuple[int, ...]:
+    """`static_argnums`/`donate_argnums` as a tuple of ints (TypeError otherwise)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),)
+    try:
+        items = tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        items = (value,)
+    for i in items:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            raise TypeError(f"jit: {what} must be an int or a sequence of ints, got {value!r}")
+    return tuple(int(i) for i in items)
+
+
 def jit(fun: Callable[..., Any] | None = None, *,
-        static_argnums: int | Sequence[int] = (), device: str = "cpu") -> Any:
+        static_argnums: int | Sequence[int] = (), device: str = "cpu",
+        donate_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (), threads: int | None = None) -> Any:
     """Compile `fun` with MLIR: trace once per argument signature, cache, call.
 
     `jit(f)(*args)` flattens the argument pytrees, traces `f` on abstract
@@ -414,13 +611,47 @@ def jit(fun: Callable[..., Any] | None = None, *,
     `f`'s output structure. See the module docstring for the argument
     convention. Usable as `@jit` or `@jit(static_argnums=(1,))`.
 
+    `static_argnums` / `static_argnames`: positional / keyword arguments
+    passed to `f` as they are (configuration: ints, strings, tuples, frozen
+    dataclasses...). They must be hashable; each distinct value (of a
+    distinct type: 1, 1.0 and True are different) traces and compiles a
+    new version.
+
+    `donate_argnums` (JAX semantics, CPU): the numpy arrays of those
+    positional arguments (arrays or pytrees of arrays; their Python-scalar
+    leaves are not donated) are given to the compiled code, which may
+    compute an output of the same shape and dtype in an argument's buffer:
+    that output *is* the caller's array (`np.shares_memory(out, w)`), with
+    no allocation or copy. Donated arrays are paired with outputs in order,
+    each with the first free output of its exact shape and dtype. After the
+    call the caller must not use a donated array except through the
+    outputs: its contents are unspecified. The update is sound: the pairing
+    is written into the IR (`bufferization.materialize_in_destination` into
+    an argument marked `bufferization.writable`), so bufferization computes
+    in place only what may be (`w - lr * g` is, `w @ x` is computed in a
+    temporary and then stored into `w`). A donated array that is read-only
+    or overlaps another argument (the same array passed twice) is copied
+    first. A donated array that no output can use is left unchanged with a
+    `UserWarning` ("Some donated buffers were not usable", as in JAX); so
+    is every donation with `device="gpu"`. Donating a static argument, an
+    argument without arrays (e.g. a Python float) or an index out of range
+    is a `TypeError` at the call.
+
     `device="gpu"` compiles with `--autodiff-lower-to-gpu` and runs through
     the MLIR CUDA runtime; without a CUDA driver or device the first call
     raises `mlir_autodiff.gpu.NoCudaDevice` ("no CUDA device: ...").
+
+    `threads` (CPU; default: the environment variable AUTODIFF_CPU_THREADS,
+    else 1) distributes large kernels over that many OpenMP threads
+    (`--autodiff-lower-to-cpu{threads=N}`); small kernels stay on the
+    calling thread. More than one thread needs LLVM's OpenMP runtime
+    (libomp, e.g. Debian's libomp-dev); without it compilation fails with
+    a `CompilationError` saying so.
     """
-    if fun is None:
-        return lambda f: JitFunction(f, static_argnums, device)
-    return JitFunction(fun, static_argnums, device)
+    def make(f: Callable[..., Any]) -> JitFunction:
+        return JitFunction(f, static_argnums, device, donate_argnums, static_argnames, threads)
+
+    return make if fun is None else make(fun)
 
 
 def function_name(fun: Callable[..., Any]) -> str:

@@ -16,7 +16,14 @@ compiled code never hands back memory that needs freeing and repeated calls
 do not leak. Results never alias the arguments, even for `return %arg0`.
 Arguments are read-only: the runtime marks every tensor parameter of a
 public function `bufferization.writable = false` before bufferization, so
-the compiled code copies instead of writing into the caller's arrays.
+the compiled code copies instead of writing into the caller's arrays —
+unless the module already marks it `bufferization.writable = true`: the
+caller then *donates* that array. The compiled code may overwrite it, and a
+result the lowering proves to live in its buffer (e.g. the result of
+`bufferization.materialize_in_destination %r in %arg`) is that very array
+(no out-param, no copy). A donated array that is read-only or overlaps
+another argument is copied first. `jit(..., donate_argnums=...)` builds on
+this.
 
 Argument checking happens before any native code runs: a wrong number of
 arguments is a `TypeError`; a wrong rank or shape a `ValueError`; a wrong
@@ -38,7 +45,8 @@ import ctypes
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -46,6 +54,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_autodiff import dialects
+from mlir_autodiff.transforms.cpu_schedules import openmp_shared_libs
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -314,17 +323,25 @@ class CompiledFunction:
     """
 
     def __init__(self, module: CompiledModule, name: str, params: list[ArgSpec],
-                 results: list[ArgSpec]):
+                 results: list[ArgSpec], donated: Sequence[int] = (),
+                 result_args: Sequence[int] | None = None):
         self.module = module
         self.name = name
         self.params = params
         self.results = results
+        #: Parameters marked `bufferization.writable = true`: the compiled code may
+        #: overwrite them (see `call`).
+        self.donated = frozenset(donated)
+        #: Per result: the parameter whose buffer it is (dropped from the native
+        #: signature by the lowering), or -1 for a caller-allocated out-param.
+        self.result_args = list(result_args) if result_args is not None else [-1] * len(results)
         addr = module.engine.raw_lookup("_mlir_ciface_" + name)
         if not addr:
             raise RuntimeError(f"compiled module has no C interface for '@{name}'")
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
-        self._out_tensors = [r for r in results if not r.is_scalar]
-        self._out_scalars = [r for r in results if r.is_scalar]
+        native = [r for r, a in zip(results, self.result_args) if a < 0]
+        self._out_tensors = [r for r in native if not r.is_scalar]
+        self._out_scalars = [r for r in native if r.is_scalar]
         self._result_struct: type[ctypes.Structure] | None = None
         if len(self._out_scalars) > 1:
             fields = [(f"r{i}", _CTYPE_OF_NP[s.dtype]) for i, s in enumerate(self._out_scalars)]
@@ -356,8 +373,16 @@ class CompiledFunction:
         return check_args(self.name, self.params, args, arg_names)
 
     def call(self, args: Sequence[Any], arg_names: Sequence[str] | None = None) -> list[Any]:
-        """Call with a sequence of arguments; returns the list of results."""
+        """Call with a sequence of arguments; returns the list of results.
+
+        A donated argument's array is written in place and returned as the
+        result that lives in it; it is copied first when it is read-only or
+        overlaps another argument (the compiled code assumes arguments do
+        not alias a buffer it writes).
+        """
         arrays = self.check_args(args, arg_names)
+        for j in self.donated:
+            arrays[j] = _writable_buffer(arrays, j)
         keep: list[Any] = [arrays]  # everything the native call points into
         ptrs: list[int] = []
         struct = None
@@ -399,7 +424,34 @@ class CompiledFunction:
         else:
             scalars = []
         it_t, it_s = iter(out_arrays), iter(scalars)
-        return [next(it_s) if spec.is_scalar else next(it_t) for spec in self.results]
+        outs = []
+        for spec, j in zip(self.results, self.result_args):
+            if j >= 0:
+                outs.append(_argument_result(spec, arrays[j], j in self.donated))
+            else:
+                outs.append(next(it_s) if spec.is_scalar else next(it_t))
+        return outs
+
+
+def _writable_buffer(arrays: list[np.ndarray], j: int) -> np.ndarray:
+    """`arrays[j]`, or a copy when the compiled code must not write into it."""
+    arr = arrays[j]
+    if not arr.flags.writeable or any(
+        k != j and np.may_share_memory(arr, other) for k, other in enumerate(arrays)
+    ):
+        return np.array(arr)
+    return arr
+
+
+def _argument_result(spec: ArgSpec, arr: np.ndarray, donated: bool) -> Any:
+    """A result the lowering proved to be argument `arr` (its buffer, unchanged if not donated).
+
+    A donated buffer is handed back as it is; any other argument is copied,
+    so results never alias the caller's arrays.
+    """
+    if spec.is_scalar:
+        return spec.dtype.type(arr)
+    return arr if donated else np.array(arr)
 
 
 def check_args(name: str, params: Sequence[ArgSpec], args: Sequence[Any],
@@ -497,7 +549,7 @@ def mark_args_read_only(module: ir.Module) -> None:
         if not any(isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType))
                    for t in ftype.inputs):
             continue
-        old = op.attributes["arg_attrs"] if "arg_attrs" in op.attributes else None
+        old = op.attributes.get("arg_attrs")
         new = []
         for i, t in enumerate(ftype.inputs):
             entries: dict[str, ir.Attribute] = {}
@@ -509,6 +561,41 @@ def mark_args_read_only(module: ir.Module) -> None:
                 entries.setdefault("bufferization.writable", false)
             new.append(ir.DictAttr.get(entries))
         op.attributes["arg_attrs"] = ir.ArrayAttr.get(new)
+
+
+def donated_arguments(module: ir.Module) -> dict[str, list[int]]:
+    """Public function name -> its tensor parameters marked `bufferization.writable = true`.
+
+    The caller donates those arrays: the compiled code may overwrite them.
+    """
+    out = {}
+    for op in module.body.operations:
+        if not _is_public_definition(op) or "arg_attrs" not in op.attributes:
+            continue
+        donated = []
+        for i, attrs in enumerate(op.attributes["arg_attrs"]):
+            d = ir.DictAttr(attrs)
+            if "bufferization.writable" in d and ir.BoolAttr(d["bufferization.writable"]).value:
+                donated.append(i)
+        if donated:
+            out[_symbol_name(op)] = donated
+    return out
+
+
+def _result_arguments(lowered: ir.Module) -> dict[str, list[int]]:
+    """Function name -> per result, the argument it was proved to be, or -1.
+
+    Read from `RESULT_ARGS`, which `--autodiff-lower-to-cpu` sets on
+    functions with donated arguments when it drops such results from the
+    native signature.
+    """
+    from mlir_autodiff.transforms.lower_to_cpu import RESULT_ARGS
+
+    out = {}
+    for op in lowered.body.operations:
+        if op.operation.name in ("llvm.func", "func.func") and RESULT_ARGS in op.attributes:
+            out[_symbol_name(op)] = list(ir.DenseI64ArrayAttr(op.attributes[RESULT_ARGS]))
+    return out
 
 
 class CompileError(RuntimeError):
@@ -545,17 +632,25 @@ class CompiledModule:
                 self.module = ir.Module.parse(text)
             self.signatures = function_signatures(self.module)
             self._uncallable = _uncallable_functions(self.module)
+            self._donated = donated_arguments(self.module)
             mark_args_read_only(self.module)
             run_pipeline(self.module, pipeline)
+            self._result_args = _result_arguments(self.module)
             with collect_diagnostics(self.context) as diags:
                 try:
+                    # threads > 1: the code calls LLVM's OpenMP runtime, loaded here.
+                    libs = shared_libs() + openmp_shared_libs(self.module)
                     self.engine = ExecutionEngine(self.module, opt_level=opt_level,
-                                                  shared_libs=shared_libs())
+                                                  shared_libs=libs)
                 except RuntimeError as err:
                     detail = diags.render() or str(err)
                     raise CompileError(f"JIT compilation failed: {detail}") from None
             self.engine.initialize()
         self._functions: dict[str, CompiledFunction] = {}
+
+    #: Set by __init__; subclasses with another pipeline keep these (empty) defaults.
+    _donated: Mapping[str, list[int]] = MappingProxyType({})
+    _result_args: Mapping[str, list[int]] = MappingProxyType({})
 
     @property
     def lowered_text(self) -> str:
@@ -582,7 +677,9 @@ class CompiledModule:
                 known = ", ".join(f"@{n}" for n in self.signatures) or "none"
                 raise KeyError(f"no public function '@{name}' (callable functions: {known})")
             params, results = self.signatures[name]
-            fn = self._functions[name] = CompiledFunction(self, name, params, results)
+            fn = self._functions[name] = CompiledFunction(
+                self, name, params, results, self._donated.get(name, ()),
+                self._result_args.get(name))
         return fn
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu_schedules import APPROX_MAX_ULP, ELEMENTWISE
 

@@ -204,6 +204,26 @@ def test_static_argnums_decorator_form_and_negative_index() -> None:
     np.testing.assert_allclose(f(x, 1), x.sum(1), rtol=1e-6)
 
 
+def test_argnums_must_be_ints() -> None:
+    with pytest.raises(TypeError, match="static_argnums must be an int or a sequence of ints"):
+        ad.jit(lambda x: x, static_argnums=(1.5,))
+    with pytest.raises(TypeError, match="donate_argnums must be an int or a sequence of ints"):
+        ad.jit(lambda x: x, donate_argnums=[True])
+
+
+def test_donate_argnums_decorator_form() -> None:
+    # Details (soundness, pytrees, grad, errors) are in test_runtime_wrappers.py.
+    @ad.jit(donate_argnums=(0,), static_argnames="scale")
+    def f(w: Any, g: Any, *, scale: float) -> Any:
+        return w + scale * g
+
+    w, g = randn(3), randn(3)
+    want = w + 2 * g
+    out = f(w, g, scale=2)
+    assert np.shares_memory(out, w)
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
 def test_unhashable_static_argument_is_a_type_error() -> None:
     f = ad.jit(lambda x, cfg: x, static_argnums=1)
     with pytest.raises(TypeError, match="hashable"):

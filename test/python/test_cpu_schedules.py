@@ -1,0 +1,326 @@
+"""Contraction schedules and CPU threads of `--autodiff-lower-to-cpu` (transforms/cpu_schedules.py).
+
+Contractions written as `linalg.generic` (vmap and reverse mode emit them:
+unit dims, batch dims, transposed or swapped operands, f32 and f64) are
+checked against numpy's float64 einsum, with `AUTODIFF_STRICT_SCHEDULES=1`
+so a schedule that fails to apply fails the test, and the lowered code is
+checked for the vector FMAs that make them fast. K = 1 contractions (outer
+products) must fuse with their consumer. `jit(threads=2)` must give the
+results of `threads=1`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
+import numpy as np
+import pytest
+from mlir_autodiff.errors import CompilationError
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms import cpu_schedules
+from mlir_autodiff.transforms.cpu_schedules import (
+    THREADS_ENV,
+    cpu_threads,
+    openmp_runtime_library,
+)
+
+RNG = np.random.default_rng(11)
+LETTERS = "abcdefgh"
+
+
+@pytest.fixture(autouse=True)
+def strict_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule that fails to apply raises here (users get the unscheduled code)."""
+    monkeypatch.setenv("AUTODIFF_STRICT_SCHEDULES", "1")
+
+
+def _contraction(ranges: list[int], maps: list[str], dt: str) -> tuple[str, list[list[int]]]:
+    """MLIR for C = A * B summed over the loop dims C lacks; maps as "d0,d2,d3"."""
+    n = len(ranges)
+    dims = [[int(d.strip()[1:]) for d in m.split(",")] for m in maps]
+    shapes = [[ranges[d] for d in ds] for ds in dims]
+    ts = ["tensor<" + "".join(f"{s}x" for s in sh) + dt + ">" for sh in shapes]
+    args = ", ".join(f"d{i}" for i in range(n))
+    amaps = ", ".join(f"affine_map<({args}) -> ({m})>" for m in maps)
+    iters = ", ".join('"parallel"' if i in dims[2] else '"reduction"' for i in range(n))
+    text = f"""
+func.func @f(%a: {ts[0]}, %b: {ts[1]}) -> {ts[2]} {{
+  %z = arith.constant 0.0 : {dt}
+  %e = tensor.empty() : {ts[2]}
+  %f = linalg.fill ins(%z : {dt}) outs(%e : {ts[2]}) -> {ts[2]}
+  %r = linalg.generic {{indexing_maps = [{amaps}], iterator_types = [{iters}]}}
+      ins(%a, %b : {ts[0]}, {ts[1]}) outs(%f : {ts[2]}) {{
+  ^bb0(%p: {dt}, %q: {dt}, %acc: {dt}):
+    %m = arith.mulf %p, %q : {dt}
+    %s = arith.addf %acc, %m : {dt}
+    linalg.yield %s : {dt}
+  }} -> {ts[2]}
+  return %r : {ts[2]}
+}}"""
+    return text, dims
+
+
+CONTRACTIONS = {
+    # vmap of `x @ w` over the rows of x: a unit dim between batch and columns.
+    "vmap_matvec": ([64, 1, 128, 256], ["d0,d1,d3", "d3,d2", "d0,d1,d2"]),
+    # reverse mode's weight gradient x^T @ g: lhs read transposed.
+    "xt_g": ([256, 64, 128], ["d2,d0", "d2,d1", "d0,d1"]),
+    # GMM objective: Q[k] @ xc[k, n]^T, C's innermost dim strided in Q (relayout).
+    "gmm_q_xc": ([25, 200, 10, 10], ["d0,d2,d3", "d0,d1,d3", "d0,d1,d2"]),
+    # GMM gradient: batched, operands swapped, reduced over the long dim.
+    "gmm_grad_n": ([25, 200, 10, 10], ["d0,d1,d3", "d0,d1,d2", "d0,d2,d3"]),
+    "gmm_grad_i": ([25, 200, 10, 10], ["d0,d2,d3", "d0,d1,d2", "d0,d1,d3"]),
+    # vector-matrix product (no register rows), N not a multiple of the lanes.
+    "vecmat": ([48, 8192], ["d1", "d1,d0", "d0"]),
+    # batch matmul whose sizes divide no register tile.
+    "odd_batch": ([4, 37, 41, 53], ["d0,d1,d3", "d0,d3,d2", "d0,d1,d2"]),
+}
+
+
+@pytest.mark.parametrize("dt,np_dt,rtol", [("f32", np.float32, 2e-5),
+                                           ("f64", np.float64, 1e-13)])
+@pytest.mark.parametrize("name", list(CONTRACTIONS))
+def test_contraction_generic(name: str, dt: str, np_dt: type, rtol: float) -> None:
+    ranges, maps = CONTRACTIONS[name]
+    text, dims = _contraction(ranges, maps, dt)
+    cm = CompiledModule(text)
+    a, b = (RNG.standard_normal([ranges[d] for d in ds]).astype(np_dt) for ds in dims[:2])
+    spec = ",".join("".join(LETTERS[d] for d in ds) for ds in dims[:2])
+    spec += "->" + "".join(LETTERS[d] for d in dims[2])
+    want = np.einsum(spec, a.astype(np.float64), b.astype(np.float64))
+    k = int(np.prod([r for i, r in enumerate(ranges) if i not in dims[2]]))
+    np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(k))
+    # The register tile: vector FMAs (the scalar loops have only scalar ones).
+    assert f"xf{dt[1:]}>, vector<" in cm.lowered_text.split("llvm.intr.fmuladd")[1][:300]
+
+
+def test_small_contraction_keeps_scalar_loops() -> None:
+    """Below the matmul threshold (compile time) the loops stay scalar."""
+    text, _ = _contraction([16, 1, 16, 16], ["d0,d1,d3", "d3,d2", "d0,d1,d2"], "f32")
+    assert "vector<" not in CompiledModule(text).lowered_text
+
+
+def test_integer_contractions_keep_integer_arithmetic() -> None:
+    """i32 matmul and K = 1 batch_matmul (the schedules rebuild float bodies): exact."""
+    cm = CompiledModule("""
+func.func @f(%a: tensor<128x128xi32>, %b: tensor<128x128xi32>, %c: tensor<4x128x1xi32>,
+             %d: tensor<4x1x64xi32>) -> (tensor<128x128xi32>, tensor<4x128x64xi32>) {
+  %z = arith.constant 0 : i32
+  %e = tensor.empty() : tensor<128x128xi32>
+  %f = linalg.fill ins(%z : i32) outs(%e : tensor<128x128xi32>) -> tensor<128x128xi32>
+  %r = linalg.matmul ins(%a, %b : tensor<128x128xi32>, tensor<128x128xi32>)
+                     outs(%f : tensor<128x128xi32>) -> tensor<128x128xi32>
+  %e2 = tensor.empty() : tensor<4x128x64xi32>
+  %f2 = linalg.fill ins(%z : i32) outs(%e2 : tensor<4x128x64xi32>) -> tensor<4x128x64xi32>
+  %r2 = linalg.batch_matmul ins(%c, %d : tensor<4x128x1xi32>, tensor<4x1x64xi32>)
+                            outs(%f2 : tensor<4x128x64xi32>) -> tensor<4x128x64xi32>
+  return %r, %r2 : tensor<128x128xi32>, tensor<4x128x64xi32>
+}""")
+    a, b = (RNG.integers(-99, 99, (128, 128)).astype(np.int32) for _ in range(2))
+    c = RNG.integers(-99, 99, (4, 128, 1)).astype(np.int32)
+    d = RNG.integers(-99, 99, (4, 1, 64)).astype(np.int32)
+    r, r2 = cm["f"](a, b, c, d)
+    np.testing.assert_array_equal(r, a.astype(np.int64) @ b)
+    np.testing.assert_array_equal(r2, c.astype(np.int64) @ d)
+
+
+def test_multi_input_reduction_that_is_not_a_contraction() -> None:
+    """sum_k (a - b)^2 has two inputs and a reduction but no mul-add body: scalar, right."""
+    m, k = 64, 512
+    t2, t1 = f"tensor<{m}x{k}xf32>", f"tensor<{m}xf32>"
+    cm = CompiledModule(f"""
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @f(%a: {t2}, %b: {t2}) -> {t1} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {t1}
+  %f = linalg.fill ins(%z : f32) outs(%e : {t1}) -> {t1}
+  %r = linalg.generic {{indexing_maps = [#id, #id, #row], iterator_types = ["parallel", "reduction"]}}
+      ins(%a, %b : {t2}, {t2}) outs(%f : {t1}) {{
+  ^bb0(%p: f32, %q: f32, %acc: f32):
+    %d = arith.subf %p, %q : f32
+    %s = arith.mulf %d, %d : f32
+    %t = arith.addf %acc, %s : f32
+    linalg.yield %t : f32
+  }} -> {t1}
+  return %r : {t1}
+}}""")
+    a, b = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((m, k)).astype(
+        np.float32)
+    want = ((a.astype(np.float64) - b) ** 2).sum(1)
+    np.testing.assert_allclose(cm["f"](a, b), want, rtol=1e-5)
+
+
+def test_outer_product_fuses_with_its_consumer() -> None:
+    """K = 1 batch_matmul (per-sample weight gradients) + weight decay: one fused loop
+    nest writing the caller's buffer (no temporary, no copy), results as numpy."""
+    bt, m, n = 16, 96, 64
+    ta, tb, tw, tc = (f"tensor<{bt}x{m}x1xf32>", f"tensor<{bt}x1x{n}xf32>",
+                      f"tensor<{m}x{n}xf32>", f"tensor<{bt}x{m}x{n}xf32>")
+    cm = CompiledModule(f"""
+#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#w = affine_map<(d0, d1, d2) -> (d1, d2)>
+func.func @f(%a: {ta}, %b: {tb}, %w: {tw}) -> {tc} {{
+  %z = arith.constant dense<0.0> : {tc}
+  %p = linalg.batch_matmul ins(%a, %b : {ta}, {tb}) outs(%z : {tc}) -> {tc}
+  %e = tensor.empty() : {tc}
+  %c = arith.constant 2.0e-4 : f32
+  %r = linalg.generic {{indexing_maps = [#id, #w, #id], iterator_types = ["parallel", "parallel", "parallel"]}}
+      ins(%p, %w : {tc}, {tw}) outs(%e : {tc}) {{
+  ^bb0(%u: f32, %v: f32, %o: f32):
+    %d = arith.mulf %v, %c : f32
+    %s = arith.addf %u, %d : f32
+    linalg.yield %s : f32
+  }} -> {tc}
+  return %r : {tc}
+}}""")
+    a, b = RNG.standard_normal((bt, m, 1)).astype(np.float32), RNG.standard_normal(
+        (bt, 1, n)).astype(np.float32)
+    w = RNG.standard_normal((m, n)).astype(np.float32)
+    want = a.astype(np.float64) * b + 2e-4 * w.astype(np.float64)
+    np.testing.assert_allclose(cm["f"](a, b, w), want, rtol=1e-6, atol=1e-7)
+    assert "@malloc" not in cm.lowered_text
+    assert "memcpy" not in cm.lowered_text
+
+
+def test_per_sample_gradients_match_jax() -> None:
+    """vmap(grad) of a tanh MLP (the contraction generics this schedule exists for), vs jax."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(3)
+    # 64 x 1 x 128 x 96: above the matmul threshold (the vmapped `x @ w1` is scheduled).
+    w1 = (rng.standard_normal((96, 128)) / 10).astype(np.float32)
+    w2 = (rng.standard_normal((128, 10)) / 11).astype(np.float32)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+
+    def loss(xp, w1, w2, x):
+        h = xp.tanh(xp.expand_dims(x, 0) @ w1)
+        return xp.sum((h @ w2) ** 2) + 1e-3 * xp.sum(w1 * w1)
+
+    ours = ad.jit(ad.vmap(ad.grad(lambda w1, w2, x: loss(anp, w1, w2, x), argnums=(0, 1)),
+                          in_axes=(None, None, 0)))(w1, w2, x)
+    theirs = jax.vmap(jax.grad(lambda w1, w2, x: loss(jnp, w1, w2, x), argnums=(0, 1)),
+                      in_axes=(None, None, 0))(w1, w2, x)
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, np.asarray(t), rtol=2e-4, atol=2e-5)
+
+
+# -- threads ----------------------------------------------------------------------------------
+
+
+def test_cpu_threads_default_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert cpu_threads(None) == 1
+    assert cpu_threads(3) == 3
+    monkeypatch.setenv(THREADS_ENV, "2")
+    assert cpu_threads(None) == 2
+    assert ad.jit(lambda x: x).threads == 2
+    assert ad.jit(lambda x: x, threads=1).threads == 1
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            ad.jit(lambda x: x, threads=bad)
+    monkeypatch.setenv(THREADS_ENV, "two")
+    with pytest.raises(ValueError, match=f"{THREADS_ENV} must be a positive integer"):
+        ad.jit(lambda x: x)
+
+
+def _mlp(params, x):
+    w1, w2 = params
+    h = anp.tanh(x @ w1)
+    return anp.sum(anp.exp(h @ w2 * 0.1)) + anp.sum(h * h)
+
+
+def test_threads_need_the_openmp_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without libomp, threads=2 is a compile error that says what is missing."""
+    monkeypatch.setattr(cpu_schedules, "openmp_runtime_library", lambda: None)
+    params = (RNG.standard_normal((256, 256)).astype(np.float32),
+              RNG.standard_normal((256, 64)).astype(np.float32))
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    with pytest.raises(CompilationError, match="OpenMP runtime"):
+        ad.jit(_mlp, threads=2)(params, x)
+
+
+@pytest.mark.skipif(openmp_runtime_library() is None,
+                    reason="LLVM's OpenMP runtime (libomp, Debian libomp-dev) is not installed: "
+                           "threads > 1 cannot run here")
+def test_two_threads_give_the_results_of_one() -> None:
+    """value_and_grad of an MLP large enough to be split over threads (matmuls,
+    elementwise and reductions), threads=2 against threads=1 and float64 numpy."""
+    os.environ.setdefault("KMP_BLOCKTIME", "0")  # idle workers must not spin in the suite
+    w1 = (RNG.standard_normal((256, 256)) / 16).astype(np.float32)
+    w2 = (RNG.standard_normal((256, 64)) / 16).astype(np.float32)
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    f1 = ad.jit(ad.value_and_grad(_mlp), threads=1)
+    f2 = ad.jit(ad.value_and_grad(_mlp), threads=2)
+    (v1, (g11, g12)), (v2, (g21, g22)) = f1((w1, w2), x), f2((w1, w2), x)
+    exe = next(iter(f2._cache.values()))
+    assert "omp.parallel" in exe.compiled.lowered_text
+    np.testing.assert_allclose(v2, v1, rtol=1e-5)
+    np.testing.assert_allclose(g21, g11, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(g22, g12, rtol=1e-4, atol=1e-5)
+    # Independent check of the gradient of w2 (float64 numpy).
+    x64, w164, w264 = x.astype(np.float64), w1.astype(np.float64), w2.astype(np.float64)
+    h = np.tanh(x64 @ w164)
+    e = np.exp(h @ w264 * 0.1)
+    np.testing.assert_allclose(v2, e.sum() + (h * h).sum(), rtol=1e-4)
+    np.testing.assert_allclose(g22, h.T @ (0.1 * e), rtol=1e-3, atol=1e-3)
+
+
+# -- packed matmuls ---------------------------------------------------------------------------
+
+
+def _scheduled_ir(text: str) -> str:
+    """The module after the schedule pass alone (tiled and vectorized, on tensors)."""
+    from mlir import ir
+    from mlir_autodiff import dialects
+    from mlir_autodiff.transforms.cpu_schedules import ScheduleLinalgForCpu
+    from mlir_autodiff.transforms.pipeline import run_pipeline
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx:
+        module = ir.Module.parse(text)
+        run_pipeline(module, [ScheduleLinalgForCpu()])
+        return str(module)
+
+
+@pytest.mark.parametrize("maps", [["d0,d2", "d2,d1", "d0,d1"], ["d2,d0", "d2,d1", "d0,d1"]],
+                         ids=["a_b", "at_b"])
+@pytest.mark.parametrize("dt,np_dt,rtol", [("f32", np.float32, 2e-5),
+                                           ("f64", np.float64, 1e-13)])
+def test_large_matmul_reads_b_packed(maps: list[str], dt: str, np_dt: type,
+                                     rtol: float) -> None:
+    """512 x 384 x 512: above PACK_MIN_FLOPS, B is copied to [N / nr, K, nr] first."""
+    ranges = [512, 512, 384]  # (m, n, k)
+    text, dims = _contraction(ranges, maps, dt)
+    nr = cpu_schedules.matmul_schedule().nr // (int(dt[1:]) // 32)
+    assert f"tensor<{512 // nr}x384x{nr}x{dt}>" in _scheduled_ir(text)
+    cm = CompiledModule(text)
+    a, b = (RNG.standard_normal([ranges[d] for d in ds]).astype(np_dt) for ds in dims[:2])
+    a64 = a.astype(np.float64)
+    want = (a64 if maps[0] == "d0,d2" else a64.T) @ b.astype(np.float64)
+    np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(384))
+
+
+@pytest.mark.skipif(openmp_runtime_library() is None,
+                    reason="LLVM's OpenMP runtime (libomp, Debian libomp-dev) is not installed: "
+                           "threads > 1 cannot run here")
+def test_packed_matmul_on_two_threads() -> None:
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    text, _ = _contraction([512, 512, 512], ["d0,d2", "d2,d1", "d0,d1"], "f32")
+    cm = CompiledModule(text, pipeline="autodiff-lower-to-cpu{threads=2}")
+    assert "omp.parallel" in cm.lowered_text
+    a, b = (RNG.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
+    np.testing.assert_allclose(cm["f"](a, b), a.astype(np.float64) @ b, rtol=2e-5,
+                               atol=2e-5 * np.sqrt(512))
+
+
+def test_reversed_reads_stay_on_scalar_loops() -> None:
+    """`x[::-1]` indexes with `d0 * -1 + (n-1)`; tiling such a map aborted the
+    process inside linalg's tiling utilities. Large reversed reads compile and
+    agree with numpy."""
+    x = np.arange(256 * 256, dtype=np.float32).reshape(256, 256) / 7.0
+    got = ad.jit(lambda w: w[::-1] * 2.0 + w[:, ::-1])(x)
+    np.testing.assert_array_equal(got, x[::-1] * 2.0 + x[:, ::-1])
