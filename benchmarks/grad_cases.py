@@ -1,24 +1,21 @@
-"""Gradient rows for benchmarks/run.py: MLP training step, Hessian-vector product, ADBench GMM.
+"""Gradient rows for benchmarks/run.py: MLP training step, per-sample gradients, HVP.
 
 Each gradient row has a matching primal row (`primal=` names it), so the
-table can also report time(grad f) / time(f) per framework, the number AD
+table also reports time(grad f) / time(f) per framework, the number AD
 papers quote. Every framework does the same work inside one compiled call:
 jax.jit(value_and_grad) + update, torch eager autograd and torch.compile.
-Results are compared against a hand-derived numpy implementation where one
-is short enough to be obviously right (MLP, HVP); the GMM gradient is
-checked in test/python/test_adbench_gmm.py against ADBench's published
-value, finite differences and jax.
+Results are compared against a hand-derived numpy backpropagation (short
+enough to be obviously right). The ADBench rows live in adbench_cases.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-
-from adbench import gmm
+from frameworks import configure_torch, ours_jit
 
 LR = 0.05
 WD = 1e-4
@@ -28,12 +25,13 @@ def _flat(*arrays: Any) -> np.ndarray:
     return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
 
 
-# ----------------------------------------------------------------------------- MLP step
+# ----------------------------------------------------------------------------- the MLP
 
 def _mlp_inputs(batch: int, sizes: Sequence[int]):
+    """(w1, b1, ..., wL, bL, x, onehot) for layer widths `sizes`."""
     def make(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         arrays = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        for fan_in, fan_out in itertools.pairwise(sizes):
             arrays.append((rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in))
                           .astype(np.float32))
             arrays.append(np.zeros(fan_out, np.float32))
@@ -44,30 +42,52 @@ def _mlp_inputs(batch: int, sizes: Sequence[int]):
     return make
 
 
-def _mlp_loss(xp: Any, log_softmax: Any, w1, b1, w2, b2, x, onehot):
-    h = xp.tanh(x @ w1 + b1)
-    logits = h @ w2 + b2
+def _mlp_loss(xp: Any, log_softmax: Callable[[Any], Any], params: Sequence[Any], x: Any,
+              onehot: Any) -> Any:
+    """Mean cross-entropy of a tanh MLP plus weight decay; params = (w1, b1, ..., wL, bL)."""
+    h = x
+    for w, b in zip(params[0:-2:2], params[1:-2:2]):
+        h = xp.tanh(h @ w + b)
+    logits = h @ params[-2] + params[-1]
     nll = -xp.mean(xp.sum(onehot * log_softmax(logits), axis=-1))
-    return nll + WD * (xp.sum(w1 * w1) + xp.sum(w2 * w2))
+    weights = params[0::2]
+    decay = xp.sum(weights[0] * weights[0])
+    for w in weights[1:]:
+        decay = decay + xp.sum(w * w)
+    return nll + WD * decay
 
 
-def _numpy_mlp_step(w1, b1, w2, b2, x, onehot):
-    """Backpropagation written out by hand (the reference)."""
+def _numpy_backprop(params: Sequence[np.ndarray], x: np.ndarray,
+                    onehot: np.ndarray) -> tuple[float, list[np.ndarray]]:
+    """(loss, gradients) of `_mlp_loss`, by backpropagation written out by hand."""
     n = x.shape[0]
-    u = x @ w1 + b1
-    h = np.tanh(u)
-    z = h @ w2 + b2
+    weights, biases = params[0::2], params[1::2]
+    acts = [x]
+    for w, b in zip(weights[:-1], biases[:-1]):
+        acts.append(np.tanh(acts[-1] @ w + b))
+    z = acts[-1] @ weights[-1] + biases[-1]
     z = z - z.max(axis=-1, keepdims=True)
     p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
-    loss = -np.mean(np.sum(onehot * np.log(p), axis=-1)) + WD * (np.sum(w1 * w1)
-                                                                  + np.sum(w2 * w2))
-    dz = (p - onehot) / n
-    gw2 = h.T @ dz + 2 * WD * w2
-    gb2 = dz.sum(axis=0)
-    du = (dz @ w2.T) * (1 - h * h)
-    gw1 = x.T @ du + 2 * WD * w1
-    gb1 = du.sum(axis=0)
-    return _flat(loss, w1 - LR * gw1, b1 - LR * gb1, w2 - LR * gw2, b2 - LR * gb2)
+    loss = -np.mean(np.sum(onehot * np.log(p), axis=-1)) + WD * sum(np.sum(w * w)
+                                                                     for w in weights)
+    grads: list[np.ndarray] = []
+    delta = (p - onehot) / n  # d loss / d pre-activation of the current layer
+    for layer in range(len(weights) - 1, -1, -1):
+        gw = acts[layer].T @ delta + 2 * WD * weights[layer]
+        grads[:0] = [gw, delta.sum(axis=0)]
+        if layer:
+            delta = (delta @ weights[layer].T) * (1 - acts[layer] ** 2)
+    return float(loss), grads
+
+
+def _numpy_mlp_step(*inputs: np.ndarray) -> np.ndarray:
+    params, x, onehot = inputs[:-2], inputs[-2], inputs[-1]
+    loss, grads = _numpy_backprop(params, x, onehot)
+    return _flat(loss, *(p - LR * g for p, g in zip(params, grads)))
+
+
+def _numpy_mlp_loss(*inputs: np.ndarray) -> np.ndarray:
+    return np.asarray(_numpy_backprop(inputs[:-2], inputs[-2], inputs[-1])[0])
 
 
 def _ours_mlp(step: bool):
@@ -77,17 +97,14 @@ def _ours_mlp(step: bool):
         from mlir_autodiff import nn
 
         def loss(params, x, onehot):
-            return _mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), *params, x, onehot)
+            return _mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), params, x, onehot)
 
-        if step:
-            def train_step(params, x, onehot):
-                value, grads = ad.value_and_grad(loss)(params, x, onehot)
-                return value, tuple(p - LR * g for p, g in zip(params, grads))
+        def train_step(params, x, onehot):
+            value, grads = ad.value_and_grad(loss)(params, x, onehot)
+            return value, tuple(p - LR * g for p, g in zip(params, grads))
 
-            fn = ad.jit(train_step)
-        else:
-            fn = ad.jit(loss)
-        params, x, onehot = tuple(inputs[:4]), inputs[4], inputs[5]
+        fn = ours_jit(train_step if step else loss)
+        params, x, onehot = tuple(inputs[:-2]), inputs[-2], inputs[-1]
 
         def call():
             out = fn(params, x, onehot)
@@ -101,24 +118,21 @@ def _ours_mlp(step: bool):
 def _jax_mlp(step: bool):
     def build(inputs):
         import jax
-        import jax.numpy as jnp
 
         def loss(params, x, onehot):
-            return _mlp_loss(jnp, lambda z: jax.nn.log_softmax(z, axis=-1), *params, x, onehot)
+            return _mlp_loss(jax.numpy, lambda z: jax.nn.log_softmax(z, axis=-1), params, x,
+                             onehot)
 
-        if step:
-            @jax.jit
-            def fn(params, x, onehot):
-                value, grads = jax.value_and_grad(loss)(params, x, onehot)
-                return value, tuple(p - LR * g for p, g in zip(params, grads))
-        else:
-            fn = jax.jit(loss)
-        params = tuple(jax.device_put(a) for a in inputs[:4])
-        x, onehot = jax.device_put(inputs[4]), jax.device_put(inputs[5])
+        def train_step(params, x, onehot):
+            value, grads = jax.value_and_grad(loss)(params, x, onehot)
+            return value, tuple(p - LR * g for p, g in zip(params, grads))
+
+        fn = jax.jit(train_step if step else loss)
+        params = tuple(jax.device_put(a) for a in inputs[:-2])
+        x, onehot = jax.device_put(inputs[-2]), jax.device_put(inputs[-1])
 
         def call():
-            out = fn(params, x, onehot)
-            jax.block_until_ready(out)
+            out = jax.block_until_ready(fn(params, x, onehot))
             return _flat(out[0], *out[1]) if step else np.asarray(out)
 
         return call
@@ -130,8 +144,10 @@ def _torch_mlp(step: bool, compiled: bool):
     def build(inputs):
         import torch
 
+        configure_torch(torch)
+
         def loss(params, x, onehot):
-            return _mlp_loss(torch, lambda z: torch.log_softmax(z, dim=-1), *params, x, onehot)
+            return _mlp_loss(torch, lambda z: torch.log_softmax(z, dim=-1), params, x, onehot)
 
         def train_step(params, x, onehot):
             params = [p.detach().requires_grad_(True) for p in params]
@@ -147,8 +163,8 @@ def _torch_mlp(step: bool, compiled: bool):
         fn = train_step if step else primal
         if compiled:
             fn = torch.compile(fn)
-        params = [torch.from_numpy(a) for a in inputs[:4]]
-        x, onehot = torch.from_numpy(inputs[4]), torch.from_numpy(inputs[5])
+        params = [torch.from_numpy(a) for a in inputs[:-2]]
+        x, onehot = torch.from_numpy(inputs[-2]), torch.from_numpy(inputs[-1])
 
         def call():
             out = fn(params, x, onehot)
@@ -161,6 +177,89 @@ def _torch_mlp(step: bool, compiled: bool):
     return build
 
 
+# ----------------------------------------------------------------------------- per-sample grads
+
+def _numpy_per_sample(grad: bool):
+    """Per-example losses or gradients of the MLP loss (a batch of size-1 backprops)."""
+    def run(*inputs: np.ndarray) -> np.ndarray:
+        params, x, onehot = inputs[:-2], inputs[-2], inputs[-1]
+        rows = []
+        for i in range(x.shape[0]):
+            loss, grads = _numpy_backprop(params, x[i:i + 1], onehot[i:i + 1])
+            rows.append(_flat(*grads) if grad else np.asarray([loss]))
+        return np.stack(rows) if grad else np.concatenate(rows)
+
+    return run
+
+
+def _per_sample_output(g: Any) -> np.ndarray:
+    """Stack per-example gradients of every parameter into one (batch, n) array."""
+    if not isinstance(g, (tuple, list)):
+        return np.asarray(g)
+    return np.concatenate([np.asarray(a).reshape(a.shape[0], -1) for a in g], axis=1)
+
+
+def _ours_psg(grad: bool):
+    def build(inputs):
+        import mlir_autodiff as ad
+        import mlir_autodiff.numpy as anp
+        from mlir_autodiff import nn
+
+        def loss(params, x, onehot):
+            return _mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), params,
+                             anp.expand_dims(x, 0), anp.expand_dims(onehot, 0))
+
+        fn = ours_jit(ad.vmap(ad.grad(loss) if grad else loss, in_axes=(None, 0, 0)))
+        params, x, onehot = tuple(inputs[:-2]), inputs[-2], inputs[-1]
+        return lambda: _per_sample_output(fn(params, x, onehot))
+
+    return build
+
+
+def _jax_psg(grad: bool):
+    def build(inputs):
+        import jax
+
+        def loss(params, x, onehot):
+            return _mlp_loss(jax.numpy, lambda z: jax.nn.log_softmax(z, axis=-1), params,
+                             x[None], onehot[None])
+
+        fn = jax.jit(jax.vmap(jax.grad(loss) if grad else loss, in_axes=(None, 0, 0)))
+        params = tuple(jax.device_put(a) for a in inputs[:-2])
+        x, onehot = jax.device_put(inputs[-2]), jax.device_put(inputs[-1])
+        return lambda: _per_sample_output(jax.block_until_ready(fn(params, x, onehot)))
+
+    return build
+
+
+def _torch_psg(grad: bool, compiled: bool):
+    def build(inputs):
+        import torch
+        from torch.func import grad as tgrad
+        from torch.func import vmap
+
+        configure_torch(torch)
+
+        def loss(params, x, onehot):
+            return _mlp_loss(torch, lambda z: torch.log_softmax(z, dim=-1), params,
+                             x[None], onehot[None])
+
+        fn = vmap(tgrad(loss) if grad else loss, in_dims=(None, 0, 0))
+        if compiled:
+            fn = torch.compile(fn)
+        params = tuple(torch.from_numpy(a) for a in inputs[:-2])
+        x, onehot = torch.from_numpy(inputs[-2]), torch.from_numpy(inputs[-1])
+
+        def call():
+            with torch.set_grad_enabled(grad):
+                out = fn(params, x, onehot)
+            if isinstance(out, tuple):
+                return _per_sample_output(tuple(a.detach() for a in out))
+            return out.detach().numpy()
+
+        return call
+
+    return build
 
 
 # ----------------------------------------------------------------------------- HVP
@@ -181,301 +280,124 @@ def _numpy_hvp(w, x, v):
     return ((2 - 6 * t * t) * (1 - t * t) * (v @ w)) @ w.T
 
 
-def _ours_hvp(inputs):
-    import mlir_autodiff as ad
-    import mlir_autodiff.numpy as anp
-
-    w, x, v = inputs
-
-    def f(x, w):
-        return anp.sum(anp.tanh(x @ w) ** 2)
-
-    fn = ad.jit(lambda x, v, w: ad.jvp(lambda x: ad.grad(f)(x, w), (x,), (v,))[1])
-    return lambda: fn(x, v, w)
+def _hvp_f(xp: Any, x: Any, w: Any) -> Any:
+    return xp.sum(xp.tanh(x @ w) ** 2)
 
 
-def _jax_hvp(inputs):
-    import jax
-    import jax.numpy as jnp
+def _ours_hvp(hvp: bool):
+    def build(inputs):
+        import mlir_autodiff as ad
+        import mlir_autodiff.numpy as anp
 
-    w, x, v = (jax.device_put(a) for a in inputs)
+        w, x, v = inputs
 
-    def f(x, w):
-        return jnp.sum(jnp.tanh(x @ w) ** 2)
+        def f(x, w):
+            return _hvp_f(anp, x, w)
 
-    fn = jax.jit(lambda x, v, w: jax.jvp(lambda x: jax.grad(f)(x, w), (x,), (v,))[1])
-    return lambda: fn(x, v, w).block_until_ready()
+        if hvp:
+            fn = ours_jit(lambda x, v, w: ad.jvp(lambda x: ad.grad(f)(x, w), (x,), (v,))[1])
+            return lambda: fn(x, v, w)
+        fn = ours_jit(f)
+        return lambda: np.asarray(fn(x, w))
+
+    return build
 
 
-def _torch_hvp(compiled: bool):
+def _jax_hvp(hvp: bool):
+    def build(inputs):
+        import jax
+
+        w, x, v = (jax.device_put(a) for a in inputs)
+
+        def f(x, w):
+            return _hvp_f(jax.numpy, x, w)
+
+        if hvp:
+            fn = jax.jit(lambda x, v, w: jax.jvp(lambda x: jax.grad(f)(x, w), (x,), (v,))[1])
+            return lambda: np.asarray(jax.block_until_ready(fn(x, v, w)))
+        fn = jax.jit(f)
+        return lambda: np.asarray(jax.block_until_ready(fn(x, w)))
+
+    return build
+
+
+def _torch_hvp(hvp: bool, compiled: bool):
     def build(inputs):
         import torch
         from torch.func import grad, jvp
 
+        configure_torch(torch)
         w, x, v = (torch.from_numpy(a) for a in inputs)
 
         def f(x):
-            return torch.sum(torch.tanh(x @ w) ** 2)
+            return _hvp_f(torch, x, w)
 
-        def hvp(x, v):
-            return jvp(grad(f), (x,), (v,))[1]
+        def run(x, v):
+            if hvp:
+                return jvp(grad(f), (x,), (v,))[1]
+            with torch.no_grad():
+                return f(x)
 
-        fn = torch.compile(hvp) if compiled else hvp
+        fn = torch.compile(run) if compiled else run
         return lambda: fn(x, v)
 
     return build
 
 
-
-
-# ----------------------------------------------------------------------------- per-sample grads
-
-def _psg_inputs(batch: int, sizes: Sequence[int]):
-    return _mlp_inputs(batch, sizes)
-
-
-def _numpy_per_sample_grads(w1, b1, w2, b2, x, onehot):
-    """Per-example gradients of the MLP loss, by hand (batch of size-1 backprops)."""
-    rows = []
-    for i in range(x.shape[0]):
-        xi, yi = x[i:i + 1], onehot[i:i + 1]
-        u = xi @ w1 + b1
-        h = np.tanh(u)
-        z = h @ w2 + b2
-        z = z - z.max(axis=-1, keepdims=True)
-        p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
-        dz = p - yi
-        gw2 = h.T @ dz + 2 * WD * w2
-        du = (dz @ w2.T) * (1 - h * h)
-        gw1 = xi.T @ du + 2 * WD * w1
-        rows.append(_flat(gw1, du.sum(0), gw2, dz.sum(0)))
-    return np.stack(rows)
-
-
-def _ours_psg(inputs):
-    import mlir_autodiff as ad
-    import mlir_autodiff.numpy as anp
-    from mlir_autodiff import nn
-
-    def loss(params, x, onehot):
-        return _mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), *params,
-                         anp.expand_dims(x, 0), anp.expand_dims(onehot, 0))
-
-    fn = ad.jit(ad.vmap(ad.grad(loss), in_axes=(None, 0, 0)))
-    params, x, onehot = tuple(inputs[:4]), inputs[4], inputs[5]
-
-    def call():
-        g = fn(params, x, onehot)
-        return np.concatenate([a.reshape(a.shape[0], -1) for a in g], axis=1)
-
-    return call
-
-
-def _jax_psg(inputs):
-    import jax
-    import jax.numpy as jnp
-
-    def loss(params, x, onehot):
-        return _mlp_loss(jnp, lambda z: jax.nn.log_softmax(z, axis=-1), *params,
-                         x[None], onehot[None])
-
-    fn = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))
-    params = tuple(jax.device_put(a) for a in inputs[:4])
-    x, onehot = jax.device_put(inputs[4]), jax.device_put(inputs[5])
-
-    def call():
-        g = jax.block_until_ready(fn(params, x, onehot))
-        return np.concatenate([np.asarray(a).reshape(a.shape[0], -1) for a in g], axis=1)
-
-    return call
-
-
-def _torch_psg(compiled: bool):
-    def build(inputs):
-        import torch
-        from torch.func import grad, vmap
-
-        def loss(params, x, onehot):
-            return _mlp_loss(torch, lambda z: torch.log_softmax(z, dim=-1), *params,
-                             x[None], onehot[None])
-
-        fn = vmap(grad(loss), in_dims=(None, 0, 0))
-        if compiled:
-            fn = torch.compile(fn)
-        params = tuple(torch.from_numpy(a) for a in inputs[:4])
-        x, onehot = torch.from_numpy(inputs[4]), torch.from_numpy(inputs[5])
-
-        def call():
-            g = fn(params, x, onehot)
-            return np.concatenate([a.detach().numpy().reshape(a.shape[0], -1) for a in g],
-                                  axis=1)
-
-        return call
-
-    return build
-
-
-# ----------------------------------------------------------------------------- ADBench GMM
-
-def _gmm_file() -> Path | None:
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent / "shared" / "data" / "adbench" / "gmm" / "1k" / "gmm_d10_K25.txt"
-        if cand.is_file():
-            return cand
-    return None
-
-
-_GMM: dict[str, Any] = {}
-
-
-def _gmm_input() -> gmm.GmmInput:
-    if "inp" not in _GMM:
-        path = _gmm_file()
-        if path is None:
-            raise FileNotFoundError("ADBench data (shared/data/adbench/gmm/1k) not found")
-        _GMM["inp"] = gmm.load(path)
-    return _GMM["inp"]
-
-
-def _gmm_inputs(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    inp = _gmm_input()
-    return inp.alphas, inp.means, inp.icf, inp.x
-
-
-def _gmm_objective(xp: Any):
-    inp = _gmm_input()
-    selector = gmm.lower_selector(inp.d)
-    const = gmm.constant_terms(inp)
-    return lambda a, m, q, x: gmm.objective(xp, a, m, q, x, selector, inp.gamma, inp.m, const)
-
-
-def _ours_gmm(grad: bool):
-    def build(inputs):
-        import mlir_autodiff as ad
-        import mlir_autodiff.numpy as anp
-
-        f = _gmm_objective(anp)
-        fn = ad.jit(ad.grad(f, argnums=(0, 1, 2)) if grad else f)
-        return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
-
-    return build
-
-
-def _jax_gmm(grad: bool):
-    def build(inputs):
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-        f = _gmm_objective(jax.numpy)
-        fn = jax.jit(jax.grad(f, argnums=(0, 1, 2)) if grad else f)
-        args = [jax.device_put(a) for a in inputs]
-
-        def call():
-            out = fn(*args)
-            jax.block_until_ready(out)
-            return _flat(*out) if grad else np.asarray(out)
-
-        return call
-
-    return build
-
-
-def _torch_gmm(grad: bool, compiled: bool):
-    def build(inputs):
-        import torch
-
-        class _XP:  # the numpy names the objective uses, on torch tensors
-            exp, log, einsum = torch.exp, torch.log, torch.einsum
-
-            @staticmethod
-            def sum(a, axis=None):
-                return torch.sum(a) if axis is None else torch.sum(a, dim=axis)
-
-            @staticmethod
-            def max(a, axis=None, keepdims=False):
-                return torch.amax(a, dim=axis, keepdim=keepdims)
-
-            @staticmethod
-            def expand_dims(a, axis):
-                return torch.unsqueeze(a, axis)
-
-            @staticmethod
-            def squeeze(a, axis):
-                return torch.squeeze(a, axis)
-
-        inp = _gmm_input()
-        selector = torch.from_numpy(gmm.lower_selector(inp.d))
-        const = gmm.constant_terms(inp)
-
-        def f(a, m, q, x):
-            return gmm.objective(_XP, a, m, q, x, selector, inp.gamma, inp.m, const)
-
-        def g(a, m, q, x):
-            a, m, q = (t.detach().requires_grad_(True) for t in (a, m, q))
-            return torch.autograd.grad(f(a, m, q, x), (a, m, q))
-
-        def primal(a, m, q, x):
-            with torch.no_grad():
-                return f(a, m, q, x)
-
-        fn = g if grad else primal
-        if compiled:
-            fn = torch.compile(fn)
-        args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
-
-        def call():
-            out = fn(*args)
-            return _flat(*(t.detach().numpy() for t in out)) if grad else out.numpy()
-
-        return call
-
-    return build
-
+# ----------------------------------------------------------------------------- registry
 
 def register_cases(Case: Any, register: Any) -> None:
     """Add the gradient rows to benchmarks/run.py's registry (run.py calls this)."""
-    for _batch, _sizes, _quick in ((64, (64, 64, 10), True), (128, (784, 256, 10), False)):
-        _size = f"b{_batch} " + "-".join(map(str, _sizes))
+    # (batch, widths, in --quick, in the full run, an acceptance row of issue 7)
+    for batch, sizes, quick, full in ((32, (64, 64, 10), True, False),
+                                      (128, (784, 512, 512, 10), False, True)):
+        size = f"b{batch} " + "-".join(map(str, sizes))
         register(Case(
-            name="mlp loss", size=_size, inputs=_mlp_inputs(_batch, _sizes),
+            name="mlp loss (f)", size=size, inputs=_mlp_inputs(batch, sizes),
             ours=_ours_mlp(False), jax=_jax_mlp(False), torch=_torch_mlp(False, False),
-            torch_compile=_torch_mlp(False, True),
-            numpy=lambda inputs: (lambda: np.asarray(_numpy_mlp_step(*inputs)[0])),
-            rtol=1e-4, atol=1e-5, quick=_quick,
+            torch_compile=_torch_mlp(False, True), numpy=_numpy_kernel(_numpy_mlp_loss),
+            rtol=1e-4, atol=1e-5, quick=quick, full=full,
         ))
         register(Case(
-            name="mlp train step", size=_size, inputs=_mlp_inputs(_batch, _sizes),
+            name="mlp train step (value_and_grad)", size=size, inputs=_mlp_inputs(batch, sizes),
             ours=_ours_mlp(True), jax=_jax_mlp(True), torch=_torch_mlp(True, False),
-            torch_compile=_torch_mlp(True, True),
-            numpy=lambda inputs: (lambda: _numpy_mlp_step(*inputs)),
-            rtol=1e-3, atol=1e-5, quick=_quick, primal="mlp loss",
+            torch_compile=_torch_mlp(True, True), numpy=_numpy_kernel(_numpy_mlp_step),
+            rtol=1e-3, atol=1e-5, quick=quick, full=full, primal="mlp loss (f)",
+            acceptance=full, grad_ratio_limit=3.0 if full else None,
         ))
-    for _batch, _sizes, _quick in ((64, (64, 32, 10), True), (64, (256, 128, 10), False)):
+    for batch, sizes, quick, full in ((16, (32, 16, 10), True, False),
+                                      (64, (256, 128, 10), False, True)):
+        size = f"b{batch} " + "-".join(map(str, sizes))
         register(Case(
-            name="per-sample grads (vmap of grad)", size=f"b{_batch} " + "-".join(map(str, _sizes)),
-            inputs=_psg_inputs(_batch, _sizes), ours=_ours_psg, jax=_jax_psg,
-            torch=_torch_psg(False), torch_compile=_torch_psg(True),
-            numpy=lambda inputs: (lambda: _numpy_per_sample_grads(*inputs)),
-            rtol=1e-3, atol=1e-5, quick=_quick,
+            name="per-sample loss (vmap f)", size=size, inputs=_mlp_inputs(batch, sizes),
+            ours=_ours_psg(False), jax=_jax_psg(False), torch=_torch_psg(False, False),
+            torch_compile=_torch_psg(False, True),
+            numpy=_numpy_kernel(_numpy_per_sample(False)), rtol=1e-4, atol=1e-5,
+            quick=quick, full=full,
         ))
-    for _n, _d, _quick in ((32, 64, True), (128, 256, False)):
         register(Case(
-            name="hessian-vector product", size=f"{_n}x{_d}", inputs=_hvp_inputs(_n, _d),
-            ours=_ours_hvp, jax=_jax_hvp, torch=_torch_hvp(False), torch_compile=_torch_hvp(True),
-            numpy=lambda inputs: (lambda: _numpy_hvp(*inputs)), rtol=2e-3, atol=2e-4,
-            quick=_quick,
+            name="per-sample grads (vmap of grad)", size=size, inputs=_mlp_inputs(batch, sizes),
+            ours=_ours_psg(True), jax=_jax_psg(True), torch=_torch_psg(True, False),
+            torch_compile=_torch_psg(True, True), numpy=_numpy_kernel(_numpy_per_sample(True)),
+            rtol=1e-3, atol=1e-5, quick=quick, full=full, primal="per-sample loss (vmap f)",
+            acceptance=full,
         ))
-    register(Case(
-        name="ADBench GMM objective (f64)", size="d10 K25 n1000", inputs=_gmm_inputs,
-        ours=_ours_gmm(False), jax=_jax_gmm(False), torch=_torch_gmm(False, False),
-        torch_compile=_torch_gmm(False, True),
-        numpy=lambda inputs: (lambda: np.asarray(_gmm_objective(np)(*inputs))),
-        rtol=1e-10, atol=1e-8, quick=False,
-    ))
-    register(Case(
-        name="ADBench GMM gradient (f64)", size="d10 K25 n1000", inputs=_gmm_inputs,
-        ours=_ours_gmm(True), jax=_jax_gmm(True), torch=_torch_gmm(True, False),
-        torch_compile=_torch_gmm(True, True), numpy=None, quick=False,
-        primal="ADBench GMM objective (f64)",
-    ))
+    for n, d, quick, full in ((16, 32, True, False), (128, 256, False, True)):
+        register(Case(
+            name="hvp f: sum(tanh(xW)^2)", size=f"{n}x{d}", inputs=_hvp_inputs(n, d),
+            ours=_ours_hvp(False), jax=_jax_hvp(False), torch=_torch_hvp(False, False),
+            torch_compile=_torch_hvp(False, True),
+            numpy=_numpy_kernel(lambda w, x, v: np.asarray(_hvp_f(np, x, w))),
+            rtol=1e-4, atol=1e-4, quick=quick, full=full,
+        ))
+        register(Case(
+            name="hessian-vector product", size=f"{n}x{d}", inputs=_hvp_inputs(n, d),
+            ours=_ours_hvp(True), jax=_jax_hvp(True), torch=_torch_hvp(True, False),
+            torch_compile=_torch_hvp(True, True), numpy=_numpy_kernel(_numpy_hvp),
+            rtol=2e-3, atol=2e-4, quick=quick, full=full, primal="hvp f: sum(tanh(xW)^2)",
+            acceptance=full,
+        ))
+
+
+def _numpy_kernel(fn: Callable[..., Any]) -> Callable[[Sequence[np.ndarray]], Callable[[], Any]]:
+    return lambda inputs: (lambda: fn(*inputs))

@@ -1,25 +1,39 @@
-"""Side-by-side timings: our compiled MLIR kernels against jax.jit, numpy and torch.
+"""Side-by-side timings: our jit against jax.jit, PyTorch (eager, torch.compile) and numpy.
 
-    python benchmarks/run.py              # every case (about a minute)
-    python benchmarks/run.py --quick      # small sizes, few repeats (seconds)
-    python benchmarks/run.py --filter matmul --json out.json
+    python benchmarks/run.py              # issue 7's rows, 1 and 2 threads (~10 minutes)
+    python benchmarks/run.py --quick      # small sizes, 1 thread, no torch.compile (< 1 minute)
+    python benchmarks/run.py --filter matmul --threads 1 --json out.json
 
-Each case is a `Case` in `CASES`: a name, an input generator and one builder
+Each row is a `Case` in `CASES`: a name, an input generator and one builder
 per framework. A builder takes the numpy inputs and returns a zero-argument
 thunk that performs one call and returns its result (jax thunks block until
 the result is ready; inputs are moved to the framework before timing, so no
 thunk times a host-to-device copy). Frameworks that are not installed, or
-builders left as None, show as "-". Gradient benchmarks plug in the same
-way: a Case whose `ours` builder jits `mlir_autodiff.grad(f)` and whose
-`jax` builder jits `jax.grad(f)`.
+builders left as None, show as "-"; a builder may raise `Skipped` with the
+reason, which the notes print. Kernel rows are defined here; gradient rows
+in grad_cases.py (MLP, per-sample gradients, HVP) and adbench_cases.py
+(ADBench GMM and LSTM).
 
-Method: results are first checked against numpy (a wrong result is reported,
-never timed as if right); each thunk is warmed up, then timed in samples of
+Threads: every thread count (`--threads 1,2`) is timed in its own worker
+process (`--worker`), pinned to that many cores before any framework is
+imported (frameworks.configure_process: XLA flags, BLAS/OpenMP variables,
+torch.set_num_threads, our AUTODIFF_CPU_THREADS / jit(threads=)). The parent
+merges the workers' results into one report.
+
+Method: every result is checked — before it is timed against numpy where the
+row has a numpy builder, otherwise (gradients) after timing against jax's
+result, or torch's without jax; a wrong result is reported and never timed
+or shown as if right. Each thunk is warmed up, then timed in samples of
 enough inner iterations to last at least `--min-time` seconds; the reported
-time is the median over `--repeats` samples (time.perf_counter). Ratios are
-ours / theirs: above 1 means ours is slower. Our kernels run single-threaded
-through the straightforward CPU pipeline; numpy's matmul (BLAS), jax and
-torch may use every core. The numbers are printed as measured.
+time is the median over `--repeats` samples (time.perf_counter). The first call's time minus the
+steady-state time is reported as compile time (tracing, lowering and JIT for
+ours; tracing and XLA for jax; dynamo and inductor for torch.compile).
+Ratios are ours / theirs: above 1 means ours is slower. Matmul rows show
+GFLOP/s and the percentage of one core's f32 FMA peak, measured at the start
+of each worker with a register-resident FMA loop compiled by our own
+pipeline (frameworks.measure_fma_peak). The report ends with the geometric
+mean of ours/jax per thread count and one PASS/FAIL line per acceptance
+criterion of issue 7 (over the rows marked `acceptance`).
 """
 
 from __future__ import annotations
@@ -27,22 +41,42 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import json
+import math
 import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from frameworks import (
+    Skipped,
+    configure_process,
+    configure_torch,
+    measure_fma_peak,
+    ours_jit,
+    ours_threads_support,
+    thread_env,
+)
+
 Thunk = Callable[[], Any]
 Builder = Callable[[Sequence[np.ndarray]], Thunk]
 
 FRAMEWORKS = ("ours", "jax", "numpy", "torch", "torch_compile")
+
+#: Issue 7's acceptance thresholds.
+MAX_RATIO_TO_JAX = 1.0
+MAX_GEOMEAN_TO_JAX = 0.8
+MIN_MATMUL_PEAK_FRACTION = 0.65
 
 
 @dataclasses.dataclass
@@ -57,17 +91,25 @@ class Case:
     numpy: Builder | None = None
     torch: Builder | None = None
     torch_compile: Builder | None = None
-    flops: float | None = None  # per call: the table shows GF/s
+    flops: float | None = None  # per call: the table shows GF/s and % of peak
     bytes: float | None = None  # per call, when flops is None: the table shows GB/s
-    rtol: float = 1e-4  # against numpy
+    rtol: float = 1e-4  # against the reference (numpy, else jax)
     atol: float = 1e-5
     quick: bool = True  # part of a --quick run
     full: bool = True  # part of a full run
-    #: for a gradient row: the name of the primal row, for the grad/f time ratio
+    #: for a gradient row: the name of the primal row (same size), for time(grad)/time(f)
     primal: str | None = None
+    #: a row of issue 7's acceptance table (ours <= 1.0x jax, in the geometric mean)
+    acceptance: bool = False
+    #: issue 7's bound on ours' time(grad f) / time(f) for this row
+    grad_ratio_limit: float | None = None
 
     def builder(self, framework: str) -> Builder | None:
         return getattr(self, framework)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name} {self.size}"
 
 
 CASES: list[Case] = []
@@ -78,9 +120,6 @@ def register(case: Case) -> Case:
     return case
 
 
-# -- framework adapters --------------------------------------------------------------------------
-
-
 def _optional(module: str) -> Any | None:
     try:
         return importlib.import_module(module)
@@ -88,30 +127,29 @@ def _optional(module: str) -> Any | None:
         return None
 
 
-_compiled: dict[str, Any] = {}
+# -- framework adapters for the kernel rows -----------------------------------------------------
 
 
-def mlir_kernel(text: str, name: str) -> Builder:
-    """Our side: `@name` of MLIR `text`, compiled once with the CPU runtime."""
+def ours_kernel(make: Callable[[Any], Callable[..., Any]]) -> Builder:
+    """Our side: `make(mlir_autodiff.numpy, mlir_autodiff.nn)` returns the function to jit."""
 
     def build(inputs: Sequence[np.ndarray]) -> Thunk:
-        from mlir_autodiff.runtime import CompiledModule
+        import mlir_autodiff.numpy as anp
+        from mlir_autodiff import nn
 
-        if text not in _compiled:
-            _compiled[text] = CompiledModule(text)
-        fn = _compiled[text][name]
+        fn = ours_jit(make(anp, nn))
         args = tuple(inputs)
         return lambda: fn(*args)
 
     return build
 
 
-def jax_kernel(make: Callable[[Any], Callable[..., Any]]) -> Builder:
-    """jax side: `make(jnp)` returns the function, which is jax.jit-compiled."""
+def jax_kernel(make: Callable[[Any, Any], Callable[..., Any]]) -> Builder:
+    """jax side: `make(jax.numpy, jax.nn)` returns the function, which is jax.jit-compiled."""
 
     def build(inputs: Sequence[np.ndarray]) -> Thunk:
         jax = importlib.import_module("jax")
-        fn = jax.jit(make(importlib.import_module("jax.numpy")))
+        fn = jax.jit(make(jax.numpy, jax.nn))
         args = [jax.device_put(x) for x in inputs]
         return lambda: fn(*args).block_until_ready()
 
@@ -126,12 +164,15 @@ def numpy_kernel(fn: Callable[..., Any]) -> Builder:
     return build
 
 
-def torch_kernel(make: Callable[[Any], Callable[..., Any]]) -> Builder:
-    """torch side: `make(torch)` returns the function (eager mode, no grad)."""
+def torch_kernel(make: Callable[[Any], Callable[..., Any]], compiled: bool = False) -> Builder:
+    """torch side: `make(torch)` returns the function (no grad; eager or torch.compile)."""
 
     def build(inputs: Sequence[np.ndarray]) -> Thunk:
         torch = importlib.import_module("torch")
+        configure_torch(torch)
         fn = make(torch)
+        if compiled:
+            fn = torch.compile(fn)
         args = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
 
         def call() -> Any:
@@ -143,108 +184,79 @@ def torch_kernel(make: Callable[[Any], Callable[..., Any]]) -> Builder:
     return build
 
 
-# -- the kernels ---------------------------------------------------------------------------------
+def _kernel_case(name: str, size: str, inputs: Callable[..., tuple[np.ndarray, ...]],
+                 ours: Callable[[Any, Any], Callable[..., Any]],
+                 jax: Callable[[Any, Any], Callable[..., Any]],
+                 numpy: Callable[..., Any], torch: Callable[[Any], Callable[..., Any]],
+                 **kwargs: Any) -> Case:
+    return register(Case(name=name, size=size, inputs=inputs, ours=ours_kernel(ours),
+                         jax=jax_kernel(jax), numpy=numpy_kernel(numpy),
+                         torch=torch_kernel(torch), torch_compile=torch_kernel(torch, True),
+                         **kwargs))
 
 
-def _elementwise_mlir(n: int) -> str:
-    t = f"tensor<{n}xf32>"
-    return f"""
-#id = affine_map<(i) -> (i)>
-func.func @f(%x: {t}, %y: {t}, %z: {t}) -> {t} {{
-  %e = tensor.empty() : {t}
-  %r = linalg.generic {{indexing_maps = [#id, #id, #id, #id], iterator_types = ["parallel"]}}
-      ins(%x, %y, %z : {t}, {t}, {t}) outs(%e : {t}) {{
-  ^bb0(%a: f32, %b: f32, %c: f32, %o: f32):
-    %m = arith.mulf %a, %b : f32
-    %s = arith.addf %m, %c : f32
-    %t = math.tanh %s : f32
-    linalg.yield %t : f32
-  }} -> {t}
-  return %r : {t}
-}}
-"""
-
-
-def _row_sum_mlir(n: int) -> str:
-    return f"""
-func.func @f(%a: tensor<{n}x{n}xf32>) -> tensor<{n}xf32> {{
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<{n}xf32>
-  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<{n}xf32>) -> tensor<{n}xf32>
-  %r = linalg.reduce ins(%a : tensor<{n}x{n}xf32>) outs(%init : tensor<{n}xf32>) dimensions = [1]
-    (%x: f32, %acc: f32) {{
-      %s = arith.addf %x, %acc : f32
-      linalg.yield %s : f32
-    }}
-  return %r : tensor<{n}xf32>
-}}
-"""
-
-
-def _matmul_mlir(n: int) -> str:
-    t = f"tensor<{n}x{n}xf32>"
-    return f"""
-func.func @f(%a: {t}, %b: {t}) -> {t} {{
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : {t}
-  %init = linalg.fill ins(%zero : f32) outs(%e : {t}) -> {t}
-  %r = linalg.matmul ins(%a, %b : {t}, {t}) outs(%init : {t}) -> {t}
-  return %r : {t}
-}}
-"""
+# -- the kernel rows -----------------------------------------------------------------------------
 
 
 def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-for _n, _quick, _full in ((4096, True, False), (65536, True, True), (1 << 20, False, True)):
-    register(Case(
-        name="tanh(x*y+z)", size=f"{_n}",
+def _np_softmax(a: np.ndarray) -> np.ndarray:
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# (m, k, n, in --quick, in the full run)
+for _m, _k, _n, _quick, _full in ((64, 64, 64, True, False), (512, 512, 512, False, True),
+                                  (1024, 1024, 1024, False, True),
+                                  (128, 784, 512, False, True)):
+    _kernel_case(
+        "matmul", f"{_m}^3" if _m == _k == _n else f"{_m}x{_k}x{_n}",
+        inputs=lambda rng, m=_m, k=_k, n=_n: (_f32(rng, m, k), _f32(rng, k, n)),
+        ours=lambda anp, nn: lambda a, b: a @ b, jax=lambda jnp, jnn: lambda a, b: a @ b,
+        numpy=lambda a, b: a @ b, torch=lambda torch: lambda a, b: a @ b,
+        flops=2.0 * _m * _k * _n, rtol=1e-3, atol=1e-3, quick=_quick, full=_full,
+        acceptance=_full,
+    )
+
+for _n, _quick, _full in ((4096, True, False), (1 << 22, False, True)):
+    _kernel_case(
+        "tanh(x*y+z)", f"{_n}",
         inputs=lambda rng, n=_n: (_f32(rng, n), _f32(rng, n), _f32(rng, n)),
-        ours=mlir_kernel(_elementwise_mlir(_n), "f"),
-        jax=jax_kernel(lambda jnp: lambda x, y, z: jnp.tanh(x * y + z)),
-        numpy=numpy_kernel(lambda x, y, z: np.tanh(x * y + z)),
-        torch=torch_kernel(lambda torch: lambda x, y, z: torch.tanh(x * y + z)),
-        bytes=4.0 * 4 * _n, quick=_quick, full=_full,
-    ))
+        ours=lambda anp, nn: lambda x, y, z: anp.tanh(x * y + z),
+        jax=lambda jnp, jnn: lambda x, y, z: jnp.tanh(x * y + z),
+        numpy=lambda x, y, z: np.tanh(x * y + z),
+        torch=lambda torch: lambda x, y, z: torch.tanh(x * y + z),
+        bytes=4.0 * 4 * _n, quick=_quick, full=_full, acceptance=_full,
+    )
 
-for _n, _quick, _full in ((256, True, False), (1024, False, True)):
-    register(Case(
-        name="row sum", size=f"{_n}x{_n}",
-        inputs=lambda rng, n=_n: (_f32(rng, n, n),),
-        ours=mlir_kernel(_row_sum_mlir(_n), "f"),
-        jax=jax_kernel(lambda jnp: lambda a: jnp.sum(a, axis=1)),
-        numpy=numpy_kernel(lambda a: a.sum(axis=1)),
-        torch=torch_kernel(lambda torch: lambda a: a.sum(dim=1)),
-        bytes=4.0 * _n * _n, rtol=1e-4, atol=1e-3, quick=_quick, full=_full,
-    ))
+for _rows, _cols, _quick, _full in ((64, 128, True, False), (4096, 1024, False, True)):
+    _kernel_case(
+        "softmax (rows)", f"{_rows}x{_cols}",
+        inputs=lambda rng, r=_rows, c=_cols: (_f32(rng, r, c),),
+        ours=lambda anp, nn: lambda a: nn.softmax(a, axis=-1),
+        jax=lambda jnp, jnn: lambda a: jnn.softmax(a, axis=-1),
+        numpy=_np_softmax, torch=lambda torch: lambda a: torch.softmax(a, dim=-1),
+        bytes=2.0 * 4 * _rows * _cols, rtol=1e-4, atol=1e-6, quick=_quick, full=_full,
+        acceptance=_full,
+    )
 
-for _n, _quick, _full in ((64, True, False), (128, True, True), (256, False, True),
-                         (512, False, True)):
-    register(Case(
-        name="matmul", size=f"{_n}^3",
-        inputs=lambda rng, n=_n: (_f32(rng, n, n), _f32(rng, n, n)),
-        ours=mlir_kernel(_matmul_mlir(_n), "f"),
-        jax=jax_kernel(lambda jnp: lambda a, b: a @ b),
-        numpy=numpy_kernel(lambda a, b: a @ b),
-        torch=torch_kernel(lambda torch: lambda a, b: a @ b),
-        flops=2.0 * _n**3, rtol=1e-3, atol=1e-3, quick=_quick, full=_full,
-    ))
-
-
-# Gradient rows (MLP step, HVP, ADBench GMM) live in their own module.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import grad_cases  # noqa: E402
+import adbench_cases
+import grad_cases
 
 grad_cases.register_cases(Case, register)
+adbench_cases.register_cases(Case, register)
+
 
 # -- timing --------------------------------------------------------------------------------------
 
 
 def time_thunk(thunk: Thunk, *, min_time: float, repeats: int) -> float:
     """Median seconds per call over `repeats` samples of >= `min_time` seconds each."""
-    for _ in range(3):
+    start = time.perf_counter()
+    thunk()  # warm-up (the first call, which compiled, has already run)
+    if time.perf_counter() - start < min_time:
         thunk()
     # Estimate the cost of one call, then size the samples from it.
     n, elapsed = 1, 0.0
@@ -274,19 +286,18 @@ def _to_numpy(value: Any) -> np.ndarray:
 
 @dataclasses.dataclass
 class Row:
-    case: Case
-    seconds: dict[str, float | None]
-    problems: dict[str, str]
+    """One case's results in one worker (one thread count)."""
 
-    def rate(self) -> str:
-        t = self.seconds.get("ours")
-        if not t:
-            return "-"
-        if self.case.flops:
-            return f"{self.case.flops / t / 1e9:.2f} GF/s"
-        if self.case.bytes:
-            return f"{self.case.bytes / t / 1e9:.2f} GB/s"
-        return "-"
+    case: Case
+    seconds: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    first_call: dict[str, float] = dataclasses.field(default_factory=dict)
+    problems: dict[str, str] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.case.name, "size": self.case.size, "seconds": self.seconds,
+                "first_call": self.first_call, "problems": self.problems,
+                "skipped": self.skipped}
 
 
 #: Timing order. Each framework is timed on every case before the next one
@@ -295,37 +306,142 @@ class Row:
 #: 2 cores: numpy's 128^3 matmul took 30 ms instead of 0.2 ms after jax).
 TIMING_ORDER = ("numpy", "ours", "torch", "torch_compile", "jax")
 
+#: Reference for rows without a numpy builder, in order of preference.
+CROSS_CHECK_ORDER = ("jax", "torch", "torch_compile")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"
+
+
+def _run_one(case: Case, fw: str, x: Sequence[np.ndarray], row: Row,
+             reference: np.ndarray | None, min_time: float,
+             repeats: int) -> np.ndarray | None:
+    """Build, call once (the first call's time is kept), check, then time. The result.
+
+    A result that disagrees with `reference` (numpy's) is reported and not timed.
+    """
+    build = case.builder(fw)
+    if build is None:
+        return None
+    try:
+        start = time.perf_counter()
+        thunk = build(x)
+        result = _to_numpy(thunk())
+        row.first_call[fw] = time.perf_counter() - start
+    except Skipped as err:
+        row.skipped[fw] = str(err)
+        return None
+    except Exception as err:  # noqa: BLE001 - a framework that cannot run a row: say so, go on
+        row.problems[fw] = _first_line(err)
+        return None
+    wrong = _agrees(result, reference, case) if reference is not None else None
+    if wrong:
+        row.problems[fw] = f"WRONG RESULT ({wrong} vs numpy)"
+        return None
+    row.seconds[fw] = time_thunk(thunk, min_time=min_time, repeats=repeats)
+    return result
+
+
+def _agrees(result: np.ndarray, ref: np.ndarray, case: Case) -> str | None:
+    """None if `result` matches `ref` within the case's tolerance, else the reason."""
+    if result.shape != ref.shape and result.size != ref.size:
+        return f"shape {result.shape} vs {ref.shape}"
+    result = result.reshape(ref.shape)
+    if np.allclose(result, ref, rtol=case.rtol, atol=case.atol):
+        return None
+    err = float(np.max(np.abs(result.astype(np.float64) - ref)))
+    return f"max abs error {err:.3g}"
+
 
 def run_cases(cases: Sequence[Case], frameworks: Sequence[str], *, min_time: float,
               repeats: int, seed: int = 0, log: Any = sys.stderr) -> list[Row]:
-    """Check every (case, framework) against numpy, then time it."""
-    inputs = [c.inputs(np.random.default_rng(seed)) for c in cases]
-    references = [_to_numpy(c.numpy(x)()) if c.numpy is not None else None
-                  for c, x in zip(cases, inputs)]
-    rows = [Row(c, {}, {}) for c in cases]
+    """Check every (case, framework) result, then time it (see the module docstring)."""
+    rows = [Row(c) for c in cases]
+    inputs: list[tuple[np.ndarray, ...] | None] = []
+    references: list[np.ndarray | None] = []
+    for case, row in zip(cases, rows):
+        try:
+            x = case.inputs(np.random.default_rng(seed))
+        except Skipped as err:
+            row.skipped.update({fw: str(err) for fw in frameworks})
+            x = None
+        inputs.append(x)
+        references.append(_to_numpy(case.numpy(x)()) if x is not None and case.numpy
+                          else None)
+    results: list[dict[str, np.ndarray]] = [{} for _ in cases]
     for fw in sorted(frameworks, key=TIMING_ORDER.index):
-        for case, x, ref, row in zip(cases, inputs, references, rows):
-            log.write(f"  {fw}: {case.name} {case.size}\n")
+        for i, (case, row) in enumerate(zip(cases, rows)):
+            if inputs[i] is None:
+                continue
+            log.write(f"  {fw}: {case.key}\n")
+            log.flush()
             row.seconds[fw] = None
-            build = case.builder(fw)
-            if build is None:
-                continue
-            try:
-                thunk = build(x)
-                result = _to_numpy(thunk())
-            except Exception as err:  # a framework that cannot run this case: say so, go on
-                first = str(err).splitlines()[0] if str(err) else ""
-                row.problems[fw] = f"{type(err).__name__}: {first}"
-                continue
-            if ref is not None and not np.allclose(result, ref, rtol=case.rtol, atol=case.atol):
-                err = float(np.max(np.abs(result.astype(np.float64) - ref)))
-                row.problems[fw] = f"WRONG RESULT (max abs error {err:.3g} vs numpy)"
-                continue
-            row.seconds[fw] = time_thunk(thunk, min_time=min_time, repeats=repeats)
+            result = _run_one(case, fw, inputs[i], row, references[i], min_time, repeats)
+            if result is not None:
+                results[i][fw] = result
+    for i, (case, row) in enumerate(zip(cases, rows)):
+        if references[i] is None and results[i]:
+            _cross_check(case, row, results[i])
     return rows
 
 
-# -- the table -----------------------------------------------------------------------------------
+def _cross_check(case: Case, row: Row, results: dict[str, np.ndarray]) -> None:
+    """Rows without numpy: every framework against the first of CROSS_CHECK_ORDER that ran.
+
+    This runs after timing (jax, the reference, is timed last: see TIMING_ORDER);
+    a disagreeing framework's time is dropped, so it is never reported as if right.
+    """
+    ref_fw = next((fw for fw in CROSS_CHECK_ORDER if fw in results), None)
+    if ref_fw is None:
+        if "ours" in results:
+            row.problems.setdefault("ours", "not cross-checked (no reference framework ran)")
+        return
+    ref = results[ref_fw].astype(np.float64)
+    for fw, result in results.items():
+        wrong = _agrees(result, ref, case) if fw != ref_fw else None
+        if wrong:
+            row.problems[fw] = f"WRONG RESULT ({wrong} vs {ref_fw})"
+            row.seconds[fw] = None
+
+
+# -- one worker (one thread count) ---------------------------------------------------------------
+
+
+def _versions(frameworks: Sequence[str]) -> str:
+    versions = [f"numpy {np.__version__}"]
+    for fw in ("jax", "torch"):
+        mod = _optional(fw) if fw in frameworks or f"{fw}_compile" in frameworks else None
+        versions.append(f"{fw} {mod.__version__}" if mod else f"{fw} absent")
+    return ", ".join(versions)
+
+
+def worker(cases: Sequence[Case], frameworks: Sequence[str], threads: int, *,
+           min_time: float, repeats: int) -> dict[str, Any]:
+    """Time `cases` in this process, which configure_process pinned to `threads` cores."""
+    peak, bits = (measure_fma_peak() if "ours" in frameworks else (None, None))
+    rows = run_cases(cases, frameworks, min_time=min_time, repeats=repeats)
+    return {"threads": threads, "peak_gflops": peak, "vector_bits": bits,
+            "ours_threads": ours_threads_support() if "ours" in frameworks else "",
+            "versions": _versions(frameworks), "rows": [r.to_json() for r in rows]}
+
+
+def _spawn_worker(threads: int, argv: Sequence[str]) -> dict[str, Any]:
+    """Run this script as a worker for `threads` in a fresh process; its JSON result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--worker",
+               "--threads", str(threads), "--json", out]
+        proc = subprocess.run(cmd, check=False, env=thread_env(threads))
+        if proc.returncode not in (0, 1) or not os.path.exists(out):
+            raise RuntimeError(f"benchmark worker for {threads} thread(s) failed "
+                               f"(exit {proc.returncode})")
+        with open(out) as f:
+            return json.load(f)
+
+
+# -- the report ----------------------------------------------------------------------------------
 
 
 def _ms(t: float | None) -> str:
@@ -334,91 +450,291 @@ def _ms(t: float | None) -> str:
     return f"{t * 1e3:.3f}" if t < 1 else f"{t * 1e3:.0f}"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if not a or not b else f"{a / b:.2f}x"
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else a / b
 
 
-def table(rows: Sequence[Row], frameworks: Sequence[str]) -> str:
-    head = ["case", "size", *(f"{fw} ms" for fw in frameworks)]
-    others = [fw for fw in frameworks if fw != "ours"]
-    if "ours" in frameworks:
-        head += [f"ours/{fw}" for fw in others] + ["ours rate"]
-    body = []
-    for r in rows:
-        line = [r.case.name, r.case.size, *(_ms(r.seconds.get(fw)) for fw in frameworks)]
-        if "ours" in frameworks:
-            line += [_ratio(r.seconds.get("ours"), r.seconds.get(fw)) for fw in others]
-            line.append(r.rate())
-        body.append(line)
+def _x(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _s(t: float | None) -> str:
+    return "-" if t is None else f"{t:.2f}"
+
+
+def _grid(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as aligned text: the first two columns left-aligned, the rest right-aligned."""
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
 
     def fmt(cols: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cols, widths))).rstrip()
 
-    lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body]
-    by_key = {(r.case.name, r.case.size): r for r in rows}
-    ratios = []
-    for r in rows:
-        p = by_key.get((r.case.primal, r.case.size)) if r.case.primal else None
-        if p is not None:
-            cells = [f"{fw} {_ratio(r.seconds.get(fw), p.seconds.get(fw))}"
-                     for fw in frameworks if fw != "numpy"]
-            ratios.append(f"time(grad)/time(f): {r.case.name} {r.case.size}: " + ", ".join(cells))
-    if ratios:
-        lines += [""] + ratios
-    for r in rows:
-        for fw, msg in r.problems.items():
-            lines.append(f"note: {r.case.name} {r.case.size} [{fw}]: {msg}")
+    return [fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body]
+
+
+@dataclasses.dataclass
+class Column:
+    """One worker's results, indexed by case key."""
+
+    threads: int
+    peak: float | None
+    rows: dict[str, dict[str, Any]]
+
+    def seconds(self, key: str, fw: str) -> float | None:
+        return self.rows.get(key, {}).get("seconds", {}).get(fw)
+
+    def compile_seconds(self, key: str, fw: str) -> float | None:
+        first = self.rows.get(key, {}).get("first_call", {}).get(fw)
+        t = self.seconds(key, fw)
+        return None if first is None or t is None else max(first - t, 0.0)
+
+    def grad_ratio(self, case: Case, fw: str) -> float | None:
+        if not case.primal:
+            return None
+        return _ratio(self.seconds(case.key, fw), self.seconds(f"{case.primal} {case.size}", fw))
+
+
+def _rate(case: Case, t: float | None, peak: float | None) -> tuple[str, str]:
+    """(GF/s or GB/s, % of the FMA peak) of ours."""
+    if not t:
+        return "-", "-"
+    if case.flops:
+        gf = case.flops / t / 1e9
+        return f"{gf:.1f} GF/s", "-" if not peak else f"{100 * gf / peak:.0f}%"
+    if case.bytes:
+        return f"{case.bytes / t / 1e9:.2f} GB/s", "-"
+    return "-", "-"
+
+
+def column_table(cases: Sequence[Case], col: Column, frameworks: Sequence[str]) -> list[str]:
+    """Times, ratios, rates and compile times of one thread count."""
+    others = [fw for fw in frameworks if fw != "ours"]
+    head = ["case", "size", *(f"{fw} ms" for fw in frameworks)]
+    if "ours" in frameworks:
+        head += [f"ours/{fw}" for fw in others if fw != "numpy"]
+        head += ["ours rate", "% peak"]
+    body = []
+    for c in cases:
+        line = [c.name, c.size, *(_ms(col.seconds(c.key, fw)) for fw in frameworks)]
+        if "ours" in frameworks:
+            ours = col.seconds(c.key, "ours")
+            line += [_x(_ratio(ours, col.seconds(c.key, fw))) for fw in others if fw != "numpy"]
+            peak = col.peak * col.threads if col.peak else None
+            line += list(_rate(c, ours, peak))
+        body.append(line)
+    return _grid(head, body)
+
+
+def compile_table(cases: Sequence[Case], col: Column, frameworks: Sequence[str]) -> list[str]:
+    """First call minus steady state, per framework that compiles."""
+    fws = [fw for fw in ("ours", "jax", "torch_compile") if fw in frameworks]
+    body = [[c.name, c.size, *(_s(col.compile_seconds(c.key, fw)) for fw in fws)]
+            for c in cases]
+    return _grid(["compile seconds (first call - steady)", "size", *fws], body) if fws else []
+
+
+def grad_table(cases: Sequence[Case], col: Column, frameworks: Sequence[str]) -> list[str]:
+    fws = [fw for fw in frameworks if fw != "numpy"]
+    body = [[c.name, c.size, *(_x(col.grad_ratio(c, fw)) for fw in fws)]
+            for c in cases if c.primal]
+    return _grid(["time(grad f) / time(f)", "size", *fws], body) if body else []
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def acceptance(cases: Sequence[Case], cols: Sequence[Column],
+               frameworks: Sequence[str] = FRAMEWORKS) -> list[str]:
+    """Summary ratios per thread count and one PASS/FAIL line per criterion of issue 7."""
+    rows = [c for c in cases if c.acceptance]
+    if not rows or "ours" not in frameworks:
+        return []
+    if "jax" not in frameworks:
+        return ["acceptance: not evaluated (jax was not part of this run)"]
+    head = ["acceptance row", "size"]
+    for col in cols:
+        head += [f"ours/jax {col.threads}T", f"ours/torch {col.threads}T"]
+    body = []
+    for c in rows:
+        line = [c.name, c.size]
+        for col in cols:
+            ours = col.seconds(c.key, "ours")
+            torch_best = min((t for t in (col.seconds(c.key, "torch"),
+                                          col.seconds(c.key, "torch_compile")) if t),
+                             default=None)
+            line += [_x(_ratio(ours, col.seconds(c.key, "jax"))), _x(_ratio(ours, torch_best))]
+        body.append(line)
+    lines = _grid(head, body)
+    lines.append("(ours/torch: against the faster of torch eager and torch.compile)")
+    lines.append("")
+    verdicts = []
+    for col in cols:
+        ratios = {c.key: _ratio(col.seconds(c.key, "ours"), col.seconds(c.key, "jax"))
+                  for c in rows}
+        measured = [r for r in ratios.values() if r is not None]
+        gm = _geomean(measured)
+        lines.append(f"geometric mean ours/jax, {col.threads} thread(s): "
+                     f"{_x(gm)} over {len(measured)} of {len(rows)} rows")
+        slow = [f"{k} ({_x(r)})" for k, r in ratios.items() if r is None or r > MAX_RATIO_TO_JAX]
+        verdicts.append(_verdict(f"every row <= {MAX_RATIO_TO_JAX:.1f}x jax, {col.threads}T",
+                                 slow))
+        verdicts.append(_verdict(
+            f"geometric mean <= {MAX_GEOMEAN_TO_JAX}x jax, {col.threads}T",
+            [] if gm is not None and gm <= MAX_GEOMEAN_TO_JAX and len(measured) == len(rows)
+            else [f"{_x(gm)} over {len(measured)} of {len(rows)} rows"]))
+    one = next((col for col in cols if col.threads == 1), None)
+    if one is not None:
+        low = []
+        for c in rows:
+            if c.flops:
+                t = one.seconds(c.key, "ours")
+                frac = c.flops / t / 1e9 / one.peak if t and one.peak else None
+                if frac is None or frac < MIN_MATMUL_PEAK_FRACTION:
+                    low.append(f"{c.key} ({'-' if frac is None else f'{100 * frac:.0f}%'})")
+        peak = f"{one.peak:.1f} GF/s" if one.peak else "not measured"
+        verdicts.append(_verdict(f"matmul >= {100 * MIN_MATMUL_PEAK_FRACTION:.0f}% of the "
+                                 f"measured 1-core peak ({peak})", low))
+    for col in cols:
+        high = []
+        for c in rows:
+            if c.grad_ratio_limit is not None:
+                r = col.grad_ratio(c, "ours")
+                if r is None or r > c.grad_ratio_limit:
+                    high.append(f"{c.key} ({_x(r)})")
+        verdicts.append(_verdict(f"ours time(grad f)/time(f) <= 3 on MLP, GMM, LSTM, "
+                                 f"{col.threads}T", high))
+    return lines + [""] + verdicts
+
+
+def _verdict(criterion: str, failures: Sequence[str]) -> str:
+    if not failures:
+        return f"PASS  {criterion}"
+    return f"FAIL  {criterion}: " + "; ".join(failures)
+
+
+def report(cases: Sequence[Case], results: Sequence[dict[str, Any]],
+           frameworks: Sequence[str]) -> str:
+    cols = [Column(r["threads"], r["peak_gflops"],
+                   {f"{row['name']} {row['size']}": row for row in r["rows"]}) for r in results]
+    first = results[0]
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    lines = [(f"{platform.machine()}, {os.cpu_count()} cores{load}, Python "
+              f"{platform.python_version()}; {first['versions']}")]
+    if first["peak_gflops"]:
+        lines.append(f"measured f32 FMA peak, one core ({first['vector_bits']}-bit vectors): "
+                     + ", ".join(f"{r['peak_gflops']:.1f} GF/s in the {r['threads']}T worker"
+                                 for r in results))
+    if "ours" in frameworks:
+        support = first["ours_threads"]
+        lines.append("ours' thread count: " + (
+            f"taken through {support}" if support else
+            "NOT taken by the library yet (no jit(threads=) and no AUTODIFF_CPU_THREADS): "
+            "the 2-thread column runs ours on one thread"))
+    lines.append("median of repeats; ratio > 1: ours is slower; % peak: of the measured "
+                 "peak times the thread count")
+    for col in cols:
+        lines += ["", f"== {col.threads} thread(s) =="]
+        lines += column_table(cases, col, frameworks)
+        for extra in (grad_table(cases, col, frameworks),
+                      compile_table(cases, col, frameworks)):
+            if extra:
+                lines += [""] + extra
+    lines += [""] + acceptance(cases, cols, frameworks)
+    notes = []
+    for col in cols:
+        for c in cases:
+            row = col.rows.get(c.key, {})
+            for fw, msg in row.get("problems", {}).items():
+                notes.append(f"note {col.threads}T: {c.key} [{fw}]: {msg}")
+            for fw, msg in row.get("skipped", {}).items():
+                notes.append(f"skipped {col.threads}T: {c.key} [{fw}]: {msg}")
+    if notes:
+        lines += [""] + notes
     return "\n".join(lines)
 
 
-def _environment(frameworks: Sequence[str]) -> str:
-    versions = [f"numpy {np.__version__}"]
-    for fw in ("jax", "torch"):
-        mod = _optional(fw) if fw in frameworks or f"{fw}_compile" in frameworks else None
-        versions.append(f"{fw} {mod.__version__}" if mod else f"{fw} absent")
-    load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
-    return (f"{platform.machine()}, {os.cpu_count()} cores{load}, Python "
-            f"{platform.python_version()}; " + ", ".join(versions))
+# -- command line --------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes and few repeats")
     p.add_argument("--filter", default="", help="regular expression on 'name size'")
     p.add_argument("--repeats", type=int, default=None, help="samples per timing (median)")
     p.add_argument("--min-time", type=float, default=None, help="seconds per sample")
-    p.add_argument("--frameworks", default=",".join(FRAMEWORKS),
-                   help="comma-separated subset of " + ",".join(FRAMEWORKS))
+    p.add_argument("--frameworks", default=None,
+                   help="comma-separated subset of " + ",".join(FRAMEWORKS)
+                        + " (default: all; --quick: all but torch_compile, for time)")
+    p.add_argument("--threads", default=None,
+                   help="comma-separated thread counts, one worker process each "
+                        "(default 1,2; --quick: 1)")
     p.add_argument("--json", default=None, help="also write the results to this file")
-    args = p.parse_args(argv)
+    p.add_argument("--worker", action="store_true",
+                   help="internal: time in this process with one --threads value")
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = _parser()
+    args = p.parse_args(argv)
+    threads = [int(t) for t in (args.threads or ("1" if args.quick else "1,2")).split(",")]
+    if args.worker:
+        if len(threads) != 1:
+            p.error("--worker takes exactly one --threads value")
+        configure_process(threads[0])  # before any framework is imported
     repeats = args.repeats or (3 if args.quick else 5)
-    min_time = args.min_time or (0.05 if args.quick else 0.2)
-    frameworks = [fw for fw in args.frameworks.split(",") if fw]
+    min_time = args.min_time or (0.02 if args.quick else 0.1)
+    default = [fw for fw in FRAMEWORKS if fw != "torch_compile"] if args.quick else FRAMEWORKS
+    frameworks = [fw for fw in (args.frameworks or ",".join(default)).split(",") if fw]
     unknown = [fw for fw in frameworks if fw not in FRAMEWORKS]
     if unknown:
         p.error(f"unknown framework(s): {', '.join(unknown)}")
     # A framework that is not installed is left out of the table, not an error.
-    frameworks = [fw for fw in frameworks
-                  if fw in ("ours", "numpy") or _optional(fw.split("_")[0])]
+    frameworks = [fw for fw in FRAMEWORKS if fw in frameworks
+                  and (fw in ("ours", "numpy") or importlib.util.find_spec(fw.split("_")[0]))]
     pattern = re.compile(args.filter)
-    cases = [c for c in CASES if (c.quick if args.quick else c.full)
-             and pattern.search(f"{c.name} {c.size}")]
+    cases = [c for c in CASES if (c.quick if args.quick else c.full) and pattern.search(c.key)]
     if not cases:
         p.error(f"no case matches --filter '{args.filter}'")
 
-    print(_environment(frameworks), flush=True)
-    print(f"median of {repeats} samples of >= {min_time} s; f32; ratio > 1: ours is slower\n")
-    rows = run_cases(cases, frameworks, min_time=min_time, repeats=repeats)
-    print(table(rows, frameworks), flush=True)
+    if args.worker:
+        result = worker(cases, frameworks, threads[0], min_time=min_time, repeats=repeats)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        wrong = any("WRONG" in m for r in result["rows"] for m in r["problems"].values())
+        return 1 if wrong else 0
+
+    passthrough = _without_option(_without_option(argv, "--json"), "--threads")
+    print(f"timing {len(cases)} rows x {len(frameworks)} frameworks at "
+          f"{', '.join(map(str, threads))} thread(s); progress on stderr", flush=True)
+    try:
+        results = [_spawn_worker(t, passthrough) for t in threads]
+    except RuntimeError as err:  # the worker printed its own error on stderr
+        print(f"run.py: {err}", file=sys.stderr)
+        return 2
+    print(report(cases, results, frameworks), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{"name": r.case.name, "size": r.case.size, "seconds": r.seconds,
-                        "problems": r.problems, "flops": r.case.flops, "bytes": r.case.bytes}
-                       for r in rows], f, indent=2)
-    return 1 if any("WRONG" in m for r in rows for m in r.problems.values()) else 0
+            json.dump(results, f, indent=1)
+    wrong = any("WRONG" in m for r in results for row in r["rows"]
+                for m in row["problems"].values())
+    return 1 if wrong else 0
+
+
+def _without_option(argv: Sequence[str], name: str) -> list[str]:
+    """`argv` less `name VALUE` / `name=VALUE`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,278 @@
+"""ADBench rows for benchmarks/run.py: GMM gradient (two sizes) and LSTM objective gradient.
+
+The objectives are written once against a numpy-like `xp` (adbench/gmm.py,
+adbench/lstm.py) and run as they are under our tracer, jax.numpy, numpy
+(the float64 value reference) and torch (through adbench/xp.py). Gradient
+rows have no numpy builder: run.py checks them across frameworks (against
+jax's gradient); test/python/test_adbench_{gmm,lstm}.py check them against
+ADBench's published values and finite differences.
+
+LSTM: the sequence loop unrolls under our tracer (our API has no loop
+primitive), and our compile time grows faster than linearly with the
+unrolled length (measured here: objective c=9 2.2 s, c=33 17.5 s; gradient
+c=9 7.9 s, c=33 67 s). The full lstm_l2_c1024 rows therefore skip ours
+above OURS_LSTM_MAX_STEPS steps (override with the environment variable
+BENCH_OURS_LSTM_MAX_STEPS) and say so; a short slice of the same data
+(the first LSTM_SLICE_STEPS elements of the sequence) is timed for every
+framework. JAX runs the loop as `jax.lax.scan` (unrolled, its c=1024
+objective took 97 s to compile); torch.compile is skipped on c=1024, where
+dynamo would unroll 1023 steps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from adbench import gmm, lstm
+from adbench.xp import torch_namespace
+from frameworks import Skipped, configure_torch, ours_jit
+
+OURS_LSTM_MAX_STEPS = int(os.environ.get("BENCH_OURS_LSTM_MAX_STEPS", "16"))
+LSTM_SLICE_STEPS = 9
+
+
+def _flat(*arrays: Any) -> np.ndarray:
+    return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
+
+
+def data_dir() -> Path | None:
+    """shared/data/adbench beside the checkout (or any parent of it)."""
+    for parent in Path(__file__).resolve().parents:
+        cand = parent / "shared" / "data" / "adbench"
+        if cand.is_dir():
+            return cand
+    return None
+
+
+_LOADED: dict[str, Any] = {}
+
+
+def _load(relative: str, loader: Callable[[Path], Any]) -> Any:
+    if relative not in _LOADED:
+        root = data_dir()
+        if root is None or not (root / relative).is_file():
+            raise Skipped(f"ADBench data file {relative} not found (shared/data/adbench)")
+        _LOADED[relative] = loader(root / relative)
+    return _LOADED[relative]
+
+
+# ----------------------------------------------------------------------------- GMM
+
+class _Gmm:
+    """One GMM data file: inputs and the objective per framework namespace."""
+
+    def __init__(self, relative: str):
+        self.relative = relative
+
+    @property
+    def inp(self) -> gmm.GmmInput:
+        return _load(self.relative, gmm.load)
+
+    def inputs(self, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        inp = self.inp
+        return inp.alphas, inp.means, inp.icf, inp.x
+
+    def objective(self, xp: Any, selector: Any = None) -> Callable[..., Any]:
+        inp = self.inp
+        sel = gmm.lower_selector(inp.d) if selector is None else selector
+        const = gmm.constant_terms(inp)
+        return lambda a, m, q, x: gmm.objective(xp, a, m, q, x, sel, inp.gamma, inp.m, const)
+
+    def numpy(self, inputs):
+        f = self.objective(np)
+        return lambda: np.asarray(f(*inputs))
+
+    def ours(self, grad: bool):
+        def build(inputs):
+            import mlir_autodiff as ad
+            import mlir_autodiff.numpy as anp
+
+            f = self.objective(anp)
+            fn = ours_jit(ad.grad(f, argnums=(0, 1, 2)) if grad else f)
+            return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
+
+        return build
+
+    def jax(self, grad: bool):
+        def build(inputs):
+            import jax
+
+            jax.config.update("jax_enable_x64", True)
+            f = self.objective(jax.numpy)
+            fn = jax.jit(jax.grad(f, argnums=(0, 1, 2)) if grad else f)
+            args = [jax.device_put(a) for a in inputs]
+
+            def call():
+                out = jax.block_until_ready(fn(*args))
+                return _flat(*out) if grad else np.asarray(out)
+
+            return call
+
+        return build
+
+    def torch(self, grad: bool, compiled: bool):
+        def build(inputs):
+            import torch
+
+            configure_torch(torch)
+            f = self.objective(torch_namespace(),
+                               torch.from_numpy(gmm.lower_selector(self.inp.d)))
+
+            def g(a, m, q, x):
+                a, m, q = (t.detach().requires_grad_(True) for t in (a, m, q))
+                return torch.autograd.grad(f(a, m, q, x), (a, m, q))
+
+            def primal(a, m, q, x):
+                with torch.no_grad():
+                    return f(a, m, q, x)
+
+            fn = g if grad else primal
+            if compiled:
+                fn = torch.compile(fn)
+            args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+
+            def call():
+                out = fn(*args)
+                return _flat(*(t.detach().numpy() for t in out)) if grad else out.numpy()
+
+            return call
+
+        return build
+
+
+# ----------------------------------------------------------------------------- LSTM
+
+class _Lstm:
+    """lstm_l2_c1024, or the first `steps` elements of its sequence."""
+
+    def __init__(self, relative: str, steps: int | None = None):
+        self.relative = relative
+        self.steps = steps
+
+    @property
+    def inp(self) -> lstm.LstmInput:
+        full = _load(self.relative, lstm.load)
+        return full if self.steps is None else lstm.truncated(full, self.steps)
+
+    def inputs(self, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        inp = self.inp
+        return inp.main, inp.extra, inp.state, inp.sequence
+
+    def numpy(self, inputs):
+        return lambda: np.asarray(lstm.objective(np, *inputs))
+
+    def ours(self, grad: bool):
+        def build(inputs):
+            import mlir_autodiff as ad
+            import mlir_autodiff.numpy as anp
+
+            steps = inputs[3].shape[0]
+            if steps > OURS_LSTM_MAX_STEPS:
+                raise Skipped(
+                    f"{steps} steps unroll under our tracer (no loop primitive in "
+                    f"mlir_autodiff yet) and compile time grows superlinearly (gradient: "
+                    f"67 s at 33 steps); runs up to BENCH_OURS_LSTM_MAX_STEPS="
+                    f"{OURS_LSTM_MAX_STEPS}")
+
+            def f(main, extra, state, sequence):
+                return lstm.objective(anp, main, extra, state, sequence)
+
+            fn = ours_jit(ad.grad(f, argnums=(0, 1)) if grad else f)
+            return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
+
+        return build
+
+    def jax(self, grad: bool):
+        def build(inputs):
+            import jax
+
+            jax.config.update("jax_enable_x64", True)
+
+            def f(main, extra, state, sequence):
+                return lstm.objective(jax.numpy, main, extra, state, sequence,
+                                      scan=jax.lax.scan)
+
+            fn = jax.jit(jax.grad(f, argnums=(0, 1)) if grad else f)
+            args = [jax.device_put(a) for a in inputs]
+
+            def call():
+                out = jax.block_until_ready(fn(*args))
+                return _flat(*out) if grad else np.asarray(out)
+
+            return call
+
+        return build
+
+    def torch(self, grad: bool, compiled: bool):
+        def build(inputs):
+            import torch
+
+            configure_torch(torch)
+            if compiled and inputs[3].shape[0] > OURS_LSTM_MAX_STEPS:
+                raise Skipped("dynamo would unroll the whole sequence loop; skipped to "
+                              "bound the run's time")
+            xp = torch_namespace()
+
+            def g(main, extra, state, sequence):
+                main, extra = (t.detach().requires_grad_(True) for t in (main, extra))
+                return torch.autograd.grad(lstm.objective(xp, main, extra, state, sequence),
+                                           (main, extra))
+
+            def primal(main, extra, state, sequence):
+                with torch.no_grad():
+                    return lstm.objective(xp, main, extra, state, sequence)
+
+            fn = g if grad else primal
+            if compiled:
+                fn = torch.compile(fn)
+            args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+
+            def call():
+                out = fn(*args)
+                return _flat(*(t.detach().numpy() for t in out)) if grad else out.numpy()
+
+            return call
+
+        return build
+
+
+# ----------------------------------------------------------------------------- registry
+
+def _register_pair(Case: Any, register: Any, problem: Any, label: str, size: str,
+                   quick: bool, full: bool, acceptance: bool, rtol: float) -> None:
+    """An objective row and its gradient row (primal of the other)."""
+    objective = f"ADBench {label} objective (f64)"
+    register(Case(
+        name=objective, size=size, inputs=problem.inputs, ours=problem.ours(False),
+        jax=problem.jax(False), torch=problem.torch(False, False),
+        torch_compile=problem.torch(False, True), numpy=problem.numpy,
+        rtol=1e-10, atol=1e-8, quick=quick, full=full,
+    ))
+    register(Case(
+        name=f"ADBench {label} gradient (f64)", size=size, inputs=problem.inputs,
+        ours=problem.ours(True), jax=problem.jax(True), torch=problem.torch(True, False),
+        torch_compile=problem.torch(True, True), numpy=None, rtol=rtol, atol=1e-8,
+        quick=quick, full=full, primal=objective, acceptance=acceptance,
+        grad_ratio_limit=3.0 if acceptance else None,
+    ))
+
+
+def register_cases(Case: Any, register: Any) -> None:
+    """Add the ADBench rows to benchmarks/run.py's registry (run.py calls this)."""
+    _register_pair(Case, register, _Gmm("gmm/test.txt"), "GMM", "test.txt",
+                   quick=True, full=False, acceptance=False, rtol=1e-8)
+    for d, k in ((10, 25), (20, 50)):
+        _register_pair(Case, register, _Gmm(f"gmm/1k/gmm_d{d}_K{k}.txt"), "GMM",
+                       f"d{d} K{k} n1000", quick=False, full=True, acceptance=True, rtol=1e-8)
+    data = "lstm/lstm_l2_c1024.txt"
+    _register_pair(Case, register, _Lstm(data, 4), "LSTM", "l2 c1024[:4]",
+                   quick=True, full=False, acceptance=False, rtol=1e-8)
+    _register_pair(Case, register, _Lstm(data, LSTM_SLICE_STEPS), "LSTM",
+                   f"l2 c1024[:{LSTM_SLICE_STEPS}]", quick=False, full=True,
+                   acceptance=False, rtol=1e-8)
+    _register_pair(Case, register, _Lstm(data), "LSTM", "l2 c1024", quick=False, full=True,
+                   acceptance=True, rtol=1e-8)

@@ -1,0 +1,136 @@
+"""The benchmark harness (benchmarks/run.py) in its quick mode, ours and numpy only.
+
+CI checks that every quick row builds, agrees with its reference and gets a
+time, and that the report's acceptance arithmetic is right; the timings
+themselves (and jax/torch) are for `./dev bench`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "benchmarks" / "run.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import run
+
+
+def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--frameworks", "ours,numpy", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["threads"] == 1
+    assert result["peak_gflops"] > 1.0  # the FMA peak kernel compiled and ran
+    rows = {f"{r['name']} {r['size']}": r for r in result["rows"]}
+    quick = [c.key for c in run.CASES if c.quick]
+    assert sorted(rows) == sorted(quick)
+    for key, row in rows.items():
+        problems = {fw: msg for fw, msg in row["problems"].items() if "not cross-checked" not in msg}
+        assert not problems, (key, problems)
+        assert row["seconds"]["ours"] > 0, key
+        assert row["first_call"]["ours"] >= row["seconds"]["ours"], key
+    assert "== 1 thread(s) ==" in proc.stdout
+    assert "time(grad f) / time(f)" in proc.stdout
+
+
+def _column(threads: int, peak: float, times: dict[str, dict[str, float]]) -> run.Column:
+    return run.Column(threads, peak, {key: {"seconds": fws, "first_call": {}}
+                                      for key, fws in times.items()})
+
+
+def _cases() -> list[run.Case]:
+    no_inputs = lambda rng: ()
+    return [
+        run.Case("matmul", "512^3", no_inputs, flops=2.0 * 512**3, acceptance=True),
+        run.Case("f", "s", no_inputs),
+        run.Case("grad", "s", no_inputs, primal="f", acceptance=True, grad_ratio_limit=3.0),
+    ]
+
+
+def test_acceptance_lines_pass_and_fail_as_measured():
+    gflop = 2.0 * 512**3 / 1e9
+    good = _column(1, 100.0, {
+        "matmul 512^3": {"ours": gflop / 70, "jax": gflop / 60},  # 70% of peak, 0.86x
+        "f s": {"ours": 1.0, "jax": 2.0},
+        "grad s": {"ours": 2.5, "jax": 5.0},  # 0.5x jax, grad/f 2.5
+    })
+    lines = run.acceptance(_cases(), [good])
+    verdicts = [line for line in lines if line.startswith(("PASS", "FAIL"))]
+    assert len(verdicts) == 4
+    assert all(v.startswith("PASS") for v in verdicts[:1] + verdicts[2:]), verdicts
+    # geometric mean of 0.857 and 0.5 is 0.65 <= 0.8
+    assert verdicts[1].startswith("PASS"), verdicts
+    assert any("geometric mean ours/jax, 1 thread(s): 0.65x over 2 of 2 rows" in line
+               for line in lines)
+
+    bad = _column(1, 100.0, {
+        "matmul 512^3": {"ours": gflop / 50, "jax": gflop / 60},  # 50% of peak, 1.2x
+        "f s": {"ours": 1.0, "jax": 2.0},
+        "grad s": {"ours": 3.5, "jax": 5.0},  # grad/f 3.5
+    })
+    text = "\n".join(run.acceptance(_cases(), [bad]))
+    assert "FAIL  every row <= 1.0x jax, 1T: matmul 512^3 (1.20x)" in text
+    assert "matmul 512^3 (50%)" in text
+    assert "grad s (3.50x)" in text
+
+
+def test_acceptance_needs_jax_in_the_run():
+    col = _column(1, 100.0, {"matmul 512^3": {"ours": 1.0}})
+    assert run.acceptance(_cases(), [col], ("ours", "numpy")) == [
+        "acceptance: not evaluated (jax was not part of this run)"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_worker_environment_sets_every_framework_knob(threads):
+    env = run.thread_env(threads, {"XLA_FLAGS": "--xla_dump_to=x"})
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "AUTODIFF_CPU_THREADS"):
+        assert env[var] == str(threads)
+    assert env["XLA_FLAGS"].startswith("--xla_dump_to=x")
+    assert ("--xla_cpu_multi_thread_eigen=false" in env["XLA_FLAGS"]) == (threads == 1)
+
+
+def _constant(value: np.ndarray):
+    return lambda inputs: (lambda: value)
+
+
+def test_a_result_that_disagrees_with_numpy_is_reported_and_not_timed():
+    right, wrong = np.ones(3), np.array([1.0, 1.0, 1.5])
+    case = run.Case("t", "s", lambda rng: (right,), numpy=_constant(right),
+                    ours=_constant(wrong), jax=_constant(right))
+    (row,) = run.run_cases([case], ["numpy", "ours", "jax"], min_time=1e-3, repeats=1,
+                           log=io.StringIO())
+    assert row.seconds["ours"] is None
+    assert row.problems["ours"] == "WRONG RESULT (max abs error 0.5 vs numpy)"
+    assert row.seconds["jax"] > 0 and "jax" not in row.problems
+
+
+def test_a_row_without_numpy_is_cross_checked_against_jax():
+    right, wrong = np.zeros(2), np.array([0.0, 1e-3])
+    case = run.Case("g", "s", lambda rng: (right,), ours=_constant(wrong),
+                    torch=_constant(right), jax=_constant(right), atol=1e-5)
+    (row,) = run.run_cases([case], ["ours", "torch", "jax"], min_time=1e-3, repeats=1,
+                           log=io.StringIO())
+    assert row.seconds["ours"] is None
+    assert row.problems["ours"] == "WRONG RESULT (max abs error 0.001 vs jax)"
+    assert row.seconds["torch"] > 0 and row.seconds["jax"] > 0
+
+
+def test_a_skipped_framework_says_why():
+    def skip(inputs):
+        raise run.Skipped("too long to compile")
+
+    case = run.Case("k", "s", lambda rng: (np.ones(1),), ours=skip, numpy=_constant(np.ones(1)))
+    (row,) = run.run_cases([case], ["numpy", "ours"], min_time=1e-3, repeats=1,
+                           log=io.StringIO())
+    assert row.skipped == {"ours": "too long to compile"}
+    assert row.seconds["ours"] is None
