@@ -7,21 +7,17 @@ rows have no numpy builder: run.py checks them across frameworks (against
 jax's gradient); test/python/test_adbench_{gmm,lstm}.py check them against
 ADBench's published values and finite differences.
 
-LSTM: the sequence loop unrolls under our tracer (our API has no loop
-primitive), and our compile time grows faster than linearly with the
-unrolled length (measured here: objective c=9 2.2 s, c=33 17.5 s; gradient
-c=9 7.9 s, c=33 67 s). The full lstm_l2_c1024 rows therefore skip ours
-above OURS_LSTM_MAX_STEPS steps (override with the environment variable
-BENCH_OURS_LSTM_MAX_STEPS) and say so; a short slice of the same data
-(the first LSTM_SLICE_STEPS elements of the sequence) is timed for every
-framework. JAX runs the loop as `jax.lax.scan` (unrolled, its c=1024
-objective took 97 s to compile); torch.compile is skipped on c=1024, where
-dynamo would unroll 1023 steps.
+LSTM: the sequence loop is one loop op for ours (`mlir_autodiff.lax.scan`,
+one scf.for whose step is traced once) and for JAX (`jax.lax.scan`), so
+both compile the full lstm_l2_c1024 rows in about a second; numpy and torch
+run it as a Python loop. A short slice of the same data (the first
+LSTM_SLICE_STEPS elements of the sequence) is timed too. torch.compile is
+skipped above TORCH_COMPILE_LSTM_MAX_STEPS steps, where dynamo would unroll
+the loop (1023 steps at c=1024).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +27,7 @@ from adbench import gmm, lstm
 from adbench.xp import torch_namespace
 from frameworks import Skipped, configure_torch, ours_jit
 
-OURS_LSTM_MAX_STEPS = int(os.environ.get("BENCH_OURS_LSTM_MAX_STEPS", "16"))
+TORCH_COMPILE_LSTM_MAX_STEPS = 16
 LSTM_SLICE_STEPS = 9
 
 
@@ -170,16 +166,8 @@ class _Lstm:
             import mlir_autodiff as ad
             import mlir_autodiff.numpy as anp
 
-            steps = inputs[3].shape[0]
-            if steps > OURS_LSTM_MAX_STEPS:
-                raise Skipped(
-                    f"{steps} steps unroll under our tracer (no loop primitive in "
-                    f"mlir_autodiff yet) and compile time grows superlinearly (gradient: "
-                    f"67 s at 33 steps); runs up to BENCH_OURS_LSTM_MAX_STEPS="
-                    f"{OURS_LSTM_MAX_STEPS}")
-
             def f(main, extra, state, sequence):
-                return lstm.objective(anp, main, extra, state, sequence)
+                return lstm.objective(anp, main, extra, state, sequence)  # lax.scan
 
             fn = ours_jit(ad.grad(f, argnums=(0, 1)) if grad else f)
             return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
@@ -193,8 +181,7 @@ class _Lstm:
             jax.config.update("jax_enable_x64", True)
 
             def f(main, extra, state, sequence):
-                return lstm.objective(jax.numpy, main, extra, state, sequence,
-                                      scan=jax.lax.scan)
+                return lstm.objective(jax.numpy, main, extra, state, sequence)  # lax.scan
 
             fn = jax.jit(jax.grad(f, argnums=(0, 1)) if grad else f)
             args = [jax.device_put(a) for a in inputs]
@@ -212,7 +199,7 @@ class _Lstm:
             import torch
 
             configure_torch(torch)
-            if compiled and inputs[3].shape[0] > OURS_LSTM_MAX_STEPS:
+            if compiled and inputs[3].shape[0] > TORCH_COMPILE_LSTM_MAX_STEPS:
                 raise Skipped("dynamo would unroll the whole sequence loop; skipped to "
                               "bound the run's time")
             xp = torch_namespace()

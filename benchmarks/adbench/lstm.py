@@ -22,9 +22,10 @@ negative mean log-likelihood of the next element under
 (c - 1) * b predicted values. The gradient is taken with respect to the main
 and extra parameters; state and sequence are data.
 
-The time loop is written against `scan` (jax.lax.scan's contract): a
-Python loop for numpy, torch and our tracer (which unrolls it: our API has
-no loop primitive yet), `jax.lax.scan` for JAX.
+The time loop is written against `scan` (jax.lax.scan's contract), chosen
+per namespace by `xp.scan_for`: `mlir_autodiff.lax.scan` for our tracer and
+`jax.lax.scan` for JAX (one loop op, the step traced once), a Python loop
+for numpy and torch.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .xp import python_scan, scan_for
+
+__all__ = ["LstmInput", "load", "objective", "python_scan", "reference", "truncated"]
 
 
 @dataclasses.dataclass
@@ -85,24 +90,18 @@ def _cell(xp: Any, weight: Any, bias: Any, hidden: Any, cell: Any, x: Any,
     return hidden, cell
 
 
-def python_scan(body: Callable[[Any, Any], tuple[Any, Any]], carry: Any,
-                xs: tuple[Any, ...]) -> tuple[Any, None]:
-    """`jax.lax.scan`'s contract as a Python loop (traced, it unrolls)."""
-    for t in range(xs[0].shape[0]):
-        carry, _ = body(carry, tuple(x[t] for x in xs))
-    return carry, None
-
-
 def objective(xp: Any, main: Any, extra: Any, state: Any, sequence: Any,
-              scan: Callable[..., tuple[Any, Any]] = python_scan) -> Any:
+              scan: Callable[..., tuple[Any, Any]] | None = None) -> Any:
     """The loss for main (2l, 4b), extra (3, b), state (2l, b), sequence (c, b).
 
     Uses only indexing of leading axes, slicing, concatenate, exp, log, tanh
     and sum, so numpy, mlir_autodiff.numpy, jax.numpy and a thin torch
-    adapter all run it. `scan` runs the time loop: a Python loop by default
-    (what numpy, torch and our tracer get), `jax.lax.scan` for JAX, whose
-    unrolled program takes minutes to compile at c = 1024.
+    adapter all run it. `scan` runs the time loop; by default the one of
+    `xp` (`scan_for`): a loop op for our tracer and JAX, a Python loop for
+    numpy and torch. Pass `python_scan` to unroll a traced loop.
     """
+    if scan is None:
+        scan = scan_for(xp)
     layers = main.shape[0] // 2
     b = sequence.shape[1]
     steps = sequence.shape[0]

@@ -7,8 +7,9 @@
     def f(x, w):
         return anp.tanh(x @ w).sum()
 
-`numpy` traces numpy-style code into MLIR on tensors, `nn` holds neural-network
-functions, `jit` compiles per argument signature, `lower` shows the MLIR at each
+`numpy` traces numpy-style code into MLIR on tensors, `lax` holds the loops
+(`fori_loop`, `scan`, `while_loop`, also at top level) that trace their body
+once into `scf.for` / `scf.while`, `nn` holds neural-network functions, `jit` compiles per argument signature, `lower` shows the MLIR at each
 stage; `grad`, `value_and_grad`, `vjp`, `jvp`, `jacfwd`, `jacrev`, `hessian`
 emit autodiff ops that the MLIR passes differentiate. Errors raised while
 tracing are subclasses of `TracerError`.
@@ -26,6 +27,7 @@ from typing import Any
 #: public name -> submodule that defines it (None: the name is the submodule).
 _EXPORTS: dict[str, str | None] = {
     "errors": None,
+    "lax": None,
     "nn": None,
     "numpy": None,
     "pytree": None,
@@ -69,6 +71,9 @@ _EXPORTS: dict[str, str | None] = {
     "tree_map": "pytree",
     "tree_structure": "pytree",
     "tree_unflatten": "pytree",
+    "fori_loop": "lax",
+    "scan": "lax",
+    "while_loop": "lax",
     "ShapedArray": "tracing",
     "Tracer": "tracing",
 }

@@ -14,6 +14,10 @@ active trace, so a transform can emit an op that names it by symbol
 `TracedFunction.captures` lists the outer values a caller must pass for them
 (`emit_call` does so).
 
+Loops (`mlir_autodiff.lax`) trace their bodies into a `RegionTrace`: the
+body block of an `scf.for` / `scf.while` of the enclosing trace, which sees
+the enclosing values directly (regions are not isolated from above).
+
 Every emitted op is located at the user's source line (`file:line:col` of
 the first Python frame outside this package), so MLIR diagnostics from any
 later pass point at the user's code.
@@ -374,6 +378,57 @@ class FunctionTrace:
             arg_types = [a.type for a in self.block.arguments]
             ftype = ir.FunctionType.get(arg_types, [o.value.type for o in outs])
             self.func_op.attributes["function_type"] = ir.TypeAttr.get(ftype)
+        self.out_avals = [o.aval for o in outs]
+        self.finished = True
+
+
+class RegionTrace(FunctionTrace):
+    """The body block of a structured control-flow op (`scf.for`, `scf.while`) being traced.
+
+    Like a function trace, numpy calls append to `block` while it is active,
+    and its block arguments are its `args`. Unlike a function, a region is
+    not isolated from above: a value of the enclosing trace (or of any trace
+    around that) is used directly, so `lift` wraps the enclosing value
+    instead of adding a block argument, and `captures` stays empty. Values
+    of the region must not escape it: once `finished`, adding ops is an
+    error, and the enclosing trace refuses its tracers (`lift`).
+    """
+
+    def __init__(self, parent: FunctionTrace, block: ir.Block,
+                 in_avals: Sequence[ShapedArray], what: str) -> None:
+        # No func.func of its own: the block belongs to an op of `parent`.
+        self.module = parent.module
+        self.context = parent.context
+        self.parent = parent
+        self.finished = False
+        self.func_op = parent.func_op
+        self.block = block
+        self.args = [Tracer(v, a, self) for v, a in zip(block.arguments, in_avals)]
+        self.in_avals = list(in_avals)
+        self.captures: list[Tracer] = []
+        self._captured: dict[int, Tracer] = {}
+        self._outer: list[Tracer] = []  # keeps the ids in `_captured` alive
+        self.out_avals: list[ShapedArray] = []
+        self.what = what
+
+    @property
+    def name(self) -> str:
+        return f"{self.what} in @{self.parent.name}"
+
+    def lift(self, t: Tracer) -> Tracer:
+        """`t` as a value of this region: enclosing values are visible as they are."""
+        if t.trace is self:
+            return t
+        outer = self.parent.lift(t)  # raises for values of unrelated traces
+        inner = self._captured.get(id(outer))
+        if inner is None:
+            inner = Tracer(outer.value, outer.aval, self)
+            self._captured[id(outer)] = inner
+            self._outer.append(outer)
+        return inner
+
+    def finish(self, outs: Sequence[Tracer]) -> None:
+        """Record the region's results; the caller emits the terminator that yields them."""
         self.out_avals = [o.aval for o in outs]
         self.finished = True
 
@@ -781,6 +836,7 @@ __all__ = [
     "BOOL_AS_I8",
     "SUPPORTED_DTYPES",
     "FunctionTrace",
+    "RegionTrace",
     "ShapedArray",
     "TracedFunction",
     "Tracer",

@@ -2,10 +2,11 @@
 
 The objective is written once (benchmarks/adbench/lstm.py) against a
 numpy-like module; here it is checked in float64 numpy against ADBench's
-published value and an independent scalar-loop form, then traced through
-`ad.jit(ad.value_and_grad(...))` on a short slice of the sequence (the
-unrolled c=1024 program is too slow for our compiler to build in a test)
-and compared with central finite differences and jax's gradient.
+published value and an independent scalar-loop form. Under our tracer its
+time loop is one `mlir_autodiff.lax.scan`: the full c=1024 objective is
+checked against the published value, and its gradient against jax's (also a
+`lax.scan`); on a short slice the gradient is also compared with central
+finite differences and with the Python loop unrolled by our tracer.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ needs_data = pytest.mark.skipif(not FILE.is_file(), reason=f"ADBench data not fo
 #: ADBench's published objective on lstm_l2_c1024 (8 digits, shared/data/README.md).
 PUBLISHED_F = 0.66666518
 
-#: Sequence elements in the traced tests (unrolled: compile time grows with it).
+#: Sequence elements of the finite-difference and unrolled-loop tests.
 SLICE = 5
 
 
@@ -76,6 +77,43 @@ def test_traced_objective_matches_numpy_on_a_slice(full):
     inp = lstm.truncated(full, SLICE)
     value = ad.jit(_loss)(*_args(inp))
     np.testing.assert_allclose(value, lstm.reference(inp), rtol=1e-12)
+
+
+@needs_data
+def test_traced_full_objective_matches_published_value(full):
+    value = float(ad.jit(_loss)(*_args(full)))
+    assert round(value, 8) == PUBLISHED_F
+    np.testing.assert_allclose(value, lstm.reference(full), rtol=1e-12)
+
+
+@needs_data
+def test_full_gradient_matches_jax(full):
+    jax = pytest.importorskip("jax", reason="jax is the oracle for this test")
+    jax.config.update("jax_enable_x64", True)
+    value, grads = ad.jit(ad.value_and_grad(_loss, argnums=(0, 1)))(*_args(full))
+
+    def f(main, extra, state, sequence):
+        return lstm.objective(jax.numpy, main, extra, state, sequence)  # jax.lax.scan
+
+    jv, jg = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(*_args(full))
+    np.testing.assert_allclose(value, float(jv), rtol=1e-12)
+    for ours, theirs in zip(grads, jg):
+        np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-10, atol=1e-13)
+    assert np.abs(grads[0]).max() > 1e-3
+
+
+@needs_data
+def test_scan_and_unrolled_loop_agree_on_a_slice(full):
+    inp = lstm.truncated(full, SLICE)
+
+    def unrolled(main, extra, state, sequence):
+        return lstm.objective(anp, main, extra, state, sequence, scan=lstm.python_scan)
+
+    ours = ad.jit(ad.value_and_grad(_loss, argnums=(0, 1)))(*_args(inp))
+    loop = ad.jit(ad.value_and_grad(unrolled, argnums=(0, 1)))(*_args(inp))
+    np.testing.assert_allclose(ours[0], loop[0], rtol=1e-13)
+    for a, b in zip(ours[1], loop[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
 @pytest.fixture(scope="module")

@@ -112,14 +112,15 @@ class BatchBuilder(Builder):
         re-created batched instead of broadcast.
         """
         t = self.btype(v.type)
-        self.static(t, "a broadcast")
+        # Dynamic dims (a while loop's tape in its backward code) keep their sizes.
+        dyn = self.dims(v) if is_tensor(v.type) else []
         d = v.owner
         if not isinstance(d, ir.Block):
             name = op_name(d)
-            if name == "tensor.empty" and len(d.operands) == 0:
-                return self.empty(t)
+            if name == "tensor.empty":
+                return self.empty(t, list(d.operands))
             if name == "linalg.fill":
-                return self.fill(self.empty(t), d.operands[0])
+                return self.fill(self.empty(t, dyn), d.operands[0])
             if name == "arith.constant":
                 attr = d.attributes["value"]
                 if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -128,7 +129,7 @@ class BatchBuilder(Builder):
         if not is_tensor(v.type):
             return self.fill(self.empty(t), v)
         with self.loc, self.ip:
-            return _v(linalg.broadcast(v, outs=[self.empty(t)], dimensions=[0]))
+            return _v(linalg.broadcast(v, outs=[self.empty(t, dyn)], dimensions=[0]))
 
     def ensure_batched(self, v: ir.Value, batched: bool) -> ir.Value:
         """`v` if it is batched, else `bcast(v)`."""

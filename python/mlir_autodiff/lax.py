@@ -1,0 +1,520 @@
+"""Structured loops: `fori_loop`, `scan`, `while_loop` (the contracts of `jax.lax`).
+
+A Python loop over traced values unrolls: every iteration is traced again
+and the program grows with the trip count. These functions trace their
+body *once*, into the region of one upstream loop op:
+
+- `fori_loop(lower, upper, body_fun, init_val)` -> `scf.for` over index
+  bounds (static or traced), carrying the leaves of `init_val`;
+- `scan(f, init, xs, length=None, reverse=False)` -> one `scf.for` whose
+  body reads slice i of every `xs` leaf (a rank-reducing
+  `tensor.extract_slice`) and writes each `y` leaf into a preallocated
+  stacked output carried through the loop (`tensor.insert_slice`);
+- `while_loop(cond_fun, body_fun, init_val)` -> `scf.while`.
+
+The MLIR passes differentiate (forward mode, reverse mode with tapes, to any
+order), batch and lower these ops, so `grad`, `jvp`, `vmap`, `hessian` and
+`jit` compose with the loops. Loop bodies may close over values of the
+enclosing trace (weights used in every step): a region sees them directly
+(see `tracing.RegionTrace`).
+
+Carried values keep one type: a body whose output leaf differs in shape or
+dtype from the carry is a `TypeError` naming the leaf, as in JAX (a weakly
+typed init, such as a Python `0.0`, adopts the dtype the body computes).
+Outside a trace the loops run as Python loops on numpy values, as the
+`mlir_autodiff.numpy` functions do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, scf, tensor
+
+from . import primitives, pytree
+from .tracing import (
+    FunctionTrace,
+    RegionTrace,
+    ShapedArray,
+    Tracer,
+    abstractify,
+    as_tracer,
+    current_trace,
+    format_site,
+    require_trace,
+)
+
+#: Placeholder abstract value of a non-tensor block argument (scf.for's index):
+#: RegionTrace keeps one aval per block argument; user code never sees it.
+_INDEX_AVAL = ShapedArray((), np.int64)
+_DYN = ir.ShapedType.get_dynamic_size()
+
+
+# --------------------------------------------------------------------------- pytrees
+
+def _leaf_paths(tree: pytree.TreeDef, prefix: str) -> list[str]:
+    """JAX-style key paths of the leaves of `tree` (`carry[1]['w']`), in flatten order."""
+    if tree.is_leaf:
+        return [prefix]
+    if tree.kind == "dict":
+        keys = [f"[{k!r}]" for k in tree.aux]
+    elif tree.kind == "namedtuple":
+        keys = [f".{f}" for f in tree.aux._fields]
+    else:
+        keys = [f"[{i}]" for i in range(len(tree.children))]
+    out: list[str] = []
+    for key, child in zip(keys, tree.children):
+        out += _leaf_paths(child, prefix + key)
+    return out
+
+
+def _same_type(a: ShapedArray, b: ShapedArray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype
+
+
+def _mismatch(path: str, a: ShapedArray, b: ShapedArray) -> str:
+    why = "the shapes do not match" if a.shape != b.shape else "the dtypes do not match"
+    return (f"  * the input carry component {path} has type {a.str_short()} but the "
+            f"corresponding output carry component has type {b.str_short()}, so {why}")
+
+
+def _carry_error(who: str, what: str, lines: list[str]) -> TypeError:
+    return TypeError(f"{who} {what} carry input and carry output must have equal types, but "
+                     f"they differ (at {format_site()}):\n" + "\n".join(lines))
+
+
+def _check_tree(who: str, what: str, in_tree: pytree.TreeDef,
+                out_tree: pytree.TreeDef) -> None:
+    if in_tree != out_tree:
+        raise TypeError(f"{who} {what} output must have the same pytree structure as its "
+                        f"carry input, got input {in_tree} and output {out_tree} (at "
+                        f"{format_site()})")
+
+
+def _check_eager_carry(who: str, what: str, tree: pytree.TreeDef, init: list[Any],
+                       out: Any) -> list[Any]:
+    """The flat leaves of `out`, a body's result outside a trace, checked against `init`."""
+    leaves, out_tree = pytree.tree_flatten(out)
+    _check_tree(who, what, tree, out_tree)
+    lines = []
+    for path, a, b in zip(_leaf_paths(tree, "carry"), init, leaves):
+        ai, bi = abstractify(a), abstractify(b)
+        if not _same_type(ai, bi) and not (ai.weak_type and ai.shape == bi.shape):
+            lines.append(_mismatch(path, ai, bi))
+    if lines:
+        raise _carry_error(who, what, lines)
+    return leaves
+
+
+# --------------------------------------------------------------------------- tracing regions
+
+class _Promote(Exception):
+    """A weakly typed carry leaf must take the dtype the body gave it: trace again."""
+
+    def __init__(self, dtypes: dict[int, np.dtype]) -> None:
+        super().__init__()
+        self.dtypes = dtypes
+
+
+def _carry_outputs(who: str, what: str, region: RegionTrace, tree: pytree.TreeDef,
+                   avals: Sequence[ShapedArray], out: Any) -> list[Tracer]:
+    """The body's carry output as tracers of `region`, each of its carry leaf's type.
+
+    Raises `_Promote` when only weakly typed init leaves differ in dtype (the
+    caller traces again with those leaves converted), TypeError otherwise.
+    """
+    leaves, out_tree = pytree.tree_flatten(out)
+    _check_tree(who, what, tree, out_tree)
+    outs = [as_tracer(x) for x in leaves]
+    lines, promote = [], {}
+    for k, (path, a, o) in enumerate(zip(_leaf_paths(tree, "carry"), avals, outs)):
+        if _same_type(a, o.aval):
+            continue
+        if a.shape == o.shape and o.weak_type:
+            outs[k] = primitives.convert(o, a.dtype, weak_type=a.weak_type)
+        elif a.shape == o.shape and a.weak_type:
+            promote[k] = o.dtype
+        else:
+            lines.append(_mismatch(path, a, o.aval))
+    if lines:
+        raise _carry_error(who, what, lines)
+    if promote:
+        raise _Promote(promote)
+    return outs
+
+
+def _yield(region: RegionTrace, values: Sequence[ir.Value]) -> None:
+    with region.emitting():
+        scf.YieldOp(list(values))
+    region.finish([])
+
+
+def _as_index(t: Tracer) -> ir.Value:
+    """A 0-d integer tensor as an `index` (emitted in the active trace)."""
+    v = tensor.extract(t.value, [])
+    return arith.index_cast(ir.IndexType.get(), v)
+
+
+def _index_tensor(iv: ir.Value, dtype: np.dtype) -> ir.Value:
+    """An `index` as a 0-d tensor of `dtype` (the loop counter the body sees)."""
+    elt = ir.IntegerType.get_signless(np.dtype(dtype).itemsize * 8)
+    v = arith.index_cast(elt, iv)
+    return tensor.from_elements(ir.RankedTensorType.get([], elt), [v])
+
+
+def _slice_attrs(rank: int, shape: Sequence[int], n_operands: list[int]) -> dict[str, Any]:
+    """Attributes of a rank-reducing slice at a dynamic leading offset (scf.py's tapes)."""
+    return {
+        "static_offsets": ir.DenseI64ArrayAttr.get([_DYN] + [0] * rank),
+        "static_sizes": ir.DenseI64ArrayAttr.get([1, *shape]),
+        "static_strides": ir.DenseI64ArrayAttr.get([1] * (rank + 1)),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get(n_operands),
+    }
+
+
+def _row(xs: Tracer, i: ir.Value, region: RegionTrace) -> Tracer:
+    """xs[i] (i an index) in `region`: a rank-reducing tensor.extract_slice."""
+    src = region.lift(xs)
+    aval = ShapedArray(xs.shape[1:], xs.dtype)
+    with region.emitting():
+        op = ir.Operation.create(
+            "tensor.extract_slice", results=[aval.mlir_type()], operands=[src.value, i],
+            attributes=_slice_attrs(aval.ndim, aval.shape, [1, 1, 0, 0]))
+    return region.wrap(op.result, aval)
+
+
+def _write_row(stack: ir.Value, y: Tracer, value: ir.Value, i: ir.Value) -> ir.Value:
+    """stack[i] = y (whose value is `value`): a rank-reducing tensor.insert_slice."""
+    return ir.Operation.create(
+        "tensor.insert_slice", results=[stack.type], operands=[value, stack, i],
+        attributes=_slice_attrs(y.ndim, y.shape, [1, 1, 1, 0, 0])).result
+
+
+def _move_body(old: ir.Block, new: ir.Block) -> None:
+    """Move every op of `old` into `new`, remapping `old`'s arguments to `new`'s first ones."""
+    for a, n in zip(old.arguments, new.arguments):
+        a.replace_all_uses_with(n)
+    ip = ir.InsertionPoint(new)
+    for o in list(old.operations):
+        ip.insert(o.operation.detach_from_parent())
+
+
+def _carry_tracers(init: Any) -> tuple[list[Tracer], pytree.TreeDef]:
+    leaves, tree = pytree.tree_flatten(init)
+    return [as_tracer(x) for x in leaves], tree
+
+
+def _promoted(carry: list[Tracer], dtypes: dict[int, np.dtype]) -> list[Tracer]:
+    return [primitives.convert(t, dtypes[k], weak_type=False) if k in dtypes else t
+            for k, t in enumerate(carry)]
+
+
+def _results(parent: FunctionTrace, values: Sequence[ir.Value],
+             avals: Sequence[ShapedArray]) -> list[Tracer]:
+    return [parent.wrap(v, a) for v, a in zip(values, avals)]
+
+
+# --------------------------------------------------------------------------- scf.for
+
+#: One iteration: body(region, iv, carry tracers) -> (carry output pytree, y tracers,
+#: the row the ys go to: an index value of the region, or None without ys).
+ForBody = Callable[[RegionTrace, ir.Value, list[Tracer]],
+                   tuple[Any, list[Tracer], ir.Value | None]]
+
+
+def _emit_for(who: str, what: str, lb: ir.Value, ub: ir.Value, carry: list[Tracer],
+              tree: pytree.TreeDef, body: ForBody,
+              stacked: int | None) -> tuple[list[Tracer], list[Tracer]]:
+    """Emit one `scf.for lb..ub` carrying `carry`; returns (carry results, stacked ys).
+
+    `body` traces one iteration; its ys (when `stacked` is the trip count)
+    are written to row i of outputs of shape [stacked, ...] carried by the
+    loop. Their types are only known once the body is traced, so the body is
+    traced into a loop without them, then moved into the final loop.
+    """
+    parent = require_trace(who)
+    while True:
+        avals = [t.aval for t in carry]
+        with parent.emitting():
+            one = arith.constant(ir.IndexType.get(), 1)
+            staging = scf.ForOp(lb, ub, one, [t.value for t in carry])
+        region = RegionTrace(parent, staging.body, [_INDEX_AVAL, *avals], who)
+        try:
+            with region.active():
+                out, ys, row = body(region, staging.induction_variable, region.args[1:])
+                outs = _carry_outputs(who, what, region, tree, avals, out)
+                ys = [region.lift(y) for y in ys]
+        except _Promote as p:
+            region.finished = True
+            staging.operation.erase()
+            carry = _promoted(carry, p.dtypes)
+            continue
+        except BaseException:
+            region.finished = True
+            staging.operation.erase()
+            raise
+        break
+    out_avals = [a if not a.weak_type or o.weak_type else a.strong()
+                 for a, o in zip(avals, outs)]
+    if not ys:
+        _yield(region, [o.value for o in outs])
+        return _results(parent, staging.results, out_avals), []
+    y_avals = [ShapedArray((stacked, *y.shape), y.dtype) for y in ys]
+    with parent.emitting():
+        inits = [primitives._filled(a.shape, a.dtype, 0) for a in y_avals]
+        loop = scf.ForOp(lb, ub, one, [t.value for t in carry] + inits)
+    assert row is not None
+    # The body may hand back its own block arguments (an unchanged carry, y = c):
+    # point those at the final loop's arguments before the staging loop goes.
+    new_args = dict(zip(staging.body.arguments, loop.body.arguments))
+    row, *values = [new_args.get(v, v) for v in [row, *(t.value for t in outs + ys)]]
+    _move_body(staging.body, loop.body)
+    region.block = loop.body
+    staging.operation.erase()
+    n = len(carry)
+    stacks = list(loop.body.arguments)[1 + n:]
+    with region.emitting():
+        written = [_write_row(s, y, v, row) for s, y, v in zip(stacks, ys, values[n:])]
+        scf.YieldOp(values[:n] + written)
+    region.finish([])
+    res = list(loop.results)
+    return _results(parent, res[:n], out_avals), _results(parent, res[n:], y_avals)
+
+
+def _is_int_array(b: Any) -> bool:
+    """A concrete 0-d integer array (a static bound, like a Python int)."""
+    return isinstance(b, np.ndarray) and b.ndim == 0 and np.issubdtype(b.dtype, np.integer)
+
+
+def _bounds(who: str, lower: Any, upper: Any) -> tuple[ir.Value, ir.Value, ShapedArray]:
+    """fori_loop's bounds as `index` values, and the abstract value of the counter."""
+    traced = []
+    lower, upper = (int(b) if _is_int_array(b) else b for b in (lower, upper))
+    for name, b in (("lower", lower), ("upper", upper)):
+        if isinstance(b, Tracer):
+            if b.ndim != 0 or not np.issubdtype(b.dtype, np.integer):
+                raise TypeError(f"{who}: {name} must be an integer scalar, got {b.aval} (at "
+                                f"{format_site()})")
+            traced.append(b)
+        elif not isinstance(b, (int, np.integer)) or isinstance(b, (bool, np.bool_)):
+            raise TypeError(f"{who}: {name} must be an int or an integer scalar array, got "
+                            f"{type(b).__name__} (at {format_site()})")
+    _reject_batched_bounds(who, traced)
+    dtype = (np.result_type(*[t.dtype for t in traced]) if traced else np.dtype(np.int64))
+    trace = require_trace(who)
+    bounds = [trace.lift(b) if isinstance(b, Tracer) else int(b) for b in (lower, upper)]
+    with trace.emitting():
+        idx = [_as_index(b) if isinstance(b, Tracer)
+               else arith.constant(ir.IndexType.get(), b) for b in bounds]
+    return idx[0], idx[1], ShapedArray((), dtype, weak_type=not traced)
+
+
+def _reject_batched_bounds(who: str, bounds: list[Tracer]) -> None:
+    """Bounds that vary across a vmap's lanes cannot drive one scf.for: say so here."""
+    from .batching import active_vmap_level
+
+    level = active_vmap_level()
+    if level is None or not bounds:
+        return
+    if True in level.batched_leaves(bounds):
+        raise ValueError(
+            f"{who}: the loop bounds depend on a batched (vmapped) argument at "
+            f"{format_site()}; one scf.for cannot run a different trip count per lane. Use "
+            "while_loop with the bound in its carry (it batches), or pass the bound unbatched "
+            "(in_axes=None)")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any],
+              init_val: Any) -> Any:
+    """`body_fun(i, carry)` for i in [lower, upper), starting from `init_val` (jax.lax).
+
+    `lower`/`upper` are Python ints or integer scalars (traced bounds give a
+    loop whose trip count is only known at run time); `i` is a 0-d integer
+    array (int64 for Python-int bounds, else the bounds' dtype). The carry is
+    a pytree of arrays and scalars whose leaves keep their shapes and dtypes.
+    Emits one `scf.for`; an empty range returns `init_val`.
+    """
+    who = "fori_loop"
+    if current_trace() is None:
+        return _eager_fori(who, lower, upper, body_fun, init_val)
+    carry, tree = _carry_tracers(init_val)
+    lb, ub, i_aval = _bounds(who, lower, upper)
+
+    def body(region: RegionTrace, iv: ir.Value, args: list[Tracer]
+             ) -> tuple[Any, list[Tracer], None]:
+        with region.emitting():
+            i = region.wrap(_index_tensor(iv, i_aval.dtype), i_aval)
+        return body_fun(i, pytree.tree_unflatten(tree, args)), [], None
+
+    outs, _ = _emit_for(who, "body_fun", lb, ub, carry, tree, body, None)
+    return pytree.tree_unflatten(tree, outs)
+
+
+def _eager_fori(who: str, lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any],
+                init_val: Any) -> Any:
+    init, tree = pytree.tree_flatten(init_val)
+    val = init_val
+    for i in range(int(lower), int(upper)):
+        leaves = _check_eager_carry(who, "body_fun", tree, init, body_fun(np.int64(i), val))
+        val = pytree.tree_unflatten(tree, leaves)
+    return val
+
+
+# --------------------------------------------------------------------------- scan
+
+def _scan_length(who: str, xs: Sequence[Any], length: int | None) -> int:
+    """The trip count: the common leading size of the xs leaves (and `length`)."""
+    for x in xs:
+        if x.ndim == 0:
+            raise ValueError(f"{who}: xs leaves must have a leading axis to scan over, got "
+                             f"a 0-d value (at {format_site()})")
+    lengths = {x.shape[0] for x in xs}
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) > 1:
+        raise ValueError(f"{who} got values with different leading axis sizes: "
+                         f"{sorted(lengths)} (at {format_site()})")
+    if not lengths:
+        raise ValueError(f"{who}: give xs or length (at {format_site()})")
+    return lengths.pop()
+
+
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
+         length: int | None = None, reverse: bool = False) -> tuple[Any, Any]:
+    """Loop `carry, y = f(carry, x)` over the leading axis of `xs` (jax.lax.scan).
+
+    `xs` is a pytree of arrays scanned along axis 0 (or None, with
+    `length`); returns `(carry, ys)`, ys being the `y` leaves stacked along a
+    new leading axis (None when `f` returns None for y). `reverse=True`
+    runs from the last slice to the first (ys stay in xs's order). One
+    `scf.for` with the stacked outputs as carried tensors.
+    """
+    who = "scan"
+    if current_trace() is None:
+        return _eager_scan(who, f, init, xs, length, reverse)
+    x_leaves, x_tree = pytree.tree_flatten(xs)
+    x_tracers = [as_tracer(x) for x in x_leaves]
+    n = _scan_length(who, x_tracers, length)
+    carry, tree = _carry_tracers(init)
+    trace = require_trace(who)
+    with trace.emitting():
+        lb = arith.constant(ir.IndexType.get(), 0)
+        ub = arith.constant(ir.IndexType.get(), n)
+    y_tree: list[pytree.TreeDef] = []
+
+    def body(region: RegionTrace, iv: ir.Value, args: list[Tracer]
+             ) -> tuple[Any, list[Tracer], ir.Value]:
+        i = iv
+        if reverse:
+            with region.emitting():
+                i = arith.subi(arith.constant(ir.IndexType.get(), n - 1), iv)
+        x = pytree.tree_unflatten(x_tree, [_row(t, i, region) for t in x_tracers])
+        out = f(pytree.tree_unflatten(tree, args), x)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"{who}: f must return a pair (carry, y), got "
+                            f"{type(out).__name__} (at {format_site()})")
+        y_leaves, yt = pytree.tree_flatten(out[1])
+        y_tree[:] = [yt]
+        return out[0], [as_tracer(y) for y in y_leaves], i
+
+    outs, ys = _emit_for(who, "f", lb, ub, carry, tree, body, n)
+    return pytree.tree_unflatten(tree, outs), pytree.tree_unflatten(y_tree[0], ys)
+
+
+def _eager_scan(who: str, f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any,
+                length: int | None, reverse: bool) -> tuple[Any, Any]:
+    x_leaves, x_tree = pytree.tree_flatten(xs)
+    arrays = [np.asarray(x) for x in x_leaves]
+    n = _scan_length(who, arrays, length)
+    init_leaves, tree = pytree.tree_flatten(init)
+    carry, rows = init, []
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    for t in order:
+        carry, y = f(carry, pytree.tree_unflatten(x_tree, [a[t] for a in arrays]))
+        carry = pytree.tree_unflatten(tree, _check_eager_carry(who, "f", tree, init_leaves,
+                                                               carry))
+        rows.append(y)
+    if reverse:
+        rows.reverse()
+    if not rows:
+        return carry, None
+    y_leaves = [pytree.tree_leaves(r) for r in rows]
+    stacked = [np.stack([np.asarray(r[k]) for r in y_leaves]) for k in range(len(y_leaves[0]))]
+    return carry, pytree.tree_unflatten(pytree.tree_structure(rows[0]), stacked)
+
+
+# --------------------------------------------------------------------------- scf.while
+
+def _condition(who: str, out: Any) -> ir.Value:
+    """cond_fun's result as the i1 scf.condition takes (emitted in the active region)."""
+    t = as_tracer(out)
+    if t.shape != () or t.dtype != np.dtype(np.bool_):
+        raise TypeError(f"{who}: cond_fun must return a boolean scalar, but got output type "
+                        f"{t.aval.str_short()} (at {format_site()})")
+    with t.trace.emitting():
+        v = tensor.extract(t.value, [])
+        if v.type == ir.IntegerType.get_signless(1):
+            return v
+        return arith.cmpi(arith.CmpIPredicate.ne, v, arith.constant(v.type, 0))
+
+
+def _new_block(region: ir.Region, avals: Sequence[ShapedArray]) -> ir.Block:
+    types = [a.mlir_type() for a in avals]
+    return region.blocks.append(*types, arg_locs=[ir.Location.current] * len(types))
+
+
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
+               init_val: Any) -> Any:
+    """`while cond_fun(val): val = body_fun(val)`, from `init_val` (jax.lax.while_loop).
+
+    `cond_fun` returns a boolean scalar; `body_fun` keeps the carry's types.
+    Emits one `scf.while`. Unlike JAX, reverse mode works: the backward pass
+    records a tape as long as the loop ran.
+    """
+    who = "while_loop"
+    if current_trace() is None:
+        init, tree = pytree.tree_flatten(init_val)
+        val = init_val
+        while bool(cond_fun(val)):
+            val = pytree.tree_unflatten(
+                tree, _check_eager_carry(who, "body_fun", tree, init, body_fun(val)))
+        return val
+    carry, tree = _carry_tracers(init_val)
+    parent = require_trace(who)
+    while True:
+        avals = [t.aval for t in carry]
+        with parent.emitting():
+            op = scf.WhileOp([a.mlir_type() for a in avals], [t.value for t in carry])
+            before = _new_block(op.before, avals)
+            after = _new_block(op.after, avals)
+        cond = RegionTrace(parent, before, avals, who)
+        step = RegionTrace(parent, after, avals, who)
+        try:
+            with cond.active():
+                go = _condition(who, cond_fun(pytree.tree_unflatten(tree, cond.args)))
+                with cond.emitting():
+                    scf.ConditionOp(go, [a.value for a in cond.args])
+                cond.finish([])
+            with step.active():
+                out = body_fun(pytree.tree_unflatten(tree, step.args))
+                outs = _carry_outputs(who, "body_fun", step, tree, avals, out)
+                _yield(step, [o.value for o in outs])
+        except _Promote as p:
+            cond.finished = step.finished = True
+            op.operation.erase()
+            carry = _promoted(carry, p.dtypes)
+            continue
+        except BaseException:
+            cond.finished = step.finished = True
+            op.operation.erase()
+            raise
+        break
+    out_avals = [a if not a.weak_type or o.weak_type else a.strong()
+                 for a, o in zip(avals, outs)]
+    return pytree.tree_unflatten(tree, _results(parent, op.results, out_avals))
+
+
+__all__ = ["fori_loop", "scan", "while_loop"]
