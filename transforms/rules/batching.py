@@ -686,6 +686,13 @@ def _generate(b, op, vals, batched):
     return [(gen.result, True)]
 
 
+def _empty(b, op, vals, batched):
+    """Only reached with a batched size: each lane would need its own shape."""
+    raise b.fail(op, "cannot batch 'tensor.empty' whose dynamic size differs per lane "
+                     "(e.g. a loop's trip count under vmap); batching needs one shape "
+                     "for every lane")
+
+
 def _index_in(b: BatchBuilder, block: ir.Block, d: int) -> ir.Value:
     """`linalg.index d` appended to `block` (a generic's body under construction)."""
     return loop_index(Builder(ir.InsertionPoint(block), b.loc), d)
@@ -728,6 +735,7 @@ defrule("tensor.concat", _concat)
 defrule("tensor.splat", _splat)
 defrule("tensor.from_elements", _from_elements)
 defrule("tensor.generate", _generate)
+defrule("tensor.empty", _empty)
 defrule("tensor.pad", _pad)
 defrule("tensor.dim", _dim)
 
