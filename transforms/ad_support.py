@@ -76,6 +76,25 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     return owner.operation
 
 
+def is_known_zero(v: ir.Value) -> bool:
+    """`v` is float zeros by construction: a zero constant, or a fill, broadcast,
+    transpose or reshape of one (how the front end writes a zero tangent)."""
+    while isinstance(v, ir.OpResult):
+        op = v.owner
+        name = op_name(op)
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.FloatAttr):
+                return attr.value == 0.0
+            return (isinstance(attr, ir.DenseFPElementsAttr) and attr.is_splat
+                    and ir.FloatAttr(attr.get_splat_value()).value == 0.0)
+        if name not in ("linalg.fill", "linalg.broadcast", "linalg.transpose",
+                        "tensor.collapse_shape", "tensor.expand_shape", "tensor.splat"):
+            return False
+        v = op.operands[0]
+    return False
+
+
 def captured_values(op: ir.Operation) -> list[ir.Value]:
     """Values used inside `op`'s regions but defined outside `op` (in order, unique)."""
     inner = set()

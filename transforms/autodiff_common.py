@@ -49,6 +49,7 @@ from .ad_support import (
     Builder,
     captured_values,
     is_float,
+    is_known_zero,
     op_name,
     residual_operands,
     unique_name,
@@ -156,7 +157,7 @@ class Driver:
         self.module = module
         self.pass_name = pass_name
         self.body = module.regions[0].blocks[0]
-        self.jvp_cache: dict[str, str] = {}
+        self.jvp_cache: dict[tuple[str, frozenset[int]], str] = {}
         self.vjp_cache: dict[tuple[str, tuple[int, ...]], tuple] = {}
         self.prepared: set[str] = set()
         self.in_progress: set[str] = set()
@@ -258,7 +259,9 @@ class Driver:
                           [v.type for v in op.operands], params * 2)
         self._check_types(op, "results (outputs and output tangents of @" + name + ")",
                           [r.type for r in op.results], results * 2)
-        gen = self.jvp_function(name, op)
+        tangents = list(op.operands)[len(params):]
+        gen = self.jvp_function(name, op, frozenset(
+            i for i, t in enumerate(tangents) if is_known_zero(t)))
         call = func.CallOp([r.type for r in op.results], ir.FlatSymbolRefAttr.get(gen),
                            list(op.operands), loc=op.location, ip=ir.InsertionPoint(op))
         for old, new in zip(op.results, call.results):
@@ -307,20 +310,26 @@ class Driver:
 
     # -- generated functions (cached) --------------------------------------------
 
-    def jvp_function(self, name: str, at: Any) -> str:
+    def jvp_function(self, name: str, at: Any, zeros: frozenset[int] = frozenset()) -> str:
         """The forward-mode function of @name: its `autodiff.custom_jvp` rule if it has
         one, else generated from its body (also when it only has a custom_vjp: the
         primal body is differentiated in forward mode, which is sound, as the rule
-        and the body compute the same function)."""
-        if name not in self.jvp_cache:
+        and the body compute the same function).
+
+        `zeros`: parameters whose tangent every caller passes as zero (JAX's
+        symbolic zeros). The generated function keeps its signature but treats
+        them as inactive, so no tangent work is spent on them (a closed-over
+        weight in a Hessian-vector product would cost two extra matmuls)."""
+        key = (name, zeros)
+        if key not in self.jvp_cache:
             fn = self.lookup(name, at)
             rule = self.custom_jvp_rule(fn, name)
             if rule is not None:
-                self.jvp_cache[name] = rule
+                self.jvp_cache[key] = rule
             else:
                 fn = self.prepare(name, at)
-                self.jvp_cache[name] = self.generate_jvp(fn, name)
-        return self.jvp_cache[name]
+                self.jvp_cache[key] = self.generate_jvp(fn, name, zeros)
+        return self.jvp_cache[key]
 
     def vjp_functions(self, name: str, wrt: Sequence[int], at: Any
                       ) -> tuple[str, str, list[ir.Type], list[int]]:
@@ -569,7 +578,8 @@ class Driver:
         k = list(op.results).index(v)
         return self._saveable(ret.operands[k], policy, names, depth + 1)
 
-    def generate_jvp(self, fn: ir.Operation, name: str) -> str:
+    def generate_jvp(self, fn: ir.Operation, name: str,
+                     zeros: frozenset[int] = frozenset()) -> str:
         new_name = self.unique_name(f"{name}_jvp")
         new = self.clone_function(fn, new_name)
         ft = _func_type(fn)
@@ -577,8 +587,8 @@ class Driver:
         block = new.regions[0].blocks[0]
         loc = new.location
         targs = [block.add_argument(t, loc) for t in params]
-        tmap = {a: t for a, t in zip(list(block.arguments)[: len(params)], targs)
-                if is_float(a.type)}
+        tmap = {a: t for i, (a, t) in enumerate(zip(list(block.arguments)[: len(params)], targs))
+                if is_float(a.type) and i not in zeros}
         fwd = ForwardAD(self, tmap)
         fwd.run_block(block)
         ret = list(block.operations)[-1]
@@ -721,8 +731,8 @@ class ForwardAD:
     def fail(self, op: Any, msg: str) -> PassFailure:
         return self.driver.fail(op, msg)
 
-    def jvp_function(self, name: str, at: Any) -> str:
-        return self.driver.jvp_function(name, at)
+    def jvp_function(self, name: str, at: Any, zeros: frozenset[int] = frozenset()) -> str:
+        return self.driver.jvp_function(name, at, zeros)
 
     def replace_op(self, op: ir.Operation, new: Sequence[ir.Value]) -> None:
         """Route the uses of `op`'s results to `new` and erase `op` after its rule."""

@@ -123,15 +123,18 @@ def _host_vector_bits() -> int:
 #: (64, 256, 128) 125 / 124 / 92, (128, 256, 128) 150 / 134 / 104,
 #: (32, 512, 256) 150 / 116 / 85; 8x48 72 / 63 / 42. AVX2 (16 ymm): the
 #: 4 x 16 tile = 8 accumulators of the notes' Zen 3 probe (not re-measured).
-#: Below 64^3 the schedule is not worth its compile time: a 64^3 module
-#: compiled in 80 ms instead of 35 ms and ran in 22 us instead of 118 us;
-#: at 32^3 the call (25 us) is all Python overhead either way.
+#: Small matmuls: the schedule costs ~10 ms of compile time. With the
+#: runtime's call overhead at ~6 us (it was ~25 us when this threshold was
+#: 64^3), measured per call, schedule / scalar loops (compile ms): 64 x 128
+#: x 10 (the vmap'd MLP's output layer) 9.0 / 46.3 us (44 / 34), 128 x 512
+#: x 10 23 / 419 us (47 / 33), 32^3 7.0 / 9.1 us (45 / 35), 16^3 6.3 /
+#: 6.6 us. So the threshold sits above 32^3 and below 64 x 128 x 10.
 #: f64 (and every contraction generic) uses the same table with `nr` counted
 #: in f32 lanes, i.e. 8 x 16 f64 on AVX-512 (16 zmm accumulators again).
 #: f64 512^3, one process per tile, same minutes, loaded machine: 8x16
 #: 61 GFLOP/s (jax.jit 70 in the same process), 8x8 40, 4x32 36, 6x16 33.
 #: Before f64 was scheduled it ran the scalar loops: 256^3 at 1.7 GFLOP/s.
-_MATMUL_MIN_FLOPS = 2 * 64 ** 3
+_MATMUL_MIN_FLOPS = 2 * 40 ** 3
 
 MATMUL_BY_VECTOR_BITS = {
     512: MatmulSchedule(mr=8, nr=32, cache=(128, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
@@ -329,9 +332,15 @@ def classify(op: ir.Operation) -> Candidate | None:
         # schedule. Other multi-input reductions keep the scalar loops.
         maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
         return _contraction_candidate(op, maps) if _is_mul_add(op) else None
-    # Inner reductions: the reduced dim is the last loop, all others parallel.
-    if iters[-1].endswith("<reduction>") and all(i.endswith("<parallel>") for i in iters[:-1]):
-        return Candidate(op, "reduction", ranges, width)
+    # Inner reductions: the reduced dim is the last loop. Outer loops may reduce
+    # too (a sum over a whole matrix, e.g. the weight decay sum(w * w)): they
+    # become scalar loops around the vectorized last one. Left to the scalar
+    # loops, such a sum ran one dependent add per element: with sum(w * w)
+    # vectorized, the MLP loss (784-512-512-10, batch 128, f32, one thread)
+    # went from 2.33 to 1.78 ms (jax.jit 1.43 in the same process).
+    if iters[-1].endswith("<reduction>"):
+        reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
+        return Candidate(op, "reduction", ranges, width, reduced)
     # Outer reductions (e.g. column sums): the last loop is parallel.
     if iters[-1].endswith("<parallel>"):
         reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
@@ -970,7 +979,7 @@ def _schedule_reduction(s: _Script, c: Candidate, tag: int) -> None:
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
     v = _largest_divisor(c.ranges[-1], (lanes, lanes // 2, lanes // 4, 2))
-    if len(c.ranges) > 1:
+    if len(c.ranges) > 1 and 0 not in c.reduced:
         h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     outer = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [0]
     h = s.tile(h, outer)

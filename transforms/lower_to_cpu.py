@@ -18,6 +18,8 @@ static linalg ops (matmul, batch_matmul, elementwise, reductions,
 transposes) are tiled and vectorized by a transform-dialect schedule chosen
 by shape and host vector width, with f32 exp/log/tanh replaced by polynomial
 code of documented accuracy; small ops keep the plain loops (compile time).
+Before that, elementwise fusion is kept from recomputing a producer inside a
+consumer that does not index all of it (`PinRecomputedProducers`).
 Results are computed directly in the caller's buffers where possible.
 `threads=N` (off by default) distributes large kernels over N OpenMP
 threads; the JIT must then load LLVM's OpenMP runtime.
@@ -127,6 +129,151 @@ class ExpandExpm1(Pass):
                 out = arith.select(is_one, x, out)
             op.results[0].replace_all_uses_with(out)
             op.erase()
+
+
+# -- fusion control -------------------------------------------------------------------------
+#
+# Upstream `linalg-fuse-elementwise-ops` fuses every single-use all-parallel
+# generic into its consumer, also where the consumer's loops do not all index
+# the fused operand: the producer's body is then recomputed once per extra
+# iteration. `tanh(x @ W1 + b1) @ W2` under vmap became one contraction
+# generic computing tanh 10 times per element of the hidden layer (N = 10),
+# and the contraction, no longer `acc + a * b`, lost its matmul schedule:
+# 1.97 ms instead of 0.14 ms for the 64 x 256 x 128 x 10 per-sample loss.
+# The pass's control function (fuse single-use producers) cannot be replaced
+# from Python, so such producers get a second use for the duration of the
+# pass: an extra result of their function, dropped again right after.
+
+#: Function attribute (i64): how many trailing results `PinRecomputedProducers` added.
+PINNED_RESULTS = "autodiff.pinned_results"
+
+_RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+#: Body ops too costly to recompute per broadcast element of a parallel consumer.
+_COSTLY_BODY_OPS = ("arith.divf", "arith.remf")
+
+
+def _all_parallel(op: ir.Operation) -> bool:
+    return op.name == "linalg.generic" and all(
+        "parallel" in str(a) for a in op.attributes["iterator_types"])
+
+
+def _single_consumer(value: ir.Value) -> tuple[ir.Operation, int] | None:
+    """The one (op, operand index) using `value`, looking through single-use reshapes."""
+    while True:
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return None
+        user = uses[0].owner
+        if user.name not in _RESHAPES:
+            return user, uses[0].operand_number
+        value = user.results[0]
+
+
+def _recomputes(consumer: ir.Operation, operand: int, producer: ir.Operation) -> bool:
+    """Whether fusing `producer` into `consumer`'s `operand` would repeat its body.
+
+    Yes when some loop of extent > 1 (or unknown) does not index the operand,
+    and either the consumer reduces (a contraction: the fused body would
+    also no longer be `acc + a * b`) or the producer's body is costly
+    (transcendentals, divisions).
+    """
+    from .cpu_schedules import _named_maps, _ranges_from_maps
+
+    if consumer.name in ("linalg.matmul", "linalg.batch_matmul"):
+        maps, reduces = _named_maps(consumer), True
+    elif consumer.name == "linalg.generic":
+        maps = [ir.AffineMapAttr(m).value for m in consumer.attributes["indexing_maps"]]
+        reduces = not _all_parallel(consumer)
+    else:
+        return False
+    if operand >= len(maps):
+        return False
+    used = {e.position for e in maps[operand].results if isinstance(e, ir.AffineDimExpr)}
+    ranges = _ranges_from_maps(maps, consumer)
+    missing = [d for d in range(maps[operand].n_dims) if d not in used]
+    if not missing or ranges is not None and all(ranges[d] == 1 for d in missing):
+        return False
+    costly = any(o.operation.name.startswith("math.") or o.operation.name in _COSTLY_BODY_OPS
+                 for o in producer.regions[0].blocks[0].operations)
+    return reduces or costly
+
+
+@dataclasses.dataclass(frozen=True)
+class PinRecomputedProducers(Pass):
+    """Before elementwise fusion: give producers it would recompute a second use.
+
+    Only producers in the entry block of a single-block public function are
+    pinned (the return must see them); see "fusion control" above.
+    """
+
+    name = "autodiff-pin-recomputed-producers"
+    summary = "Keep elementwise producers out of consumers that would recompute them"
+
+    def run(self, module: ir.Operation) -> None:
+        for func in _public_definitions(module):
+            if len(func.regions[0].blocks) != 1:
+                continue
+            block = func.regions[0].blocks[0]
+            ret = block.operations[len(block.operations) - 1].operation
+            if ret.name != "func.return":
+                continue
+            pinned = []
+            for op in block.operations:
+                op = op.operation
+                if not _all_parallel(op) or len(op.results) != 1:
+                    continue
+                use = _single_consumer(op.results[0])
+                if use is not None and _recomputes(*use, op):
+                    pinned.append(op.results[0])
+            if pinned:
+                _add_results(func, ret, pinned)
+
+
+def _add_results(func: ir.OpView, ret: ir.Operation, values: Sequence[ir.Value]) -> None:
+    from mlir.dialects import func as func_d
+
+    ftype = func.attributes["function_type"].value
+    with func.context, ret.location, ir.InsertionPoint(ret):
+        func_d.ReturnOp([*ret.operands, *values])
+    ret.erase()
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        list(ftype.inputs), [*ftype.results, *(v.type for v in values)], func.context))
+    if "res_attrs" in func.attributes:
+        empty = ir.DictAttr.get({}, func.context)
+        old = list(func.attributes["res_attrs"])
+        func.attributes["res_attrs"] = ir.ArrayAttr.get(old + [empty] * len(values),
+                                                         func.context)
+    func.attributes[PINNED_RESULTS] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64, func.context), len(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpinProducers(Pass):
+    """After elementwise fusion: drop the results `PinRecomputedProducers` added."""
+
+    name = "autodiff-unpin-producers"
+    summary = "Remove the extra results that kept producers from being fused"
+
+    def run(self, module: ir.Operation) -> None:
+        from mlir.dialects import func as func_d
+
+        for func in _public_definitions(module):
+            if PINNED_RESULTS not in func.attributes:
+                continue
+            n = ir.IntegerAttr(func.attributes[PINNED_RESULTS]).value
+            del func.attributes[PINNED_RESULTS]
+            block = func.regions[0].blocks[0]
+            ret = block.operations[len(block.operations) - 1].operation
+            keep = list(ret.operands)[:-n]
+            with func.context, ret.location, ir.InsertionPoint(ret):
+                func_d.ReturnOp(keep)
+            ret.erase()
+            ftype = func.attributes["function_type"].value
+            func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+                list(ftype.inputs), list(ftype.results)[:-n], func.context))
+            if "res_attrs" in func.attributes:
+                old = list(func.attributes["res_attrs"])
+                func.attributes["res_attrs"] = ir.ArrayAttr.get(old[:-n], func.context)
 
 
 # -- donated arguments ----------------------------------------------------------------------
@@ -383,13 +530,20 @@ class LowerToCpu(Pass):
             OuterProductsToElementwise(),
             # Before fusion: upstream fusion miscompiles producers that read their init.
             ElementwiseInitsToInputs(),
+            PinRecomputedProducers(),
             "func.func(linalg-fuse-elementwise-ops)",
+            UnpinProducers(),
             UpdateDonatedInPlace(),
             # Tile + vectorize large ops (transforms/cpu_schedules.py).
             ScheduleLinalgForCpu(threads=self.threads),
             NoteDonatedArguments(),
             "eliminate-empty-tensors",
             BUFFERIZE,
+            # Each tile's in-place tensor.insert_slice bufferizes to a memref.copy
+            # between two equal subviews: CSE makes them one value and
+            # canonicalization drops the self-copy (a 64-byte memcpy per vector
+            # tile of tanh(x*y+z) otherwise).
+            "cse",
             # Donated arguments: results that are their buffers leave the signature
             # (canonicalize first: a loop updating a buffer in place returns its init).
             "canonicalize",

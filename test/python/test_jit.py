@@ -355,3 +355,28 @@ def test_invalid_ir_is_a_compilation_error_at_the_user_line() -> None:
     msg = str(info.value)
     assert f"test_jit.py:{line}:" in msg and "cast incompatible" in msg
     assert any("error:" in d for d in info.value.diagnostics)
+
+
+def test_repeat_calls_with_other_arrays_are_still_checked() -> None:
+    """Calls after the first (the fast path keyed by structure, shapes and dtypes) still
+    copy strided and read-only arrays correctly and still reject wrong ones."""
+    count = [0]
+
+    def f(x: Any, p: Any) -> Any:
+        count[0] += 1
+        return x * p[0] + p[1]
+
+    jf = ad.jit(f)
+    x, p = randn(4, 3), (randn(3), randn(3))
+    np.testing.assert_allclose(jf(x, p), x * p[0] + p[1], rtol=1e-6)
+    strided = randn(4, 6)[:, ::2]  # same shape and dtype, not contiguous
+    np.testing.assert_allclose(jf(strided, p), strided * p[0] + p[1], rtol=1e-6)
+    frozen = randn(4, 3)
+    frozen.flags.writeable = False
+    np.testing.assert_allclose(jf(frozen, p), frozen * p[0] + p[1], rtol=1e-6)
+    assert count[0] == 1
+    jf(x, list(p))  # a list is another structure
+    assert count[0] == 2
+    with pytest.raises(ValueError):
+        jf(randn(4, 3), (randn(3), randn(2)))  # traces, then fails to broadcast
+    assert jf(randn(0, 3), p).shape == (0, 3)

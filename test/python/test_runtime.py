@@ -536,3 +536,38 @@ def test_compiled_module_releases_its_context() -> None:
     del cm
     gc.collect()
     assert ir.Context._get_live_count() == live
+
+
+def test_concurrent_calls_of_one_function() -> None:
+    """Threads calling one compiled function at once (the native call releases the GIL)
+    each get their own result: the reused call frame is never shared mid-call."""
+    import threading
+
+    n = 1 << 16
+    cm = CompiledModule(f"""
+func.func @f(%x: tensor<{n}xf32>, %s: f32) -> tensor<{n}xf32> {{
+  %e = tensor.empty() : tensor<{n}xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                        iterator_types = ["parallel"]}}
+      ins(%x : tensor<{n}xf32>) outs(%e : tensor<{n}xf32>) {{
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %s : f32
+    linalg.yield %m : f32
+  }} -> tensor<{n}xf32>
+  return %r : tensor<{n}xf32>
+}}""")
+    f = cm["f"]
+    wrong: list[int] = []
+
+    def work(k: int) -> None:
+        x = np.full(n, k, np.float32)
+        for i in range(40):
+            if not np.array_equal(f(x, float(i)), x * np.float32(i)):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong

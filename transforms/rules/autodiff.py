@@ -20,7 +20,9 @@ def _checkpoint_jvp(b, op, tangents):
     the jvp stays a checkpoint (same policy), so a later reverse pass recomputes it."""
     if all(t is None for t in tangents):
         return [None] * len(op.results)
-    name = b.ad.jvp_function(_fn(op), op)
+    name = b.ad.jvp_function(_fn(op), op, frozenset(
+        i for i, (t, x) in enumerate(zip(tangents, op.operands))
+        if t is None and is_float(x.type)))
     xs = list(op.operands)
     ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
     n = len(op.results)

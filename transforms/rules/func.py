@@ -16,7 +16,10 @@ def _call_jvp(b, op, tangents):
     """call @g(xs) -> call @g_jvp(xs, txs) (zero tangents materialized)."""
     if all(t is None for t in tangents):
         return [None] * len(op.results)
-    name = b.ad.jvp_function(_callee(op), op)
+    # Operands without a tangent are symbolic zeros for the callee too.
+    name = b.ad.jvp_function(_callee(op), op, frozenset(
+        i for i, (t, x) in enumerate(zip(tangents, op.operands))
+        if t is None and is_float(x.type)))
     xs = list(op.operands)
     ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
     n = len(op.results)
