@@ -12,7 +12,7 @@ passes' clean-up turns them into `linalg.generic` with upstream
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir import ir
@@ -74,6 +74,32 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     if isinstance(owner, ir.Block):
         return None
     return owner.operation
+
+
+def append_tangents(ad: Any, term: ir.Operation, positions: Sequence[int],
+                    rebuild: Callable[[list[ir.Value], ir.Location, ir.InsertionPoint], Any],
+                    skip: int = 0) -> None:
+    """Forward mode of a region: replace terminator `term` (after its block was
+    differentiated by `ad`) by `rebuild(values + tangents of values[positions])`.
+    `skip` leading operands (scf.condition's predicate) are not values."""
+    vals = list(term.operands)[skip:]
+    b = Builder(ir.InsertionPoint(term), term.location, ad)
+    tangents = [b.materialize(ad.tangent(vals[k]), vals[k]) for k in positions]
+    rebuild(vals + tangents, term.location, ir.InsertionPoint(term))
+    term.erase()
+
+
+def tangent_results(ad: Any, op: ir.Operation, new_results: Sequence[ir.Value], n: int,
+                    positions: Sequence[int]) -> list[ir.Value | None]:
+    """Route `op`'s n results to the first n of `new_results` (an op rebuilt with
+    tangent results appended for `positions`); the tangents per result, None where
+    a result has none."""
+    res = list(new_results)
+    ad.replace_op(op, res[:n])
+    out: list[ir.Value | None] = [None] * n
+    for pos, k in enumerate(positions):
+        out[k] = res[n + pos]
+    return out
 
 
 def is_known_zero(v: ir.Value) -> bool:

@@ -25,7 +25,14 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 from mlir.dialects import linalg
 
-from ..ad_support import Builder, element_type, is_float, op_name
+from ..ad_support import (
+    Builder,
+    append_tangents,
+    element_type,
+    is_float,
+    op_name,
+    tangent_results,
+)
 from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
 
 PAR = "parallel"
@@ -163,18 +170,9 @@ def _generic_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     for pos, j in enumerate(fl_out):
         ad.t[nargs[k_out + j]] = nargs[k_out + n_out + pos]
     ad.run_block(nb)
-    yield_op = list(nb.operations)[-1]
-    vals = list(yield_op.operands)
-    yb = Builder(ir.InsertionPoint(yield_op), yield_op.location, ad)
-    tvals = [yb.materialize(ad.tangent(vals[j]), vals[j]) for j in fl_out]
-    linalg.YieldOp(vals + tvals, loc=yield_op.location, ip=ir.InsertionPoint(yield_op))
-    yield_op.erase()
-    res = list(gen.results)
-    ad.replace_op(op, res[:n_out])
-    out: list = [None] * n_out
-    for pos, j in enumerate(fl_out):
-        out[j] = res[n_out + pos]
-    return out
+    append_tangents(ad, list(nb.operations)[-1], fl_out,
+                    lambda vals, loc, ip: linalg.YieldOp(vals, loc=loc, ip=ip))
+    return tangent_results(ad, op, gen.results, n_out, fl_out)
 
 
 def _reductions(b: Builder, op: ir.Operation, n_in: int) -> dict[int, tuple]:

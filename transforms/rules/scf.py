@@ -26,7 +26,15 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import scf
 
-from ..ad_support import Builder, captured_values, is_float, op_name, walk_ops
+from ..ad_support import (
+    Builder,
+    append_tangents,
+    captured_values,
+    is_float,
+    op_name,
+    tangent_results,
+    walk_ops,
+)
 from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
 
 DYN = ir.ShapedType.get_dynamic_size()
@@ -60,6 +68,10 @@ def clone_ops(ops: Sequence[Any], ip: ir.InsertionPoint, vmap: dict) -> list[ir.
 # ----------------------------------------------------------------------------
 
 
+def _yield(vals: list[ir.Value], loc: ir.Location, ip: ir.InsertionPoint) -> None:
+    scf.YieldOp(vals, loc=loc, ip=ip)
+
+
 def _for_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     ad = b.ad
     fop = op.opview
@@ -75,18 +87,8 @@ def _for_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     for pos, k in enumerate(fl):
         ad.t[nargs[1 + k]] = nargs[1 + n + pos]
     ad.run_block(nb)
-    y = list(nb.operations)[-1]
-    vals = list(y.operands)
-    yb = Builder(ir.InsertionPoint(y), y.location, ad)
-    tvals = [yb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl]
-    scf.YieldOp(vals + tvals, loc=y.location, ip=ir.InsertionPoint(y))
-    y.erase()
-    res = list(new.results)
-    ad.replace_op(op, res[:n])
-    out: list = [None] * n
-    for pos, k in enumerate(fl):
-        out[k] = res[n + pos]
-    return out
+    append_tangents(ad, list(nb.operations)[-1], fl, _yield)
+    return tangent_results(ad, op, new.results, n, fl)
 
 
 def _if_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
@@ -103,19 +105,8 @@ def _if_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
         nb = new.regions[r].blocks[0]
         _move_ops(old_block, nb, [])
         ad.run_block(nb)
-        y = list(nb.operations)[-1]
-        vals = list(y.operands)
-        yb = Builder(ir.InsertionPoint(y), y.location, ad)
-        tvals = [yb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl]
-        scf.YieldOp(vals + tvals, loc=y.location, ip=ir.InsertionPoint(y))
-        y.erase()
-    res = list(new.results)
-    n = len(types)
-    ad.replace_op(op, res[:n])
-    out: list = [None] * n
-    for pos, k in enumerate(fl):
-        out[k] = res[n + pos]
-    return out
+        append_tangents(ad, list(nb.operations)[-1], fl, _yield)
+    return tangent_results(ad, op, new.results, len(types), fl)
 
 
 defjvp_rule("scf.for", _for_jvp)
@@ -381,27 +372,15 @@ def _while_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
         ad.t[nb.arguments[k]] = nb.arguments[n_in + pos]
     ad.run_block(nb)
     c = list(nb.operations)[-1]
-    vals = list(c.operands)[1:]
-    cb = Builder(ir.InsertionPoint(c), c.location, ad)
-    tv = [cb.materialize(ad.tangent(vals[k]), vals[k]) for k in fl_out]
-    scf.ConditionOp(c.operands[0], vals + tv, loc=c.location, ip=ir.InsertionPoint(c))
-    c.erase()
+    cond = c.operands[0]
+    append_tangents(ad, c, fl_out, lambda vals, loc, ip: scf.ConditionOp(cond, vals, loc=loc,
+                                                                           ip=ip), skip=1)
     _move_ops(after, na, list(na.arguments)[:n_out])
     for pos, k in enumerate(fl_out):
         ad.t[na.arguments[k]] = na.arguments[n_out + pos]
     ad.run_block(na)
-    y = list(na.operations)[-1]
-    yv = list(y.operands)
-    yb = Builder(ir.InsertionPoint(y), y.location, ad)
-    ty = [yb.materialize(ad.tangent(yv[k]), yv[k]) for k in fl_in]
-    scf.YieldOp(yv + ty, loc=y.location, ip=ir.InsertionPoint(y))
-    y.erase()
-    res = list(new.results)
-    ad.replace_op(op, res[:n_out])
-    out: list = [None] * n_out
-    for pos, k in enumerate(fl_out):
-        out[k] = res[n_out + pos]
-    return out
+    append_tangents(ad, list(na.operations)[-1], fl_in, _yield)
+    return tangent_results(ad, op, new.results, n_out, fl_out)
 
 
 def _inline_region(op: ir.Operation, ip: ir.InsertionPoint) -> tuple[list, list]:
