@@ -18,7 +18,7 @@ the loop (1023 steps at c=1024).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,20 @@ LSTM_SLICE_STEPS = 9
 
 def _flat(*arrays: Any) -> np.ndarray:
     return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
+
+
+def _jax_call(jax: Any, f: Callable[..., Any], argnums: tuple[int, ...], grad: bool,
+              inputs: Sequence[np.ndarray]) -> Callable[[], np.ndarray]:
+    """A timed thunk: jax.jit of `f` (or of its gradient w.r.t. `argnums`) on
+    device-resident inputs, blocking until the result is ready."""
+    fn = jax.jit(jax.grad(f, argnums=argnums) if grad else f)
+    args = [jax.device_put(a) for a in inputs]
+
+    def call() -> np.ndarray:
+        out = jax.block_until_ready(fn(*args))
+        return _flat(*out) if grad else np.asarray(out)
+
+    return call
 
 
 def data_dir() -> Path | None:
@@ -98,15 +112,7 @@ class _Gmm:
             import jax
 
             jax.config.update("jax_enable_x64", True)
-            f = self.objective(jax.numpy)
-            fn = jax.jit(jax.grad(f, argnums=(0, 1, 2)) if grad else f)
-            args = [jax.device_put(a) for a in inputs]
-
-            def call():
-                out = jax.block_until_ready(fn(*args))
-                return _flat(*out) if grad else np.asarray(out)
-
-            return call
+            return _jax_call(jax, self.objective(jax.numpy), (0, 1, 2), grad, inputs)
 
         return build
 
@@ -183,14 +189,7 @@ class _Lstm:
             def f(main, extra, state, sequence):
                 return lstm.objective(jax.numpy, main, extra, state, sequence)  # lax.scan
 
-            fn = jax.jit(jax.grad(f, argnums=(0, 1)) if grad else f)
-            args = [jax.device_put(a) for a in inputs]
-
-            def call():
-                out = jax.block_until_ready(fn(*args))
-                return _flat(*out) if grad else np.asarray(out)
-
-            return call
+            return _jax_call(jax, f, (0, 1), grad, inputs)
 
         return build
 
