@@ -31,22 +31,14 @@ TORCH_COMPILE_LSTM_MAX_STEPS = 16
 LSTM_SLICE_STEPS = 9
 
 
-def _flat(*arrays: Any) -> np.ndarray:
-    return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
-
-
 def _jax_call(jax: Any, f: Callable[..., Any], argnums: tuple[int, ...], grad: bool,
-              inputs: Sequence[np.ndarray]) -> Callable[[], np.ndarray]:
+              inputs: Sequence[np.ndarray]) -> Callable[[], Any]:
     """A timed thunk: jax.jit of `f` (or of its gradient w.r.t. `argnums`) on
     device-resident inputs, blocking until the result is ready."""
     fn = jax.jit(jax.grad(f, argnums=argnums) if grad else f)
     args = [jax.device_put(a) for a in inputs]
 
-    def call() -> np.ndarray:
-        out = jax.block_until_ready(fn(*args))
-        return _flat(*out) if grad else np.asarray(out)
-
-    return call
+    return lambda: jax.block_until_ready(fn(*args))
 
 
 def data_dir() -> Path | None:
@@ -103,7 +95,7 @@ class _Gmm:
 
             f = self.objective(anp)
             fn = ours_jit(ad.grad(f, argnums=(0, 1, 2)) if grad else f)
-            return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
+            return lambda: fn(*inputs)
 
         return build
 
@@ -137,11 +129,7 @@ class _Gmm:
                 fn = torch.compile(fn)
             args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
 
-            def call():
-                out = fn(*args)
-                return _flat(*(t.detach().numpy() for t in out)) if grad else out.numpy()
-
-            return call
+            return lambda: fn(*args)
 
         return build
 
@@ -176,7 +164,7 @@ class _Lstm:
                 return lstm.objective(anp, main, extra, state, sequence)  # lax.scan
 
             fn = ours_jit(ad.grad(f, argnums=(0, 1)) if grad else f)
-            return lambda: _flat(*fn(*inputs)) if grad else np.asarray(fn(*inputs))
+            return lambda: fn(*inputs)
 
         return build
 
@@ -217,11 +205,7 @@ class _Lstm:
                 fn = torch.compile(fn)
             args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
 
-            def call():
-                out = fn(*args)
-                return _flat(*(t.detach().numpy() for t in out)) if grad else out.numpy()
-
-            return call
+            return lambda: fn(*args)
 
         return build
 

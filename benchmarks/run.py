@@ -6,9 +6,11 @@
 
 Each row is a `Case` in `CASES`: a name, an input generator and one builder
 per framework. A builder takes the numpy inputs and returns a zero-argument
-thunk that performs one call and returns its result (jax thunks block until
-the result is ready; inputs are moved to the framework before timing, so no
-thunk times a host-to-device copy). Frameworks that are not installed, or
+thunk that performs one call and returns its result in the framework's own
+form (jax thunks block until the result is ready; inputs are moved to the
+framework before timing, so no thunk times a host-to-device copy; results
+are flattened into one numpy array for checking only, outside the timed
+calls). Frameworks that are not installed, or
 builders left as None, show as "-"; a builder may raise `Skipped` with the
 reason, which the notes print. Kernel rows are defined here; gradient rows
 in grad_cases.py (MLP, per-sample gradients, HVP) and adbench_cases.py
@@ -103,6 +105,9 @@ class Case:
     acceptance: bool = False
     #: issue 7's bound on ours' time(grad f) / time(f) for this row
     grad_ratio_limit: float | None = None
+    #: turns a thunk's raw result into the array that is checked (outside the
+    #: timed calls); default `to_numpy`
+    output: Callable[[Any], np.ndarray] | None = None
 
     def builder(self, framework: str) -> Builder | None:
         return getattr(self, framework)
@@ -278,7 +283,11 @@ def time_thunk(thunk: Thunk, *, min_time: float, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def to_numpy(value: Any) -> np.ndarray:
+    """A result as one numpy array: a tuple or list (e.g. a loss and the
+    updated parameters) becomes the float64 concatenation of its leaves."""
+    if isinstance(value, (tuple, list)):
+        return np.concatenate([to_numpy(v).astype(np.float64).ravel() for v in value])
     if hasattr(value, "detach"):  # torch
         value = value.detach().numpy()
     return np.asarray(value)
@@ -328,7 +337,7 @@ def _run_one(case: Case, fw: str, x: Sequence[np.ndarray], row: Row,
     try:
         start = time.perf_counter()
         thunk = build(x)
-        result = _to_numpy(thunk())
+        result = (case.output or to_numpy)(thunk())
         row.first_call[fw] = time.perf_counter() - start
     except Skipped as err:
         row.skipped[fw] = str(err)
@@ -368,7 +377,7 @@ def run_cases(cases: Sequence[Case], frameworks: Sequence[str], *, min_time: flo
             row.skipped.update({fw: str(err) for fw in frameworks})
             x = None
         inputs.append(x)
-        references.append(_to_numpy(case.numpy(x)()) if x is not None and case.numpy
+        references.append(to_numpy(case.numpy(x)()) if x is not None and case.numpy
                           else None)
     results: list[dict[str, np.ndarray]] = [{} for _ in cases]
     for fw in sorted(frameworks, key=TIMING_ORDER.index):
