@@ -131,6 +131,42 @@ class ExpandExpm1(Pass):
             op.erase()
 
 
+# -- shared empty tensors ---------------------------------------------------------------------
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class UnshareEmptyTensors(Pass):
+    """Give a loop's init that is a shared `tensor.empty` its own op (before
+    eliminate-empty-tensors).
+
+    CSE merges equal `tensor.empty` ops, so the tapes reverse mode records in
+    one loop (one `iter_args` init each) start as one value. Once
+    `eliminate-empty-tensors` has made the loop body compute each saved value
+    straight into its tape's row, nothing reads a tape's old contents (an
+    empty tensor's are undefined), and One-Shot Bufferize places all the
+    tapes in one buffer: each iteration's rows overwrite each other (measured:
+    a second-order loop gradient off by 4e3). One op per loop init gives each
+    tape its own buffer. Other shared empties stay shared: there elimination
+    lets a chain of ops compute in one buffer.
+    """
+
+    name = "autodiff-unshare-empty-tensors"
+    summary = "Clone tensor.empty ops used as loop inits, so no two loop values share a buffer"
+
+    def run(self, module: ir.Operation) -> None:
+        for op in _walk(module):
+            if op.name != "tensor.empty":
+                continue
+            uses = [(u.owner, u.operand_number) for u in op.results[0].uses]
+            if len(uses) < 2:
+                continue
+            for owner, n in uses:
+                if owner.name in ("scf.for", "scf.while"):
+                    clone = op.clone(ip=ir.InsertionPoint(op))
+                    owner.operands[n] = clone.results[0]
+
+
 # -- fusion control -------------------------------------------------------------------------
 #
 # Upstream `linalg-fuse-elementwise-ops` fuses every single-use all-parallel
@@ -537,6 +573,7 @@ class LowerToCpu(Pass):
             # Tile + vectorize large ops (transforms/cpu_schedules.py).
             ScheduleLinalgForCpu(threads=self.threads),
             NoteDonatedArguments(),
+            UnshareEmptyTensors(),
             "eliminate-empty-tensors",
             BUFFERIZE,
             # Each tile's in-place tensor.insert_slice bufferizes to a memref.copy

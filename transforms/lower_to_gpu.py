@@ -114,7 +114,7 @@ from mlir.dialects import memref as memref_d
 from mlir.dialects import tensor as tensor_d
 
 from .diagnostics import fail
-from .lower_to_cpu import BUFFERIZE
+from .lower_to_cpu import BUFFERIZE, UnshareEmptyTensors
 from .passes import Pass, PipelineElement, register
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -1012,6 +1012,7 @@ class LowerToGpu(Pass):
             "func.func(linalg-generalize-named-ops)",
             "func.func(linalg-fuse-elementwise-ops)",
             ReductionsInnermost(),
+            UnshareEmptyTensors(),
             "eliminate-empty-tensors",
             GPU_BUFFERIZE,
             "canonicalize",
