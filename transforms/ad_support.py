@@ -287,6 +287,34 @@ class Builder:
             return x
         return self.addf(x, y)
 
+    def accumulate(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """x + y for cotangents. Where one of them is a slice or an element
+        inserted into zeros (the reverse of tensor.extract_slice / extract),
+        only that slice of the other is added to, in place: row k of a
+        parameter read inside a loop costs a row per iteration, not a zero
+        tensor, a copy and a whole-tensor add."""
+        for full, sparse in ((x, y), (y, x)):
+            if not isinstance(sparse, ir.OpResult):
+                continue
+            op = sparse.owner
+            name = op_name(op)
+            if name not in ("tensor.insert_slice", "tensor.insert") \
+                    or not is_known_zero(op.operands[1]):
+                continue
+            src, _, *rest = list(op.operands)
+            if name == "tensor.insert":
+                old = self.create("tensor.extract", [full, *rest], [src.type]).result
+                return self.create("tensor.insert", [self.addf(old, src), full, *rest],
+                                   [full.type]).result
+            attrs = {k: op.attributes[k] for k in op.attributes}
+            seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+            attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([1] + seg[2:])
+            old = self.create("tensor.extract_slice", [full, *rest], [src.type], attrs).result
+            attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(seg)
+            return self.create("tensor.insert_slice", [self.addf(old, src), full, *rest],
+                               [full.type], attrs).result
+        return self.addf(x, y)
+
     def materialize(self, t: ir.Value | None, like: ir.Value) -> ir.Value:
         """`t`, or a zero of `like`'s type (integer zeros for integer values)."""
         if t is not None:

@@ -566,6 +566,17 @@ class Driver:
         kind = op_name(op)
         if policy == "dots_saveable" and (kind in CONTRACTION_OPS or _is_contraction(op)):
             return True
+        if policy == "save_only_these_names":
+            # The operand of a named identity is the named value itself (a
+            # rule may read it before the name was given, e.g. exp's result).
+            for use in v.uses:
+                if op_name(use.owner) != "func.call":
+                    continue
+                named = self.functions().get(
+                    ir.FlatSymbolRefAttr(use.owner.attributes["callee"]).value)
+                if named is not None and NAME_ATTR in named.attributes and \
+                        ir.StringAttr(named.attributes[NAME_ATTR]).value in names:
+                    return True
         if kind != "func.call":
             return False
         callee = self.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
@@ -637,11 +648,34 @@ class Driver:
                                       wrt, bwd_name)
         return fwd_name, bwd_name, res_types, spec
 
+    def _same_values_once(self, prefix: Sequence[Any]) -> None:
+        """A call result that is another result or an argument of the call
+        (its callee returns the same value twice, or returns an argument: a
+        checkpoint's output that is also a residual, a `checkpoint_name`
+        identity) is replaced by that value, so the backward function gets
+        the value once."""
+        for o in prefix:
+            if op_name(o) != "func.call":
+                continue
+            callee = self.functions().get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+            if callee is None or not callee.regions[0].blocks:
+                continue
+            cblock = callee.regions[0].blocks[0]
+            rets = list(list(cblock.operations)[-1].operands)
+            cargs = list(cblock.arguments)
+            for k, r in enumerate(o.results):
+                same = next((o.results[j] for j in range(k) if rets[j] == rets[k]), None)
+                if same is None and rets[k] in cargs:
+                    same = o.operands[cargs.index(rets[k])]
+                if same is not None:
+                    r.replace_all_uses_with(same)
+
     def _split(self, comb, marker, ret, outs, grads, ctargs, params, results, wrt, bwd_name):
         block = comb.regions[0].blocks[0]
         ops = list(block.operations)
         k = next(i for i, o in enumerate(ops) if o.operation == marker.operation)
         prefix, suffix = ops[:k], ops[k + 1 : -1]
+        self._same_values_once(prefix)
         marker_op, ret_op, comb_op = marker.operation, ret.operation, comb.operation
 
         def in_suffix(user: Any) -> bool:
@@ -843,7 +877,7 @@ class ReverseAD:
         if c is None or v not in self.active:
             return
         old = self.ct.get(v)
-        self.ct[v] = c if old is None else b.addf(old, c)
+        self.ct[v] = c if old is None else b.accumulate(old, c)
 
     def sweep(self, ops: Sequence[Any], ip: ir.InsertionPoint) -> None:
         """Emit the backward code of `ops` (walked in reverse) at `ip`."""
@@ -1055,10 +1089,14 @@ def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list
                          if op_name(o) not in ("linalg.yield", "arith.constant")]
                 if inner:
                     what += "{" + ", ".join(dict.fromkeys(inner)) + "}"
-            if op_name(op) == "func.call":
-                callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-                if callee is not None and NAME_ATTR in callee.attributes:
-                    what = f"checkpoint_name '{ir.StringAttr(callee.attributes[NAME_ATTR]).value}'"
+            # The result of a `checkpoint_name` identity, or the value it names.
+            for c in [op] + [u.owner for u in v.uses]:
+                if op_name(c) == "func.call":
+                    callee = d.functions().get(ir.FlatSymbolRefAttr(c.attributes["callee"]).value)
+                    if callee is not None and NAME_ATTR in callee.attributes:
+                        name = ir.StringAttr(callee.attributes[NAME_ATTR]).value
+                        what = f"checkpoint_name '{name}'"
+                        break
             return Residual(v.type, None, what, where)
 
         out = []

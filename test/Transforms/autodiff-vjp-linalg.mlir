@@ -196,11 +196,19 @@ func.func @vjp_cap(%x: tensor<4xf64>, %c: tensor<4xf64>) -> (tensor<4xf64>, tens
 // -----
 
 /// Check that linalg.elementwise (here exp) is differentiated through its
-/// generic form: the backward generic recomputes exp and scales the cotangent.
+/// generic form: the backward generic reads exp's result (a residual of the
+/// forward function) instead of recomputing exp, and scales the cotangent.
+// CHECK-LABEL: func.func private @ew2_fwd(
+// CHECK: %[[R:.*]] = linalg.generic
+// CHECK: math.exp
+// CHECK: return %[[R]] :
 // CHECK-LABEL: func.func private @ew2_bwd(
+// CHECK-NOT: math.exp
 // CHECK: linalg.generic
-// CHECK: %[[E:.*]] = math.exp
-// CHECK: arith.mulf %{{.*}}, %[[E]]
+// CHECK-NEXT: ^bb0(%{{.*}}: f64, %[[C:.*]]: f64, %[[E:.*]]: f64, %{{.*}}: f64):
+// CHECK-NOT: math.exp
+// CHECK: arith.mulf %[[C]], %[[E]]
+// CHECK: return
 func.func @ew2(%x: tensor<4xf64>) -> tensor<4xf64> {
   %e = tensor.empty() : tensor<4xf64>
   %r = linalg.elementwise kind=#linalg.elementwise_kind<exp> ins(%x : tensor<4xf64>) outs(%e : tensor<4xf64>) -> tensor<4xf64>

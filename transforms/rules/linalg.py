@@ -198,6 +198,12 @@ def _reductions(b: Builder, op: ir.Operation, n_in: int) -> dict[int, tuple]:
     return out
 
 
+#: Scalar ops whose derivative rule (rules/math.py) is written with the op's
+#: result: a linalg.generic yielding one reads its result in reverse mode.
+USES_RESULT = frozenset(("math.exp", "math.exp2", "math.expm1", "math.tan", "math.tanh",
+                         "math.sqrt", "math.rsqrt", "math.cbrt"))
+
+
 def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     from ..ad_support import captured_values
 
@@ -259,6 +265,16 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
             res_pos[j] = len(ins)
             ins.append(op.results[j])
             in_maps.append(maps[n_in + j])
+        # A parallel result computed last by an op whose derivative is written
+        # with its result (exp, tanh, sqrt...) is read back, not recomputed.
+        reuse_pos = {}
+        if not has_red:
+            for j in fl_out:
+                y = yielded[j]
+                if isinstance(y, ir.OpResult) and op_name(y.owner) in USES_RESULT:
+                    reuse_pos[j] = len(ins)
+                    ins.append(op.results[j])
+                    in_maps.append(maps[n_in + j])
         if kind == "in":
             tmap = maps[what]
             # Accumulate into the cotangent gathered so far (in place after
@@ -321,6 +337,11 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
                 y = vmap.get(yielded[j], yielded[j])
                 sub.add_ct(bb, y, ctj)
         sub.sweep(clones, bip)
+        for j, pos in reuse_pos.items():
+            y = vmap[yielded[j]]
+            y.replace_all_uses_with(nargs[pos])
+            if not any(True for _ in y.owner.results[0].uses):
+                y.owner.erase()
         contrib = sub.ct.get(seed)
         acc = nargs[-1]
         linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)], loc=op.location,

@@ -20,6 +20,7 @@ section on it below).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -290,6 +291,114 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
     op.erase()
 
 
+#: Ops cheaper to recompute in the backward loop than to save per iteration
+#: (constants, views, fills): their results are never taped.
+_RECOMPUTE_CHEAP = frozenset((
+    "arith.constant", "tensor.empty", "tensor.extract", "tensor.extract_slice",
+    "tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape", "tensor.splat",
+    "tensor.cast", "linalg.fill", "autodiff.stop_gradient",
+))
+
+#: Bound on the memory of the residuals one loop saves (trip count x bytes per
+#: iteration). Beyond it the backward loop recomputes the body from the carried
+#: values alone, as `checkpoint` around the body would.
+MAX_SAVED_RESIDUAL_BYTES = 1 << 30
+
+
+def _saveable(op: ir.Operation, v: ir.Value) -> bool:
+    """Can `v`, a result of the loop body's `op`, be saved in a tape?"""
+    if op_name(op) in _RECOMPUTE_CHEAP or op_name(op).startswith("scf."):
+        return False
+    t = v.type
+    if isinstance(t, ir.RankedTensorType):
+        return t.has_static_shape and isinstance(t.element_type, ir.FloatType)
+    return isinstance(t, ir.FloatType)
+
+
+def _nbytes(t: ir.Type) -> int:
+    if isinstance(t, ir.RankedTensorType):
+        return math.prod(t.shape) * max(1, t.element_type.width // 8)
+    return max(1, t.width // 8)
+
+
+def _save_residuals(ad: Any, op: ir.Operation, primal_ops: Sequence[Any],
+                    recomputed: Sequence[ir.Value], trip: int, anchor: ir.Operation,
+                    i: ir.Value) -> None:
+    """Save the body values the backward loop needs instead of recomputing them.
+
+    The backward loop of `op` starts as a recomputation of the body (clones of
+    `primal_ops`, whose results are `recomputed`, in order) followed by the
+    reverse rules. Walking the clones backwards, a clone nothing reads any more
+    is erased; a saveable result (`_saveable`) that the reverse code still
+    reads is recorded into a tape of `op` (one row per iteration, as the
+    carried values are) and read back at `anchor`, so its clone dies too. What
+    is left recomputed is cheap (views, constants) or not saveable (nested
+    loops). This is what scan's reverse mode saves in JAX; the price is memory
+    (bounded by `MAX_SAVED_RESIDUAL_BYTES`, beyond which nothing is saved).
+    """
+    per_iter = sum(_nbytes(r.type) for o in primal_ops for r in o.results
+                   if _saveable(o.operation, r))
+    if not per_iter or per_iter * trip > MAX_SAVED_RESIDUAL_BYTES:
+        return
+    pos = len(recomputed)
+    saved: list[tuple[ir.Value, ir.Operation]] = []  # (forward value, placeholder)
+    ab = Builder(ir.InsertionPoint(anchor), anchor.location, ad)
+    for o in reversed(list(primal_ops)):
+        o = o.operation
+        pos -= len(o.results)
+        clones = recomputed[pos: pos + len(o.results)]
+        if not clones:
+            continue
+        for r, c in zip(o.results, clones):
+            if _saveable(o, r) and any(True for _ in c.uses):
+                ph = ab.create("builtin.unrealized_conversion_cast", [], [c.type])
+                c.replace_all_uses_with(ph.result)
+                saved.append((r, ph))
+        owner = clones[0].owner
+        if not any(True for c in owner.results for _ in c.uses):
+            owner.erase()
+    if not saved:
+        return
+    tapes = _add_tapes(ad, op, [r for r, _ in saved], trip)
+    for (r, ph), tape in zip(saved, tapes):
+        ph.result.replace_all_uses_with(_tape_read(ab, tape, r.type, i))
+        ph.erase()
+
+
+def _add_tapes(ad: Any, op: ir.Operation, vals: Sequence[ir.Value], trip: int) -> list:
+    """Rebuild the taped loop `op` to also record `vals` (values of its body)
+    per iteration; the new tapes. `op` is left for the sweep to erase."""
+    lb, ub, step, *inits = list(op.operands)
+    b = Builder(ir.InsertionPoint(op), op.location, ad, op)
+    tapes0 = [b.create("tensor.empty", [], [_tape_type(v.type, trip)]).result for v in vals]
+    new = scf.ForOp(lb, ub, step, inits + tapes0, loc=op.location, ip=ir.InsertionPoint(op))
+    nb = new.body
+    nargs = list(nb.arguments)
+    k = len(inits)
+    _move_ops(op.opview.body, nb, nargs[: 1 + k])
+    y = list(nb.operations)[-1]
+    yb = Builder(ir.InsertionPoint(y), op.location, ad)
+    first = _idx(yb, "arith.subi", nargs[0], lb).owner
+    i = _idx(yb, "arith.divui", first.results[0], step)
+    writes = [_tape_write(yb, tp, v, i) for tp, v in zip(nargs[1 + k:], vals)]
+    ops = [o.operation for o in nb.operations]
+    for o in ops[ops.index(first.operation): ops.index(y.operation)]:
+        o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+    scf.YieldOp(list(y.operands) + writes, loc=y.location, ip=ir.InsertionPoint(y))
+    y.erase()
+    for a in range(len(op.attributes)):
+        na = op.attributes[a]
+        new.operation.attributes[na.name] = na.attr
+    res = list(new.results)
+    for old, nv in zip(op.results, res[:k]):
+        old.replace_all_uses_with(nv)
+        if old in ad.active:
+            ad.active.add(nv)
+    ad.dead.append(op.operation)
+    return res[k:]
+
+
+
 def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     ad = b.ad
     fop = op.opview
@@ -324,16 +433,27 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     vmap = {old_args[0]: iv}
     for a, c in zip(old_args[1: 1 + k], carried):
         vmap[a] = c
+    anchor = marker_op(bb)  # where reads of saved residuals go
     marker = marker_op(bb)
     clone_ops(primal_ops, ip, vmap)
+    # Tracks the recomputed results through the nested pass's rewrites.
+    tracker = _holder(bb, [vmap[r] for o in primal_ops for r in o.results])
     yielded = [vmap.get(v, v) for v in list(body[-1].operands)[:k]]
     ct_y: list[ir.Value | None] = [None] * k
     for pos, j in enumerate(fl):
         ct_y[j] = largs[1 + pos]
-    sub = sweep_recomputed(ad, bb, marker, yielded, ct_y, set(caps) | {carried[j] for j in fl})
+    accs = largs[1 + len(fl):]
+    sub = sweep_recomputed(ad, bb, marker, yielded, ct_y, set(caps) | {carried[j] for j in fl},
+                           dict(zip(caps, accs)))
+    recomputed = list(tracker.operands)
+    tracker.erase()
+    trip = _const_index(n)
+    if trip is not None:
+        _save_residuals(bb.ad, op, primal_ops, recomputed, trip, anchor, i)
+    anchor.erase()
     sb = Builder(ip, op.location, sub)
     new_ct = [sb.materialize(sub.ct.get(carried[j]), carried[j]) for j in fl]
-    new_acc = [sb.add_any(a, sub.ct.get(v)) for a, v in zip(largs[1 + len(fl):], caps)]
+    new_acc = [sub.ct[v] for v in caps]
     scf.YieldOp(new_ct + new_acc, loc=op.location, ip=ip)
     res = list(loop.results)
     for v, g in zip(caps, res[len(fl):]):
@@ -470,16 +590,20 @@ def _holder(b: Builder, vals: Sequence[ir.Value]) -> ir.Operation:
 
 
 def sweep_recomputed(ad: Any, b: Builder, marker: ir.Operation, outs: Sequence[ir.Value],
-                     out_cts: Sequence[ir.Value | None], seeds: set) -> Any:
+                     out_cts: Sequence[ir.Value | None], seeds: set,
+                     init_cts: dict | None = None) -> Any:
     """Differentiate the ops cloned at `b.ip` after `marker` in a nested reverse pass.
 
     `outs` are the recomputed values receiving `out_cts`; `seeds` the values
-    the cloned ops may depend on actively. Returns the nested pass (read
-    cotangents from its `ct`). Erases `marker`.
+    the cloned ops may depend on actively; `init_cts` cotangents the nested
+    pass starts from (a loop's accumulators of captured values: contributions
+    are added into them as they come, see Builder.accumulate). Returns the
+    nested pass (read cotangents from its `ct`). Erases `marker`.
     """
     block = b.ip.block
     holder = _holder(b, outs)
     sub = ad.sub(set(seeds))
+    sub.ct.update(init_cts or {})
     clones = _ops_between(block, marker, holder)
     sub.propagate(clones)
     sub.prepare_forward(clones)
