@@ -525,17 +525,23 @@ class Driver:
         res_vals = list(fret.operands)[len(results):]
         saved = [self._saveable(v, policy, set(names), 0) for v in res_vals]
         saved_types = [t for t, s in zip(res_types, saved) if s]
-        if all(saved):
+        # Saveable values the recomputation would otherwise redo (a dot whose
+        # output only tanh's result, a residual, is computed from): saved too.
+        extra = self._saveable_intermediates(fwd_fn, res_vals, saved, policy, set(names))
+        fops = list(fwd_fn.regions[0].blocks[0].operations)
+        saved_types += [fops[i].results[r].type for i, r in extra]
+        if all(saved) and not extra:
             plan = CheckpointPlan(fwd, saved_types, None, res_types, bwd, spec)
         else:
             ckpt_fwd = name
-            if any(saved):  # a copy of fwd returning the outputs and the saved residuals
+            if any(saved) or extra:  # a copy of fwd returning the outputs and what is saved
                 ckpt_fwd = self.unique_name(f"{name}_ckpt_fwd")
                 new = self.clone_function(fwd_fn, ckpt_fwd)
-                ret = list(new.regions[0].blocks[0].operations)[-1]
+                nops = list(new.regions[0].blocks[0].operations)
+                ret = nops[-1]
                 vals = list(ret.operands)
                 keep = vals[: len(results)] + [v for v, s in zip(vals[len(results):], saved)
-                                               if s]
+                                               if s] + [nops[i].results[r] for i, r in extra]
                 func.ReturnOp(keep, loc=ret.location, ip=ir.InsertionPoint(ret))
                 ret.erase()
                 new.attributes["function_type"] = ir.TypeAttr.get(
@@ -544,9 +550,13 @@ class Driver:
             new = self.clone_function(fwd_fn, remat)
             blk = new.regions[0].blocks[0]
             ret = list(blk.operations)[-1]
+            rops = list(blk.operations)
+            inner = [rops[i].results[r] for i, r in extra]
             for v, s in zip(list(ret.operands)[len(results):], saved):
                 if s:
                     v.replace_all_uses_with(blk.add_argument(v.type, new.location))
+            for v in inner:
+                v.replace_all_uses_with(blk.add_argument(v.type, new.location))
             func.ReturnOp(list(ret.operands)[len(results):], loc=ret.location,
                           ip=ir.InsertionPoint(ret))
             ret.erase()
@@ -555,6 +565,41 @@ class Driver:
             plan = CheckpointPlan(ckpt_fwd, saved_types, remat, res_types, bwd, spec)
         self.vjp_cache[key] = plan
         return plan
+
+    def _saveable_intermediates(self, fwd_fn: ir.Operation, res_vals: Sequence[ir.Value],
+                                saved: Sequence[bool], policy: str,
+                                names: set[str]) -> list[tuple[int, int]]:
+        """Values of `fwd_fn` (top-level op index, result number) that the policy
+        saves and that the residuals it does not save are computed from.
+
+        A residual is whatever the reverse rules read (tanh's rule reads its
+        result, not the dot before it); JAX's policies instead name the values
+        that may be kept, and the recomputation starts from them. So under
+        dots_saveable the dot under a tanh is saved and only the tanh recomputed.
+        """
+        if policy not in ("dots_saveable", "save_only_these_names"):
+            return []
+        ops = [o.operation for o in fwd_fn.regions[0].blocks[0].operations]
+        index = {o: i for i, o in enumerate(ops)}
+        seen = {v for v, s in zip(res_vals, saved) if s}
+        stack = [v for v, s in zip(res_vals, saved) if not s]
+        roots = set(stack)
+        out: list[tuple[int, int]] = []
+        while stack:
+            v = stack.pop()
+            if v in seen or not isinstance(v, ir.OpResult):
+                continue
+            seen.add(v)
+            op = v.owner.operation
+            if op not in index:
+                continue
+            if v not in roots and self._saveable(v, policy, names, 0):
+                out.append((index[op], v.result_number))
+                continue
+            stack.extend(op.operands)
+            if op.regions:
+                stack.extend(captured_values(op))
+        return sorted(set(out))
 
     def _saveable(self, v: ir.Value, policy: str, names: set[str], depth: int) -> bool:
         """Whether the policy saves residual `v` (looking through calls to its origin)."""

@@ -72,6 +72,11 @@ CONTRACTIONS = {
     # GMM gradient: batched, operands swapped, reduced over the long dim.
     "gmm_grad_n": ([25, 200, 10, 10], ["d0,d1,d3", "d0,d1,d2", "d0,d2,d3"]),
     "gmm_grad_i": ([25, 200, 10, 10], ["d0,d2,d3", "d0,d1,d2", "d0,d1,d3"]),
+    # GMM objective: einsum("ijp,kp->kij", selector, l); i and j always appear
+    # together, so they collapse into one loop and this is a 25 x 190 x 400 matmul.
+    "gmm_selector": ([25, 20, 20, 190], ["d1,d2,d3", "d0,d3", "d0,d1,d2"]),
+    # its reverse w.r.t. l: two reduced dims (i, j), collapsed into one.
+    "gmm_selector_grad": ([25, 190, 20, 20], ["d2,d3,d1", "d0,d2,d3", "d0,d1"]),
     # vector-matrix product (no register rows), N not a multiple of the lanes.
     "vecmat": ([48, 8192], ["d1", "d1,d0", "d0"]),
     # batch matmul whose sizes divide no register tile.
@@ -94,6 +99,18 @@ def test_contraction_generic(name: str, dt: str, np_dt: type, rtol: float) -> No
     np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(k))
     # The register tile: vector FMAs (the scalar loops have only scalar ones).
     assert f"xf{dt[1:]}>, vector<" in cm.lowered_text.split("llvm.intr.fmuladd")[1][:300]
+
+
+def test_dim_groups() -> None:
+    """Runs of loop dims indexed together everywhere collapse; others stay apart."""
+    par, red = "parallel", "reduction"
+    assert cpu_schedules._dim_groups([[1, 2, 3], [0, 3], [0, 1, 2]],
+                                     [par, par, par, red]) == [[0], [1, 2], [3]]
+    # j, i in the other order in one operand: no run.
+    assert cpu_schedules._dim_groups([[2, 1, 3], [0, 3], [0, 1, 2]],
+                                     [par, par, par, red]) == [[0], [1], [2], [3]]
+    # a parallel and a reduced dim never merge.
+    assert cpu_schedules._dim_groups([[0, 1], [1], [0]], [par, red]) == [[0], [1]]
 
 
 def test_small_contraction_keeps_scalar_loops() -> None:

@@ -204,6 +204,38 @@ USES_RESULT = frozenset(("math.exp", "math.exp2", "math.expm1", "math.tan", "mat
                          "math.sqrt", "math.rsqrt", "math.cbrt"))
 
 
+def _drop_unused_inputs(b: Builder, gen: ir.Operation) -> ir.Operation:
+    """`gen` without the inputs its body does not read (a reverse-mode generic
+    lists every primal input; an unused one would still be kept alive as a
+    residual, and taped per iteration inside a loop). Inputs whose maps alone
+    bound a loop dimension stay."""
+    n_in = _n_ins(gen)
+    block = gen.regions[0].blocks[0]
+    args = list(block.arguments)
+    unused = {i for i in range(n_in) if not any(True for _ in args[i].uses)}
+    if not unused:
+        return gen
+    maps = _maps(gen)
+    keep = [i for i in range(len(maps)) if i not in unused]
+    bound = {d for i in keep for d in (_map_dims(maps[i]) or [])}
+    if any(_map_dims(maps[i]) is None for i in keep) or len(bound) < maps[0].n_dims:
+        return gen
+    operands = list(gen.operands)
+    new = make_generic(Builder(ir.InsertionPoint(gen), gen.location, b.ad),
+                       [operands[i] for i in keep if i < n_in], operands[n_in:],
+                       [maps[i] for i in keep], _iters(gen))
+    nblock = new.regions[0].blocks[0]
+    for a, na in zip([args[i] for i in keep], nblock.arguments):
+        a.replace_all_uses_with(na)
+    ip = ir.InsertionPoint(nblock)
+    for o in list(block.operations):
+        ip.insert(o.operation.detach_from_parent())
+    for r, nr in zip(gen.results, new.results):
+        r.replace_all_uses_with(nr)
+    gen.erase()
+    return new
+
+
 def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     from ..ad_support import captured_values
 
@@ -346,7 +378,7 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         acc = nargs[-1]
         linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)], loc=op.location,
                        ip=bip)
-        g_res = gen.results[0]
+        g_res = _drop_unused_inputs(b, gen).results[0]
         if kind == "in":
             ad.ct[inputs[what]] = g_res
         elif kind == "out":
