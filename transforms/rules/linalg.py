@@ -370,14 +370,16 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
                 sub.add_ct(bb, y, ctj)
         sub.sweep(clones, bip)
         for j, pos in reuse_pos.items():
-            y = vmap[yielded[j]]
-            y.replace_all_uses_with(nargs[pos])
-            if not any(True for _ in y.owner.results[0].uses):
-                y.owner.erase()
+            vmap[yielded[j]].replace_all_uses_with(nargs[pos])
         contrib = sub.ct.get(seed)
         acc = nargs[-1]
         linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)], loc=op.location,
                        ip=bip)
+        # Recomputed primal ops nothing reads (the ones a read-back result
+        # replaced, and what only they used) go, so their inputs can too.
+        for o in reversed(list(nb.operations)[:-1]):
+            if not any(True for r in o.results for _ in r.uses):
+                o.operation.erase()
         g_res = _drop_unused_inputs(b, gen).results[0]
         if kind == "in":
             ad.ct[inputs[what]] = g_res

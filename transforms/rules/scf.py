@@ -9,10 +9,12 @@ Reverse mode of `scf.for`: before the backward sweep the loop is rewritten
 to record every carried value at the start of each iteration into a tape
 (a tensor of shape [trip count, ...], written with tensor.insert /
 insert_slice). The backward loop walks the iterations in reverse: it reads
-iteration i's carried values back from the tape, recomputes the body from
-them and runs the reverse rules over the recomputed body, carrying the
-cotangents of the carried values and accumulating those of values captured
-from above. `scf.if` recomputes the taken branch under the saved predicate.
+iteration i's carried values back from the tape, clones the body after them
+and runs the reverse rules over the clone, carrying the cotangents of the
+carried values and accumulating those of values captured from above. With
+a static trip count, the body values the reverse rules read are then taped
+in the forward loop too and the clones that computed them die
+(`_save_residuals`, what JAX's scan saves), so the body is not run twice. `scf.if` recomputes the taken branch under the saved predicate.
 `scf.while` counts its iterations in the forward code; its backward code
 records a tape of that dynamic length and then reads it in reverse (see the
 section on it below).
@@ -396,7 +398,6 @@ def _add_tapes(ad: Any, op: ir.Operation, vals: Sequence[ir.Value], trip: int) -
             ad.active.add(nv)
     ad.dead.append(op.operation)
     return res[k:]
-
 
 
 def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
