@@ -562,7 +562,7 @@ def _rewrite_without(op: ir.Operation, dims: Sequence[Sequence[int]], ranges: Se
     permutation, in the dims without `drop`) transposes that input first;
     `swap` exchanges the two inputs.
     """
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import linalg, tensor
 
     new_dims, new_ranges = _without(dims, ranges, drop)
     n = len(new_ranges)
@@ -580,19 +580,29 @@ def _rewrite_without(op: ir.Operation, dims: Sequence[Sequence[int]], ranges: Se
         if swap:
             a, b = b, a
             new_dims[0], new_dims[1] = new_dims[1], new_dims[0]
-        new_maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in ds])
-                    for ds in new_dims]
-        iters = [linalg.IteratorType.parallel if d in new_dims[2]
-                 else linalg.IteratorType.reduction for d in range(n)]
-        gen = linalg.GenericOp_([a, b], [init], new_maps, iters)
-        block = gen.regions[0].blocks[0]
-        with ir.InsertionPoint(block):
-            p, q, acc = block.arguments
-            linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
-        out_t = op.results[0].type
-        res = gen.results[0]
-        if res.type != out_t:
-            res = tensor.expand_shape(out_t, res, groups, [], list(out_t.shape))
+        return _replace_by_mul_add(op, a, b, init, new_dims, n, groups)
+
+
+def _replace_by_mul_add(op: ir.Operation, a: ir.Value, b: ir.Value, init: ir.Value,
+                        dims: Sequence[Sequence[int]], n: int,
+                        groups: Sequence[Sequence[int]]) -> ir.Operation:
+    """Replace `op` by the generic `init + a * b` over `n` loops with operand
+    dims `dims` (C's dims parallel, the others reduced); its result reshaped
+    to `op`'s by `groups` (tensor.expand_shape) if it differs. Call at an
+    insertion point before `op`."""
+    from mlir.dialects import arith, linalg, tensor
+
+    new_maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in ds]) for ds in dims]
+    iters = [linalg.IteratorType.parallel if d in dims[2] else linalg.IteratorType.reduction
+             for d in range(n)]
+    gen = linalg.GenericOp_([a, b], [init], new_maps, iters)
+    with ir.InsertionPoint(gen.regions[0].blocks[0]):
+        p, q, acc = gen.regions[0].blocks[0].arguments
+        linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
+    out_t = op.results[0].type
+    res = gen.results[0]
+    if res.type != out_t:
+        res = tensor.expand_shape(out_t, res, groups, [], list(out_t.shape))
     op.results[0].replace_all_uses_with(res)
     op.erase()
     return gen.operation
@@ -627,7 +637,7 @@ def collapse_contraction_dims(module: ir.Operation) -> None:
     (50 x 190 x 400) once i and j are one dim, which the matmul schedule
     handles: 2.24 ms on scalar loops -> 0.16 ms (jax.jit: 0.17 ms), f64, one
     core, d20 K50; its reverse (i, j both reduced) likewise."""
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import tensor
 
     found: list[ir.Operation] = []
 
@@ -669,22 +679,7 @@ def collapse_contraction_dims(module: ir.Operation) -> None:
                     v = tensor.collapse_shape(ir.RankedTensorType.get(shape, t.element_type),
                                               v, re)
                 vals.append(v)
-            n = len(runs)
-            new_maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(r) for r in nd])
-                        for nd in new_dims]
-            its = [linalg.IteratorType.reduction if iters[run[0]] == "reduction"
-                   else linalg.IteratorType.parallel for run in runs]
-            gen = linalg.GenericOp_(vals[:2], [vals[2]], new_maps, its)
-            block = gen.regions[0].blocks[0]
-            with ir.InsertionPoint(block):
-                p, q, acc = block.arguments
-                linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
-            out_t = op.results[0].type
-            res = gen.results[0]
-            if res.type != out_t:
-                res = tensor.expand_shape(out_t, res, reassoc[2], [], list(out_t.shape))
-        op.results[0].replace_all_uses_with(res)
-        op.erase()
+            _replace_by_mul_add(op, *vals, new_dims, len(runs), reassoc[2])
 
 
 def _drop_unit_dims(c: Candidate) -> Candidate:
