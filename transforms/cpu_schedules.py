@@ -191,7 +191,8 @@ REDUCTION = ReductionSchedule(lanes={32: 16, 64: 8}, min_elements=4096)
 #: asserted by test/python/test_cpu_pipeline.py against numpy's float64
 #: functions on every 4099th f32 bit pattern (all signs and exponents,
 #: subnormals included) plus special values. Measured maxima: exp 0.95,
-#: log 0.75, tanh 1.20 ulp; inf/nan/+-0/subnormal results as libm.
+#: log 0.75, tanh 1.20 ulp (1.36 over every 7th f32 in [0.5, 10]);
+#: inf/nan/+-0/subnormal results as libm.
 APPROX_MAX_ULP = {"math.exp": 1.5, "math.log": 1.5, "math.tanh": 2.0}
 
 #: Element types a schedule accepts (i1 memory is bytes in this project's
@@ -1260,11 +1261,41 @@ def _log_f32(x: ir.Value) -> ir.Value:
     return arith.select(neg_or_nan, _f32(float("nan")), r)
 
 
+def _exp_f32_small(u: ir.Value) -> ir.Value:
+    """exp(u) for u in [0, 18] (tanh's large-argument branch): no scaling tricks.
+
+    n = round(u log2 e) is read off the bits of `u log2 e + MAGIC`
+    (1.5 * 2^23 + 127: the low bits then hold n + 127, 2^n's biased
+    exponent), r = u - n ln2 in two FMA steps, and e^r is Cephes' degree-7
+    polynomial in Horner form. With n <= 26 the result is a normal float:
+    no overflow or subnormal handling is needed, which `_exp_f32` pays for.
+    """
+    from mlir.dialects import arith, math
+
+    f32 = ir.F32Type.get()
+    i32 = ir.IntegerType.get_signless(32)
+    magic = 12582912.0 + 127.0
+    t = math.fma(u, _f32(1.44269504088896341), _f32(magic))
+    n = arith.subf(t, _f32(magic))
+    r = math.fma(n, _f32(-0.693359375), u)
+    r = math.fma(n, _f32(2.12194440e-4), r)
+    p = _horner(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                    1.6666665459e-1, 5.0000001201e-1, 1.0, 1.0])
+    scale = arith.bitcast(f32, arith.shli(arith.bitcast(i32, t), _i32(23)))
+    return arith.mulf(p, scale)
+
+
 def _tanh_f32(x: ir.Value) -> ir.Value:
     """Cephes tanhf: x + x^3 P(x^2) for |x| < 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)).
 
     Chosen over the Eigen/XLA rational approximation, which measured 4.2 ulp
     (relative error, near |x| = 0.03 and 3.8) and saturates at 1 - 2^-22.
+    Both branches run on every lane, so the large one is kept cheap: 2|x|
+    is clamped to 18 (tanh(9) rounds to 1 in f32) and its exp needs no
+    range handling (`_exp_f32_small`): 33 instead of 45 vector
+    instructions per 16 lanes. tanh(x*y+z) on 4M f32, one thread, went from
+    0.74 to 0.62 ns per element (jax.jit 0.57 in the same process), where
+    the loop was bound by the two AVX-512 ALU ports, not by memory.
     """
     from mlir.dialects import arith, math
 
@@ -1273,9 +1304,10 @@ def _tanh_f32(x: ir.Value) -> ir.Value:
     p = _horner(z, [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                     1.33314422036e-1, -3.33332819422e-1])
     small = math.fma(arith.mulf(p, z), x, x)
-    e = _exp_f32(arith.addf(ax, ax))
+    e = _exp_f32_small(arith.minimumf(arith.addf(ax, ax), _f32(18.0)))
     big = arith.subf(_f32(1.0), arith.divf(_f32(2.0), arith.addf(e, _f32(1.0))))
-    # NaN compares false and takes the polynomial path, which keeps it NaN.
+    # NaN compares false and takes the polynomial path, which keeps it NaN
+    # (the large branch's value for NaN, whatever it is, is not selected).
     r = arith.select(arith.cmpf(arith.CmpFPredicate.OGE, ax, _f32(0.625)), big, small)
     return math.copysign(r, x)  # odd; also keeps tanh(-0) = -0
 
