@@ -34,7 +34,9 @@ from mlir import ir
 
 from .cpu_schedules import (
     LOWER_VECTORS,
+    FuseRowGroups,
     OuterProductsToElementwise,
+    ReciprocalOfBroadcastDivisors,
     ScheduleLinalgForCpu,
     WriteResultsInPlace,
     openmp_lowering,
@@ -562,6 +564,11 @@ class LowerToCpu(Pass):
             "cse",
             # arith/math on whole tensors (legal MLIR, not bufferizable as is).
             "func.func(convert-elementwise-to-linalg)",
+            # Unit dims (keepdims reductions: [512, 1] rows read as [512, 1, 256])
+            # out of the loops: the shapes then line up for elementwise fusion
+            # and row groups, without expand/collapse_shape between the ops.
+            "func.func(linalg-fold-unit-extent-dims)",
+            "canonicalize",
             # K = 1 contractions (per-sample weight gradients) fuse as elementwise ops.
             OuterProductsToElementwise(),
             # Before fusion: upstream fusion miscompiles producers that read their init.
@@ -570,6 +577,9 @@ class LowerToCpu(Pass):
             "func.func(linalg-fuse-elementwise-ops)",
             UnpinProducers(),
             UpdateDonatedInPlace(),
+            ReciprocalOfBroadcastDivisors(),
+            # Softmax-like chains through row reductions: one loop over row tiles.
+            FuseRowGroups(threads=self.threads),
             # Tile + vectorize large ops (transforms/cpu_schedules.py).
             ScheduleLinalgForCpu(threads=self.threads),
             NoteDonatedArguments(),

@@ -63,11 +63,12 @@ func.func @small(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
 
 // -----
 
-/// Check that a row sum keeps 16 partial sums per row in a vector and
-/// reduces them once per row (reassociated, as numpy's pairwise sum also is).
+/// Check that a row sum keeps 64 partial sums per row in a vector (four
+/// AVX-512 registers: four independent add chains) and reduces them once
+/// per row (reassociated, as numpy's pairwise sum also is).
 // CHECK-LABEL: llvm.func @row_sum(
-// CHECK:         llvm.fadd %{{.*}}, %{{.*}} : vector<16xf32>
-// CHECK:         "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<16xf32>) -> f32
+// CHECK:         llvm.fadd %{{.*}}, %{{.*}} : vector<64xf32>
+// CHECK:         "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<64xf32>) -> f32
 func.func @row_sum(%x: tensor<128x256xf32>) -> tensor<128xf32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<128xf32>

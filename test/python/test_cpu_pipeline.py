@@ -255,14 +255,14 @@ func.func @f(%x: {ti}) -> {to} {{
 
 def test_reduction_is_vectorized() -> None:
     cm = CompiledModule(_reduce((256, 128), [1], "f32", "arith.addf", "0.0"))
-    assert "vector<16xf32>" in cm.lowered_text
+    assert "vector<64xf32>" in cm.lowered_text  # REDUCTION.lanes: four 16-lane chains
 
 
 def test_whole_array_reduction_is_vectorized() -> None:
     """sum(w * w) over a matrix (weight decay): scalar loops over rows around
-    16-lane partial sums, not one dependent scalar add per element."""
+    64-lane partial sums, not one dependent scalar add per element."""
     cm = CompiledModule(_reduce((256, 128), [0, 1], "f32", "arith.addf", "0.0"))
-    assert "vector<16xf32>" in cm.lowered_text
+    assert "vector<64xf32>" in cm.lowered_text
 
 
 def test_softmax_rows_with_exp_approximation() -> None:

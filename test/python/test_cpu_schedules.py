@@ -341,3 +341,89 @@ def test_reversed_reads_stay_on_scalar_loops() -> None:
     x = np.arange(256 * 256, dtype=np.float32).reshape(256, 256) / 7.0
     got = ad.jit(lambda w: w[::-1] * 2.0 + w[:, ::-1])(x)
     np.testing.assert_array_equal(got, x[::-1] * 2.0 + x[:, ::-1])
+
+
+# -- row groups -------------------------------------------------------------------------------
+
+
+def _layer_norm(x):
+    mu = anp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    var = anp.mean(xc * xc, axis=-1, keepdims=True)
+    return xc / anp.sqrt(var + 1e-5)
+
+
+def _np_layer_norm(x):
+    xc = x - x.mean(axis=-1, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+def _np_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+ROW_CASES = {
+    "softmax": (lambda x: ad.nn.softmax(x, axis=-1), _np_softmax),
+    "log_softmax": (lambda x: ad.nn.log_softmax(x, axis=-1),
+                    lambda x: np.log(_np_softmax(x))),
+    "layer_norm": (_layer_norm, _np_layer_norm),
+}
+
+
+def _recording_row_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the member count of every row group the pipeline fuses."""
+    found: list[int] = []
+    real = cpu_schedules.row_groups
+
+    def record(module):
+        groups = real(module)
+        found.extend(len(g.members) for g in groups)
+        return groups
+
+    monkeypatch.setattr(cpu_schedules, "row_groups", record)
+    return found
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(512, 256), (4, 64, 384)])
+@pytest.mark.parametrize("name", list(ROW_CASES))
+def test_row_groups_match_numpy(name: str, shape: tuple[int, ...], threads: int,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Softmax, log-softmax and layer norm over the last dim run as one fused
+    row loop (rows of a rank-2 or rank-3 array, one or two threads) and
+    match float64 numpy."""
+    if threads > 1 and openmp_runtime_library() is None:
+        pytest.skip("LLVM's OpenMP runtime is not installed: threads > 1 cannot run here")
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    fused = _recording_row_groups(monkeypatch)
+    ours, ref = ROW_CASES[name]
+    x = (RNG.standard_normal(shape) * 3).astype(np.float32)
+    got = ad.jit(ours, threads=threads)(x)
+    assert fused and min(fused) >= 4, fused  # the reductions and their consumers, one loop
+    np.testing.assert_allclose(got, ref(x.astype(np.float64)), rtol=2e-5, atol=2e-6)
+
+
+def test_row_group_gradient_matches_the_analytic_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gradient of sum(softmax(x) * w), s * (w - sum(s * w)), against that
+    formula in float64 numpy: forward and backward (multi-input reductions
+    included) are one row group."""
+    fused = _recording_row_groups(monkeypatch)
+    x = RNG.standard_normal((256, 512)).astype(np.float32)
+    w = RNG.standard_normal((256, 512)).astype(np.float32)
+    g = ad.jit(ad.grad(lambda x, w: anp.sum(ad.nn.softmax(x, axis=-1) * w)))(x, w)
+    assert fused and max(fused) >= 8, fused  # two reductions forward, two backward, ...
+    s = _np_softmax(x.astype(np.float64))
+    want = s * (w - (s * w).sum(axis=-1, keepdims=True))
+    np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("cols", [16, 32, 64, 128])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_row_reductions_whose_row_is_one_vector_step(op: str, cols: int) -> None:
+    """Rows exactly as long as the partial-sum vector (or a multiple) compile
+    and match numpy: a row of 16 f32 once left unlowered vector ops behind."""
+    x = RNG.standard_normal((4096, cols)).astype(np.float32)
+    got = ad.jit(lambda a: getattr(anp, op)(a, axis=-1))(x)
+    want = getattr(np, op)(x.astype(np.float64), axis=-1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

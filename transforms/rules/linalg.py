@@ -373,8 +373,16 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
             vmap[yielded[j]].replace_all_uses_with(nargs[pos])
         contrib = sub.ct.get(seed)
         acc = nargs[-1]
-        linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)], loc=op.location,
-                       ip=bip)
+        zero_init = kind == "out" or (kind == "in" and cur is None)
+        if contrib is not None and zero_init and RED not in new_iters:
+            # Nothing to accumulate into: the contribution is the cotangent
+            # (no `0 + x` pass over memory; only a -0 cotangent becomes +0).
+            linalg.YieldOp([contrib], loc=op.location, ip=bip)
+            before = Builder(ir.InsertionPoint(gen.operation), op.location, ad)
+            gen.operation.operands[len(gen.operation.operands) - 1] = before.empty_like(init)
+        else:
+            linalg.YieldOp([acc if contrib is None else bb.addf(acc, contrib)],
+                           loc=op.location, ip=bip)
         # Recomputed primal ops nothing reads (the ones a read-back result
         # replaced, and what only they used) go, so their inputs can too.
         for o in reversed(list(nb.operations)[:-1]):

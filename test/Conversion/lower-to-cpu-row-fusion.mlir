@@ -1,0 +1,161 @@
+// RUN: autodiff-opt %s --split-input-file --autodiff-fuse-row-groups | filecheck %s
+
+// Row groups (FuseRowGroups in transforms/cpu_schedules.py): an elementwise
+// op over rows and the ops computing its operands row by row through inner
+// reductions run as one loop over tiles of rows. Numerical results are
+// checked in test/python/test_cpu_schedules.py.
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+/// Check that a row softmax (max, exp, sum, divide) becomes one loop over
+/// tiles of 16 rows (ROW_TILE_ROWS; 16 rows of 1 KB fit ROW_TILE_BYTES)
+/// computing all four ops on the tile, with tile-sized intermediates.
+// CHECK-LABEL: func.func @softmax(
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK:           tensor.extract_slice %{{.*}}[%[[I]], 0] [16, 256] [1, 1] : tensor<512x256xf32> to tensor<16x256xf32>
+// CHECK:           linalg.reduce ins(%{{.*}} : tensor<16x256xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK:             arith.maximumf
+// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<16xf32>)
+// CHECK:             math.exp
+// CHECK:           linalg.reduce ins(%{{.*}} : tensor<16x256xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK:             arith.addf
+// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<16xf32>)
+// CHECK:             arith.divf
+// CHECK:           tensor.insert_slice %{{.*}} into %{{.*}}[%[[I]], 0] [16, 256] [1, 1]
+// CHECK:           scf.yield
+// CHECK-NOT:     linalg.
+// CHECK:         return
+func.func @softmax(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<512xf32>
+  %mi = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<512xf32>) -> tensor<512xf32>
+  %mx = linalg.reduce ins(%x : tensor<512x256xf32>) outs(%mi : tensor<512xf32>) dimensions = [1]
+    (%a: f32, %acc: f32) {
+      %r = arith.maximumf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %e2 = tensor.empty() : tensor<512x256xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %mx : tensor<512x256xf32>, tensor<512xf32>) outs(%e2 : tensor<512x256xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.subf %a, %b : f32
+      %v = math.exp %d : f32
+      linalg.yield %v : f32
+  } -> tensor<512x256xf32>
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<512xf32>) -> tensor<512xf32>
+  %sm = linalg.reduce ins(%ex : tensor<512x256xf32>) outs(%si : tensor<512xf32>) dimensions = [1]
+    (%a: f32, %acc: f32) {
+      %r = arith.addf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %res = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %sm : tensor<512x256xf32>, tensor<512xf32>) outs(%e2 : tensor<512x256xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %q = arith.divf %a, %b : f32
+      linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %res : tensor<512x256xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+/// Check that a producer with a user outside the group stays outside the
+/// loop (fusing it would compute it twice): here the exp is also returned,
+/// so only the sum and the division are fused.
+// CHECK-LABEL: func.func @exp_returned(
+// CHECK:         %[[EX:.*]] = linalg.generic
+// CHECK:           math.exp
+// CHECK:         scf.for
+// CHECK-NOT:       math.exp
+// CHECK:           linalg.reduce
+// CHECK:             arith.addf
+// CHECK:           linalg.generic
+// CHECK:             arith.divf
+// CHECK:         return
+func.func @exp_returned(%x: tensor<512x256xf32>) -> (tensor<512x256xf32>, tensor<512x256xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<512xf32>
+  %e2 = tensor.empty() : tensor<512x256xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<512x256xf32>) outs(%e2 : tensor<512x256xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %v = math.exp %a : f32
+      linalg.yield %v : f32
+  } -> tensor<512x256xf32>
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<512xf32>) -> tensor<512xf32>
+  %sm = linalg.reduce ins(%ex : tensor<512x256xf32>) outs(%si : tensor<512xf32>) dimensions = [1]
+    (%a: f32, %acc: f32) {
+      %r = arith.addf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %res = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %sm : tensor<512x256xf32>, tensor<512xf32>) outs(%e2 : tensor<512x256xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %q = arith.divf %a, %b : f32
+      linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %res, %ex : tensor<512x256xf32>, tensor<512x256xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+
+/// Check that a reduction over the rows (column sums) is not a row group:
+/// no tile of rows computes its result.
+// CHECK-LABEL: func.func @column_normalize(
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @column_normalize(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<256xf32>
+  %e2 = tensor.empty() : tensor<512x256xf32>
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<256xf32>) -> tensor<256xf32>
+  %sm = linalg.reduce ins(%x : tensor<512x256xf32>) outs(%si : tensor<256xf32>) dimensions = [0]
+    (%a: f32, %acc: f32) {
+      %r = arith.addf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %res = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %sm : tensor<512x256xf32>, tensor<256xf32>) outs(%e2 : tensor<512x256xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %q = arith.divf %a, %b : f32
+      linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %res : tensor<512x256xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+/// Check that small groups are left alone (fewer elements than
+/// ROW_GROUP_MIN_ELEMENTS: the intermediates stay in cache anyway).
+// CHECK-LABEL: func.func @small(
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @small(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<64xf32>
+  %e2 = tensor.empty() : tensor<64x256xf32>
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+  %sm = linalg.reduce ins(%x : tensor<64x256xf32>) outs(%si : tensor<64xf32>) dimensions = [1]
+    (%a: f32, %acc: f32) {
+      %r = arith.addf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %res = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %sm : tensor<64x256xf32>, tensor<64xf32>) outs(%e2 : tensor<64x256xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %q = arith.divf %a, %b : f32
+      linalg.yield %q : f32
+  } -> tensor<64x256xf32>
+  return %res : tensor<64x256xf32>
+}
