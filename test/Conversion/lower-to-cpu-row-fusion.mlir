@@ -141,21 +141,59 @@ func.func @column_normalize(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
 // CHECK-LABEL: func.func @small(
 // CHECK-NOT:     scf.for
 // CHECK:         return
-func.func @small(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+func.func @small(%x: tensor<32x256xf32>) -> tensor<32x256xf32> {
   %zero = arith.constant 0.0 : f32
-  %e1 = tensor.empty() : tensor<64xf32>
-  %e2 = tensor.empty() : tensor<64x256xf32>
-  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
-  %sm = linalg.reduce ins(%x : tensor<64x256xf32>) outs(%si : tensor<64xf32>) dimensions = [1]
+  %e1 = tensor.empty() : tensor<32xf32>
+  %e2 = tensor.empty() : tensor<32x256xf32>
+  %si = linalg.fill ins(%zero : f32) outs(%e1 : tensor<32xf32>) -> tensor<32xf32>
+  %sm = linalg.reduce ins(%x : tensor<32x256xf32>) outs(%si : tensor<32xf32>) dimensions = [1]
     (%a: f32, %acc: f32) {
       %r = arith.addf %a, %acc : f32
       linalg.yield %r : f32
     }
   %res = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
-      ins(%x, %sm : tensor<64x256xf32>, tensor<64xf32>) outs(%e2 : tensor<64x256xf32>) {
+      ins(%x, %sm : tensor<32x256xf32>, tensor<32xf32>) outs(%e2 : tensor<32x256xf32>) {
     ^bb0(%a: f32, %b: f32, %o: f32):
       %q = arith.divf %a, %b : f32
       linalg.yield %q : f32
-  } -> tensor<64x256xf32>
-  return %res : tensor<64x256xf32>
+  } -> tensor<32x256xf32>
+  return %res : tensor<32x256xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+
+/// Check that elementwise ops that elementwise fusion leaves apart (a value
+/// with two consumers, as forward-over-reverse writes them) form a group of
+/// their own: three ops, one loop, no full-size intermediate.
+// CHECK-LABEL: func.func @shared_values(
+// CHECK:         scf.for
+// CHECK:           math.exp
+// CHECK:           arith.mulf
+// CHECK:           arith.addf
+// CHECK:           scf.yield
+// CHECK-NOT:     linalg.
+// CHECK:         return
+func.func @shared_values(%x: tensor<128x256xf32>, %y: tensor<128x256xf32>) -> tensor<128x256xf32> {
+  %e = tensor.empty() : tensor<128x256xf32>
+  %a = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<128x256xf32>) outs(%e : tensor<128x256xf32>) {
+    ^bb0(%p: f32, %o: f32):
+      %v = math.exp %p : f32
+      linalg.yield %v : f32
+  } -> tensor<128x256xf32>
+  %b = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %y : tensor<128x256xf32>, tensor<128x256xf32>) outs(%e : tensor<128x256xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %v = arith.mulf %p, %q : f32
+      linalg.yield %v : f32
+  } -> tensor<128x256xf32>
+  %c = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<128x256xf32>, tensor<128x256xf32>) outs(%e : tensor<128x256xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %v = arith.addf %p, %q : f32
+      linalg.yield %v : f32
+  } -> tensor<128x256xf32>
+  return %c : tensor<128x256xf32>
 }
