@@ -864,6 +864,7 @@ class _Script:
         self.lines: list[str] = []
         self.vectorize: list[str] = []
         self.vectorize_contract: list[str] = []
+        self.vectorize_late: list[str] = []  # vectorized after the contraction patterns
         self.hoist: list[str] = []  # loop handles whose accumulators go to registers
         self.n = 0
         self.threads = 1
@@ -1110,7 +1111,7 @@ def _schedule_reduction(s: _Script, c: Candidate, tag: int) -> None:
     if v == c.ranges[-1]:
         # The whole row is one vector step: vectorized as it is (a partial
         # reduction over one step left unlowered vector ops behind).
-        s.vectorize.append(h)
+        s.vectorize_late.append(h)
         return
     fill, split, comb, loop = (s.fresh(x) for x in ("fill", "split", "comb", "rl"))
     sizes = [0] * (len(c.ranges) - 1) + [v]
@@ -1119,7 +1120,7 @@ def _schedule_reduction(s: _Script, c: Candidate, tag: int) -> None:
         f"by tile_sizes = {sizes} : (!transform.any_op) -> (!transform.any_op, "
         "!transform.any_op, !transform.any_op, !transform.any_op)"
     )
-    s.vectorize += [fill, split, comb]
+    s.vectorize_late += [fill, split, comb]
     s.hoist.append(loop)
 
 
@@ -1187,6 +1188,19 @@ def build_script(candidates: Sequence[Candidate], threads: int = 1) -> str:
         "  transform.apply_patterns.canonicalization",
         "} : !transform.any_op",
     ]
+    if s.vectorize_late:
+        # Reductions after `reduction_to_contract`: a sum of products
+        # (sum(w * w)) would become a vector.contract over a unit dim, which
+        # lowers to per-lane code (0.42 ms instead of 0.16 for 784 x 512).
+        body += [f"transform.structured.vectorize {h} : !transform.any_op"
+                 for h in s.vectorize_late]
+        body += [
+            "transform.apply_patterns to %funcs {",
+            "  transform.apply_patterns.vector.transfer_permutation_patterns",
+            "  transform.apply_patterns.vector.cast_away_vector_leading_one_dim",
+            "  transform.apply_patterns.canonicalization",
+            "} : !transform.any_op",
+        ]
     # Keep accumulators (matmul C tiles, reduction partial sums) in registers
     # across the innermost loop instead of memory round trips. Only the
     # loops the schedules created: user loops are left as written.
@@ -1426,6 +1440,30 @@ def _drop_tags(module: ir.Operation) -> None:
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneralizeReductions(Pass):
+    """`linalg.reduce` -> `linalg.generic` (before elementwise fusion), so the
+    elementwise ops that produce a reduction's input fuse into it.
+
+    Upstream elementwise fusion only fuses into generics: the weight decay
+    sum(w * w) computed w * w into a temporary and summed it in a second
+    pass. Fused, it is one pass of FMAs: 784 x 512 f32, one thread, 155 us
+    -> 33 us (jax.jit 43 us).
+    """
+
+    name = "autodiff-generalize-reductions"
+    summary = "Rewrite linalg.reduce as linalg.generic"
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, module.location:
+            _apply_quietly(module, _named_sequence([
+                ("%r = transform.structured.match ops{[\"linalg.reduce\"]} in %root "
+                 ": (!transform.any_op) -> !transform.any_op"),
+                ("%g = transform.structured.generalize %r "
+                 ": (!transform.any_op) -> !transform.any_op"),
+            ]))
 
 
 # -- divisions by broadcast values ----------------------------------------------------------------

@@ -35,6 +35,7 @@ from mlir import ir
 from .cpu_schedules import (
     LOWER_VECTORS,
     FuseRowGroups,
+    GeneralizeReductions,
     OuterProductsToElementwise,
     ReciprocalOfBroadcastDivisors,
     ScheduleLinalgForCpu,
@@ -571,6 +572,8 @@ class LowerToCpu(Pass):
             "canonicalize",
             # K = 1 contractions (per-sample weight gradients) fuse as elementwise ops.
             OuterProductsToElementwise(),
+            # Reductions as generics: their elementwise producers fuse into them.
+            GeneralizeReductions(),
             # Before fusion: upstream fusion miscompiles producers that read their init.
             ElementwiseInitsToInputs(),
             PinRecomputedProducers(),

@@ -427,3 +427,12 @@ def test_row_reductions_whose_row_is_one_vector_step(op: str, cols: int) -> None
     got = ad.jit(lambda a: getattr(anp, op)(a, axis=-1))(x)
     want = getattr(np, op)(x.astype(np.float64), axis=-1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sum_of_squares_is_one_pass() -> None:
+    """sum(w * w) (weight decay): the product fuses into the generalized
+    reduction, so no temporary array is allocated, and it matches numpy."""
+    w = RNG.standard_normal((784, 512)).astype(np.float32)
+    fn = lambda w: anp.sum(w * w)  # noqa: E731
+    assert "@malloc" not in ad.lower(fn, w).as_text("llvm")
+    np.testing.assert_allclose(ad.jit(fn)(w), (w.astype(np.float64) ** 2).sum(), rtol=1e-5)
