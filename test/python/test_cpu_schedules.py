@@ -433,6 +433,6 @@ def test_sum_of_squares_is_one_pass() -> None:
     """sum(w * w) (weight decay): the product fuses into the generalized
     reduction, so no temporary array is allocated, and it matches numpy."""
     w = RNG.standard_normal((784, 512)).astype(np.float32)
-    fn = lambda w: anp.sum(w * w)  # noqa: E731
+    fn = lambda w: anp.sum(w * w)
     assert "@malloc" not in ad.lower(fn, w).as_text("llvm")
     np.testing.assert_allclose(ad.jit(fn)(w), (w.astype(np.float64) ** 2).sum(), rtol=1e-5)
