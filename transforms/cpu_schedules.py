@@ -1650,7 +1650,6 @@ def _row_group(sink: ir.Operation, k: int, taken: set[ir.Operation]) -> list[ir.
     return members
 
 
-
 def _row_tile(rows: int, row_bytes: int) -> int:
     """Rows per tile: the largest power of two dividing `rows` within the row-tile limits."""
     tile = 1
@@ -1689,9 +1688,7 @@ class RowGroup:
 
         row_bytes = self.shape[-1] * self.width // 8
         if (threads > 1 and rows[0] % threads == 0
-                and pymath.prod(self.shape) >= PARALLEL_MIN_ELEMENTS
-                and (n > 2 or _row_tile(rows[0] // threads, row_bytes) > 1
-                     or rows[0] // threads > 1)):
+                and pymath.prod(self.shape) >= PARALLEL_MIN_ELEMENTS):
             sink, loop = s.fresh("p"), s.fresh("forall")
             s.lines.append(
                 f"{sink}, {loop} = transform.structured.tile_using_forall {handles[0]} "
