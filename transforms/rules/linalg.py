@@ -376,7 +376,7 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         zero_init = kind == "out" or (kind == "in" and cur is None)
         if contrib is not None and zero_init and RED not in new_iters:
             # Nothing to accumulate into: the contribution is the cotangent
-            # (no `0 + x` pass over memory; only a -0 cotangent becomes +0).
+            # (no `0 + x` pass over memory; a -0 cotangent now stays -0).
             linalg.YieldOp([contrib], loc=op.location, ip=bip)
             before = Builder(ir.InsertionPoint(gen.operation), op.location, ad)
             gen.operation.operands[len(gen.operation.operands) - 1] = before.empty_like(init)
