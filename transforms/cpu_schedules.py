@@ -857,6 +857,10 @@ def _largest_divisor(n: int, choices: Sequence[int]) -> int:
     return 1
 
 
+#: Discardable attribute naming each scheduled op in the transform script.
+_TAG = "autodiff.cpu_schedule"
+
+
 class _Script:
     """Accumulates transform-dialect text for one module."""
 
@@ -882,10 +886,11 @@ class _Script:
         self.n += 1
         return f"%{stem}{self.n}"
 
-    def match(self, tag: int, generalize: bool = False) -> str:
+    def match(self, tag: int, generalize: bool = False, attr: str = _TAG) -> str:
+        """The op whose attribute `attr` is `tag` (optionally generalized)."""
         h = self.fresh("op")
         self.lines.append(
-            f"{h} = transform.structured.match attributes {{{_TAG} = {tag} : i64}} in %root "
+            f"{h} = transform.structured.match attributes {{{attr} = {tag} : i64}} in %root "
             ": (!transform.any_op) -> !transform.any_op"
         )
         if generalize:
@@ -933,9 +938,6 @@ class _Script:
             f"tile_sizes {list(sizes)} : (!transform.any_op) -> ({anys})"
         )
         return t
-
-
-_TAG = "autodiff.cpu_schedule"
 
 
 def _register_tile(extent: int, preferred: int, multiple: int) -> int:
@@ -1519,20 +1521,21 @@ class ReciprocalOfBroadcastDivisors(Pass):
     def run(self, module: ir.Operation) -> None:
         from mlir.dialects import arith, linalg, tensor
 
-        ops: list[ir.Operation] = []
+        found: list[tuple[ir.Operation, list[int]]] = []
 
         def visit(op: ir.Operation) -> ir.WalkResult:
             if op.name.startswith("linalg."):
-                if _broadcast_divisor_inputs(op):
-                    ops.append(op)
+                inputs = _broadcast_divisor_inputs(op)
+                if inputs:
+                    found.append((op, inputs))
                 return ir.WalkResult.SKIP
             return ir.WalkResult.ADVANCE
 
         module.walk(visit)
         with module.context:
-            for op in ops:
+            for op, inputs in found:
                 block = op.regions[0].blocks[0]
-                for i in _broadcast_divisor_inputs(op):
+                for i in inputs:
                     v = op.operands[i]
                     t = v.type
                     with ir.InsertionPoint(op), op.location:
@@ -1671,11 +1674,7 @@ class RowGroup:
         """Tile the sink over rows (over threads first, when worth it) and fuse the rest."""
         s = _Script()
         n = len(self.shape)
-        handles = [s.fresh("g") for _ in self.members]
-        for tag, h in enumerate(handles, first_tag):
-            s.lines.append(
-                f"{h} = transform.structured.match attributes {{{_ROW_TAG} = {tag} : i64}} "
-                "in %root : (!transform.any_op) -> !transform.any_op")
+        handles = [s.match(first_tag + j, attr=_ROW_TAG) for j in range(len(self.members))]
         rows = list(self.shape[:-1])
         ops = "(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)"
 

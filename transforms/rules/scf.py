@@ -14,7 +14,8 @@ and runs the reverse rules over the clone, carrying the cotangents of the
 carried values and accumulating those of values captured from above. With
 a static trip count, the body values the reverse rules read are then taped
 in the forward loop too and the clones that computed them die
-(`_save_residuals`, what JAX's scan saves), so the body is not run twice. `scf.if` recomputes the taken branch under the saved predicate.
+(`_save_residuals`, what JAX's scan saves), so the body is not run twice.
+`scf.if` recomputes the taken branch under the saved predicate.
 `scf.while` counts its iterations in the forward code; its backward code
 records a tape of that dynamic length and then reads it in reverse (see the
 section on it below).
