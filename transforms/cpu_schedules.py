@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 
 from mlir import ir
 
+from .ad_support import defining_op
 from .passes import Pass, register
 
 # -- schedule parameters (data) ---------------------------------------------------------------
@@ -1605,11 +1606,6 @@ def _row_operands(op: ir.Operation, k: int) -> list[ir.Value] | None:
     return follow
 
 
-def _producer(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    return owner.operation if isinstance(owner, (ir.Operation, ir.OpView)) else None
-
-
 def _row_group(sink: ir.Operation, k: int, taken: set[ir.Operation]) -> list[ir.Operation]:
     """The ops fused into `sink`'s row loop: `sink`, then its producers in reverse order.
 
@@ -1621,7 +1617,7 @@ def _row_group(sink: ir.Operation, k: int, taken: set[ir.Operation]) -> list[ir.
     def producers(op: ir.Operation, within: set[ir.Operation] | None) -> list[ir.Operation]:
         found = []
         for v in _row_operands(op, k) or []:
-            p = _producer(v)
+            p = defining_op(v)
             if p is None or p in taken or p.block != sink.block:
                 continue
             if within is None:
@@ -1830,7 +1826,7 @@ def _own_empty_inits(op: ir.Operation) -> None:
     n_in = len(op.operands) - len(op.results)
     for k in range(n_in, len(op.operands)):
         v = op.operands[k]
-        owner = _producer(v)
+        owner = defining_op(v)
         if owner is not None and owner.name == "tensor.empty" and len(list(v.uses)) > 1:
             op.operands[k] = owner.clone(ip=ir.InsertionPoint(op)).results[0]
 
