@@ -12,6 +12,7 @@ results of `threads=1`.
 from __future__ import annotations
 
 import os
+import re
 
 import mlir_autodiff as ad
 import mlir_autodiff.numpy as anp
@@ -319,6 +320,25 @@ def test_large_matmul_reads_b_packed(maps: list[str], dt: str, np_dt: type,
     a64 = a.astype(np.float64)
     want = (a64 if maps[0] == "d0,d2" else a64.T) @ b.astype(np.float64)
     np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(384))
+
+
+@pytest.mark.parametrize("k", [100, 102], ids=["k_multiple_of_4", "k_with_remainder"])
+def test_matmul_k_loop_is_unrolled(k: int) -> None:
+    """The register tile's k loop does MATMUL_K_UNROLL rank-1 updates per
+    iteration; the k % MATMUL_K_UNROLL last steps run in a remainder loop."""
+    unroll = cpu_schedules.MATMUL_K_UNROLL
+    assert unroll > 1
+    text, _ = _contraction([64, 64, k], ["d0,d2", "d2,d1", "d0,d1"], "f32")
+    ir_text = _scheduled_ir(text)
+    main = k - k % unroll
+    body = ir_text.split(f"to %c{main} step %c{unroll} iter_args")[1].split("scf.yield")[0]
+    assert body.count("vector.contract") == unroll
+    remainder = re.search(rf"scf.for %\w+ = %c{main} to %c{k} step %c1 ", ir_text)
+    assert (remainder is not None) == bool(k % unroll)
+    a = RNG.standard_normal((64, k)).astype(np.float32)
+    b = RNG.standard_normal((k, 64)).astype(np.float32)
+    np.testing.assert_allclose(CompiledModule(text)["f"](a, b),
+                               a.astype(np.float64) @ b, rtol=2e-5, atol=2e-5 * np.sqrt(k))
 
 
 @pytest.mark.skipif(openmp_runtime_library() is None,
