@@ -394,22 +394,24 @@ func.func @f(%a: tensor<64x96xf32>, %b: tensor<96x64xf32>) -> (tensor<64x64xf32>
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_packed_matmul_starting_at_zero(threads: int) -> None:
-    """1024 x 1024 x 128 (packed B, k inside the register tile): no zero fill,
-    same product on one and two threads."""
+@pytest.mark.parametrize("k", [128, 640])
+def test_packed_matmul_starting_at_zero(k: int, threads: int) -> None:
+    """1024 x 1024 x k (packed B; K below `packed_k`, so the whole k loop is
+    inside the register tile): no zero fill, same product on one and two threads."""
+    assert k <= cpu_schedules.matmul_schedule().packed_k
     if threads > 1 and openmp_runtime_library() is None:
         pytest.skip("LLVM's OpenMP runtime (libomp) is not installed: threads > 1 cannot run")
     os.environ.setdefault("KMP_BLOCKTIME", "0")
-    text, _ = _contraction([1024, 1024, 128], ["d2,d0", "d2,d1", "d0,d1"], "f32")
+    text, _ = _contraction([1024, 1024, k], ["d2,d0", "d2,d1", "d0,d1"], "f32")
     ir_text = _scheduled_ir(text)
     # No fill; the k loops start from a zero constant, not from a read of C.
     assert "linalg.fill" not in ir_text
     assert re.search(r"iter_args\(%\w+ = %cst\w*\) -> \(vector<", ir_text)
     cm = CompiledModule(text, pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
-    a = RNG.standard_normal((128, 1024)).astype(np.float32)
-    b = RNG.standard_normal((128, 1024)).astype(np.float32)
+    a = RNG.standard_normal((k, 1024)).astype(np.float32)
+    b = RNG.standard_normal((k, 1024)).astype(np.float32)
     np.testing.assert_allclose(cm["f"](a, b), a.T.astype(np.float64) @ b, rtol=2e-5,
-                               atol=2e-5 * np.sqrt(128))
+                               atol=2e-5 * np.sqrt(k))
 
 
 @pytest.mark.skipif(openmp_runtime_library() is None,
