@@ -44,6 +44,9 @@ def thread_env(threads: int, base: dict[str, str] | None = None) -> dict[str, st
         # XLA's CPU client: no Eigen thread pool, one intra-op thread.
         flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     env["XLA_FLAGS"] = flags.strip()
+    # numpy's OpenBLAS threads spin 2^28 cycles (~0.1 s) after each call and
+    # take a core from whichever framework is timed next; 2^4: they park at once.
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     return env
 
 

@@ -27,7 +27,10 @@ row has a numpy builder, otherwise (gradients) after timing against jax's
 result, or torch's without jax; a wrong result is reported and never timed
 or shown as if right. Each thunk is warmed up, then timed in samples of
 enough inner iterations to last at least `--min-time` seconds; the reported
-time is the median over `--repeats` samples (time.perf_counter). The first call's time minus the
+time is the median over `--repeats` samples (time.perf_counter). The samples
+of one row's frameworks are interleaved (one sample of each per round, after
+a short idle gap), so that a slow phase of the shared machine is met by all
+of them rather than decides a ratio (`time_thunks`). The first call's time minus the
 steady-state time is reported as compile time (tracing, lowering and JIT for
 ours; tracing and XLA for jax; dynamo and inductor for torch.compile).
 Ratios are ours / theirs: above 1 means ours is slower. Matmul rows show
@@ -257,13 +260,19 @@ adbench_cases.register_cases(Case, register)
 # -- timing --------------------------------------------------------------------------------------
 
 
-def time_thunk(thunk: Thunk, *, min_time: float, repeats: int) -> float:
-    """Median seconds per call over `repeats` samples of >= `min_time` seconds each."""
+#: Seconds between two samples of different frameworks in `time_thunks`: the
+#: thread pools of the framework timed before (Eigen's, torch's OpenMP, our
+#: libomp with KMP_BLOCKTIME=1 ms) stop spinning and park well within it.
+#: OpenBLAS's threads spin far longer (2^28 cycles); thread_env shortens it.
+SWITCH_GAP = 0.05
+
+
+def _calls_per_sample(thunk: Thunk, min_time: float) -> int:
+    """Warm `thunk` up; the number of calls that lasts about `min_time` seconds."""
     start = time.perf_counter()
     thunk()  # warm-up (the first call, which compiled, has already run)
     if time.perf_counter() - start < min_time:
         thunk()
-    # Estimate the cost of one call, then size the samples from it.
     n, elapsed = 1, 0.0
     while True:
         start = time.perf_counter()
@@ -273,14 +282,32 @@ def time_thunk(thunk: Thunk, *, min_time: float, repeats: int) -> float:
         if elapsed >= min_time / 4 or n >= 1 << 20:
             break
         n *= 4
-    inner = max(1, int(n * min_time / max(elapsed, 1e-9)))
-    samples = []
+    return max(1, int(n * min_time / max(elapsed, 1e-9)))
+
+
+def time_thunks(thunks: dict[str, Thunk], *, min_time: float, repeats: int,
+                gap: float = SWITCH_GAP) -> dict[str, float]:
+    """Median seconds per call of each thunk over `repeats` samples of >= `min_time` s.
+
+    The samples are interleaved, one of each thunk per round, so every
+    framework meets the same phases of a shared machine (on these 2-vCPU
+    hosts one kernel's time moves by 1.5x over minutes; timed one framework
+    after another, those phases became the ratios). Before each sample the
+    thunk gets `gap` seconds of idle time and one untimed call, so it starts
+    with its own caches and thread pool warm, and the previous one's asleep.
+    """
+    inner = {fw: _calls_per_sample(t, min_time) for fw, t in thunks.items()}
+    samples: dict[str, list[float]] = {fw: [] for fw in thunks}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            thunk()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+        for fw, thunk in thunks.items():
+            if len(thunks) > 1:
+                time.sleep(gap)
+                thunk()
+            start = time.perf_counter()
+            for _ in range(inner[fw]):
+                thunk()
+            samples[fw].append((time.perf_counter() - start) / inner[fw])
+    return {fw: statistics.median(v) for fw, v in samples.items()}
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -309,10 +336,7 @@ class Row:
                 "skipped": self.skipped}
 
 
-#: Timing order. Each framework is timed on every case before the next one
-#: starts: jax's (and torch's) worker threads keep spinning after a call and
-#: would otherwise slow a multithreaded BLAS timed right after them (seen on
-#: 2 cores: numpy's 128^3 matmul took 30 ms instead of 0.2 ms after jax).
+#: Build order within a row (the timed samples are interleaved: time_thunks).
 TIMING_ORDER = ("numpy", "ours", "torch", "torch_compile", "jax")
 
 #: Reference for rows without a numpy builder, in order of preference.
@@ -324,12 +348,11 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-def _run_one(case: Case, fw: str, x: Sequence[np.ndarray], row: Row,
-             reference: np.ndarray | None, min_time: float,
-             repeats: int) -> np.ndarray | None:
-    """Build, call once (the first call's time is kept), check, then time. The result.
+def _build_one(case: Case, fw: str, x: Sequence[np.ndarray], row: Row,
+               reference: np.ndarray | None) -> tuple[Thunk, np.ndarray] | None:
+    """Build, call once (the first call's time is kept) and check: the thunk and its result.
 
-    A result that disagrees with `reference` (numpy's) is reported and not timed.
+    A result that disagrees with `reference` (numpy's) is reported, and not timed.
     """
     build = case.builder(fw)
     if build is None:
@@ -349,8 +372,7 @@ def _run_one(case: Case, fw: str, x: Sequence[np.ndarray], row: Row,
     if wrong:
         row.problems[fw] = f"WRONG RESULT ({wrong} vs numpy)"
         return None
-    row.seconds[fw] = time_thunk(thunk, min_time=min_time, repeats=repeats)
-    return result
+    return thunk, result
 
 
 def _agrees(result: np.ndarray, ref: np.ndarray, case: Case) -> str | None:
@@ -366,53 +388,50 @@ def _agrees(result: np.ndarray, ref: np.ndarray, case: Case) -> str | None:
 
 def run_cases(cases: Sequence[Case], frameworks: Sequence[str], *, min_time: float,
               repeats: int, seed: int = 0, log: Any = sys.stderr) -> list[Row]:
-    """Check every (case, framework) result, then time it (see the module docstring)."""
+    """Row by row: build and check every framework's result, then time them together."""
     rows = [Row(c) for c in cases]
-    inputs: list[tuple[np.ndarray, ...] | None] = []
-    references: list[np.ndarray | None] = []
+    order = sorted(frameworks, key=TIMING_ORDER.index)
     for case, row in zip(cases, rows):
         try:
             x = case.inputs(np.random.default_rng(seed))
         except Skipped as err:
             row.skipped.update({fw: str(err) for fw in frameworks})
-            x = None
-        inputs.append(x)
-        references.append(to_numpy(case.numpy(x)()) if x is not None and case.numpy
-                          else None)
-    results: list[dict[str, np.ndarray]] = [{} for _ in cases]
-    for fw in sorted(frameworks, key=TIMING_ORDER.index):
-        for i, (case, row) in enumerate(zip(cases, rows)):
-            if inputs[i] is None:
-                continue
+            continue
+        reference = to_numpy(case.numpy(x)()) if case.numpy else None
+        thunks: dict[str, Thunk] = {}
+        results: dict[str, np.ndarray] = {}
+        for fw in order:
             log.write(f"  {fw}: {case.key}\n")
             log.flush()
             row.seconds[fw] = None
-            result = _run_one(case, fw, inputs[i], row, references[i], min_time, repeats)
-            if result is not None:
-                results[i][fw] = result
-    for i, (case, row) in enumerate(zip(cases, rows)):
-        if references[i] is None and results[i]:
-            _cross_check(case, row, results[i])
+            built = _build_one(case, fw, x, row, reference)
+            if built is not None:
+                thunks[fw], results[fw] = built
+        if reference is None and results:
+            for fw in _cross_check(case, row, results):
+                del thunks[fw]
+        row.seconds.update(time_thunks(thunks, min_time=min_time, repeats=repeats))
     return rows
 
 
-def _cross_check(case: Case, row: Row, results: dict[str, np.ndarray]) -> None:
+def _cross_check(case: Case, row: Row, results: dict[str, np.ndarray]) -> list[str]:
     """Rows without numpy: every framework against the first of CROSS_CHECK_ORDER that ran.
 
-    This runs after timing (jax, the reference, is timed last: see TIMING_ORDER);
-    a disagreeing framework's time is dropped, so it is never reported as if right.
+    Returns the frameworks whose results disagree (reported; they are not timed).
     """
     ref_fw = next((fw for fw in CROSS_CHECK_ORDER if fw in results), None)
     if ref_fw is None:
         if "ours" in results:
             row.problems.setdefault("ours", "not cross-checked (no reference framework ran)")
-        return
+        return []
     ref = results[ref_fw].astype(np.float64)
+    wrong_fws = []
     for fw, result in results.items():
         wrong = _agrees(result, ref, case) if fw != ref_fw else None
         if wrong:
             row.problems[fw] = f"WRONG RESULT ({wrong} vs {ref_fw})"
-            row.seconds[fw] = None
+            wrong_fws.append(fw)
+    return wrong_fws
 
 
 # -- one worker (one thread count) ---------------------------------------------------------------

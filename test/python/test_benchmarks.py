@@ -8,6 +8,7 @@ themselves (and jax/torch) are for `./dev bench`.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -134,3 +135,19 @@ def test_a_skipped_framework_says_why():
                            log=io.StringIO())
     assert row.skipped == {"ours": "too long to compile"}
     assert row.seconds["ours"] is None
+
+
+def test_samples_of_a_row_are_interleaved_across_frameworks():
+    calls: list[str] = []
+
+    def thunk(name):
+        return lambda: calls.append(name)
+
+    times = run.time_thunks({"ours": thunk("ours"), "jax": thunk("jax")}, min_time=1e-4,
+                            repeats=3, gap=0.0)
+    assert set(times) == {"ours", "jax"} and all(t > 0 for t in times.values())
+    # After each one's calibration: three rounds, each an "ours" sample then a "jax" sample.
+    timed = calls[calls.index("jax", calls.index("ours")):]
+    timed = timed[timed.index("ours"):]
+    switches = sum(a != b for a, b in itertools.pairwise(timed))
+    assert switches == 2 * 3 - 1
