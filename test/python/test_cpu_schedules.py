@@ -78,6 +78,9 @@ CONTRACTIONS = {
     "gmm_selector": ([25, 20, 20, 190], ["d1,d2,d3", "d0,d3", "d0,d1,d2"]),
     # its reverse w.r.t. l: two reduced dims (i, j), collapsed into one.
     "gmm_selector_grad": ([25, 190, 20, 20], ["d2,d3,d1", "d0,d2,d3", "d0,d1"]),
+    # GMM d20: D = 20 is no multiple of the lanes; split into whole registers + 4.
+    "gmm20_q_xc": ([6, 120, 20, 20], ["d0,d2,d3", "d0,d1,d3", "d0,d1,d2"]),
+    "gmm20_grad_n": ([6, 120, 20, 20], ["d0,d1,d3", "d0,d1,d2", "d0,d2,d3"]),
     # vector-matrix product (no register rows), N not a multiple of the lanes.
     "vecmat": ([48, 8192], ["d1", "d1,d0", "d0"]),
     # batch matmul whose sizes divide no register tile.
@@ -320,6 +323,26 @@ def test_large_matmul_reads_b_packed(maps: list[str], dt: str, np_dt: type,
     a64 = a.astype(np.float64)
     want = (a64 if maps[0] == "d0,d2" else a64.T) @ b.astype(np.float64)
     np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(384))
+
+
+@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+                    reason="the split is chosen for 512-bit vectors (8 f64 lanes)")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vector_dim_splits_into_whole_registers_and_a_power_of_two_rest(threads: int) -> None:
+    """C[k, n, i] = sum_j L[k, i, j] x[k, n, j] with D = 20 in f64: register
+    tiles 16 and 4 wide (two zmm, one ymm), not 5 wide (a partial zmm each)."""
+    if threads > 1 and openmp_runtime_library() is None:
+        pytest.skip("LLVM's OpenMP runtime (libomp) is not installed: threads > 1 cannot run")
+    ranges, maps = CONTRACTIONS["gmm20_q_xc"]
+    text, dims = _contraction(ranges, maps, "f64")
+    ir_text = _scheduled_ir(text)
+    mr = cpu_schedules.matmul_schedule().mr
+    assert f"into vector<{mr}x16xf64>" in ir_text and f"into vector<{mr}x4xf64>" in ir_text
+    assert "x5xf64>" not in ir_text
+    cm = CompiledModule(text, pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
+    a, b = (RNG.standard_normal([ranges[d] for d in ds]) for ds in dims[:2])
+    np.testing.assert_allclose(cm["f"](a, b), np.einsum("kij,knj->kni", a, b), rtol=1e-13,
+                               atol=1e-13 * np.sqrt(20))
 
 
 @pytest.mark.parametrize("k", [100, 102], ids=["k_multiple_of_4", "k_with_remainder"])
