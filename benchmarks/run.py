@@ -51,6 +51,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import statistics
 import subprocess
@@ -264,7 +265,16 @@ adbench_cases.register_cases(Case, register)
 #: thread pools of the framework timed before (Eigen's, torch's OpenMP, our
 #: libomp with KMP_BLOCKTIME=1 ms) stop spinning and park well within it.
 #: OpenBLAS's threads spin far longer (2^28 cycles); thread_env shortens it.
+#: The gap is a busy wait: after a 50 ms sleep the first calls of a 4M-element
+#: kernel here ran 1.7x slower (the idle vCPU is descheduled and comes back
+#: with cold caches), enough to move a median.
 SWITCH_GAP = 0.05
+
+
+def _busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def _calls_per_sample(thunk: Thunk, min_time: float) -> int:
@@ -293,16 +303,25 @@ def time_thunks(thunks: dict[str, Thunk], *, min_time: float, repeats: int,
     framework meets the same phases of a shared machine (on these 2-vCPU
     hosts one kernel's time moves by 1.5x over minutes; timed one framework
     after another, those phases became the ratios). Before each sample the
-    thunk gets `gap` seconds of idle time and one untimed call, so it starts
-    with its own caches and thread pool warm, and the previous one's asleep.
+    previous thunk's thread pool gets `gap` seconds to park, and this thunk
+    runs untimed for a quarter of a sample, so it starts with its own
+    caches and thread pool warm. The order within a round is shuffled (with
+    a fixed seed): a framework can still slow the one after it (numpy's
+    tanh before ours' made ours' next 30 calls of tanh(x*y+z) 1.2-1.5x
+    slower, with no page faults), and in a fixed order that would always
+    fall on the same one.
     """
     inner = {fw: _calls_per_sample(t, min_time) for fw, t in thunks.items()}
     samples: dict[str, list[float]] = {fw: [] for fw in thunks}
+    order, shuffle = list(thunks), random.Random(0).shuffle
     for _ in range(repeats):
-        for fw, thunk in thunks.items():
+        shuffle(order)
+        for fw in order:
+            thunk = thunks[fw]
             if len(thunks) > 1:
-                time.sleep(gap)
-                thunk()
+                _busy_wait(gap)
+                for _ in range(max(1, inner[fw] // 4)):
+                    thunk()
             start = time.perf_counter()
             for _ in range(inner[fw]):
                 thunk()
