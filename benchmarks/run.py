@@ -28,9 +28,10 @@ result, or torch's without jax; a wrong result is reported and never timed
 or shown as if right. Each thunk is warmed up, then timed in samples of
 enough inner iterations to last at least `--min-time` seconds; the reported
 time is the median over `--repeats` samples (time.perf_counter). The samples
-of one row's frameworks are interleaved (one sample of each per round, after
-a short idle gap), so that a slow phase of the shared machine is met by all
-of them rather than decides a ratio (`time_thunks`). The first call's time minus the
+of one row's frameworks are interleaved (one sample of each per round, in a
+shuffled order, each after a short busy gap and a warm-up), so that a slow
+phase of the shared machine is met by all of them rather than decides a
+ratio (`time_thunks`). The first call's time minus the
 steady-state time is reported as compile time (tracing, lowering and JIT for
 ours; tracing and XLA for jax; dynamo and inductor for torch.compile).
 Ratios are ours / theirs: above 1 means ours is slower. Matmul rows show
