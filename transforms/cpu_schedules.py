@@ -384,14 +384,18 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
     if name == "linalg.generic" and len(op.operands) - len(op.results) != 1:
         # Two inputs multiplied and summed (vmap and reverse mode write
         # matmuls with batch or transposed maps this way): the matmul
-        # schedule. Other multi-input reductions over the last loop (reverse
-        # mode's sum(ct * y / s) of softmax) are reductions; over outer
-        # loops they keep the scalar loops.
+        # schedule, or the scalar loops if it does not fit it. Other
+        # multi-input reductions (reverse mode's sum(ct * y / s) of softmax
+        # over the last loop; GMM's sums over points of ct * (x - mu), with
+        # the broadcast fused in, over outer loops), and products of two
+        # equally indexed inputs summed (a batched dot product, no
+        # contraction) are reductions. Vectorized, GMM d10's gradient went
+        # from 2.30 to 1.80 ms (1T, with `UnshareBroadcastProducers`).
         maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
         if _is_mul_add(op):
-            return _contraction_candidate(op, maps)
-        if not iters[-1].endswith("<reduction>"):
-            return None
+            contraction = _contraction_candidate(op, maps)
+            if contraction is not None or maps[0] != maps[1]:
+                return contraction
     # Inner reductions: the reduced dim is the last loop. Outer loops may reduce
     # too (a sum over a whole matrix, e.g. the weight decay sum(w * w)): they
     # become scalar loops around the vectorized last one. Left to the scalar
@@ -1200,9 +1204,19 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
-    v = _largest_divisor(c.ranges[-1], (lanes, lanes // 2, lanes // 4, 2))
+    v = _outer_reduction_step(c.ranges[-1], lanes)
     sizes = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [v]
     s.vectorize.append(s.tile(h, sizes))
+
+
+def _outer_reduction_step(n: int, lanes: int) -> int:
+    """The vector step along an outer reduction's contiguous last dim: the
+    whole dim up to `lanes`, else the largest of a few divisors. Measured,
+    ADBench GMM d20 gradient (sums over points of [50, 1000, 20] f64), best
+    of 9, 1T: steps of 2 / 4 / 20 ran 10.80 / 10.54 / 10.50 ms."""
+    if n <= lanes:
+        return n
+    return _largest_divisor(n, (lanes, lanes // 2, lanes // 4, 4, 2))
 
 
 def _schedule_transpose(s: _Script, c: Candidate, tag: int) -> None:

@@ -597,3 +597,138 @@ func.func @f(%x: tensor<64x256xf32>, %s: tensor<64xf32>) -> tensor<64x256xf32> {
     s = RNG.uniform(0.5, 2.0, 64).astype(np.float32)
     got = CompiledModule(text)["f"](x, s)
     np.testing.assert_allclose(got, x.astype(np.float64) / s[:, None], rtol=2.5e-7)
+
+
+#: GMM's centred points xc[k, n, d] = x[n, d] - mu[k, d], read by an
+#: elementwise op, a sum over the points and a contraction.
+BROADCAST_CONSUMERS = """
+#xd = affine_map<(k, n, d) -> (n, d)>
+#kd = affine_map<(k, n, d) -> (k, d)>
+#knd = affine_map<(k, n, d) -> (k, n, d)>
+#q = affine_map<(k, n, i, j) -> (k, i, j)>
+#xj = affine_map<(k, n, i, j) -> (k, n, j)>
+#ci = affine_map<(k, n, i, j) -> (k, n, i)>
+func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20xf64>,
+             %qm: tensor<8x20x20xf64>)
+    -> (tensor<8x256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>) {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x256x20xf64>
+  %xc = linalg.generic {indexing_maps = [#xd, #kd, #knd],
+                        iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x, %mu : tensor<256x20xf64>, tensor<8x20xf64>) outs(%e : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %r = arith.subf %a, %b : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  %p = linalg.generic {indexing_maps = [#knd, #knd, #knd],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%xc, %g : tensor<8x256x20xf64>, tensor<8x256x20xf64>) outs(%e : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %r = arith.mulf %a, %b : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  %e2 = tensor.empty() : tensor<8x20xf64>
+  %f2 = linalg.fill ins(%z : f64) outs(%e2 : tensor<8x20xf64>) -> tensor<8x20xf64>
+  %s = linalg.generic {indexing_maps = [#knd, #knd, #kd],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%xc, %g : tensor<8x256x20xf64>, tensor<8x256x20xf64>) outs(%f2 : tensor<8x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x20xf64>
+  %f3 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
+  %c = linalg.generic {indexing_maps = [#q, #xj, #ci],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%qm, %xc : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f3 : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  return %p, %s, %c : tensor<8x256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>
+}
+"""
+
+
+def _fused_ir(text: str) -> str:
+    """The module after the CPU pipeline's elementwise fusion (and the CSE after it)."""
+    from mlir import ir
+    from mlir_autodiff import dialects
+    from mlir_autodiff.transforms.lower_to_cpu import LowerToCpu, UnpinProducers
+    from mlir_autodiff.transforms.pipeline import run_pipeline
+
+    elements = list(LowerToCpu().expand())
+    end = next(i for i, e in enumerate(elements) if isinstance(e, UnpinProducers)) + 2
+    assert elements[end - 1] == "cse"
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx:
+        module = ir.Module.parse(text)
+        run_pipeline(module, elements[:end])
+        return str(module)
+
+
+@pytest.mark.parametrize("unshare", [True, False])
+def test_broadcast_producer_fuses_into_each_non_contraction_consumer(
+        unshare: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x - mu is recomputed inside the elementwise op and the sum over points
+    (they read x and mu, not an 8 MB xc); the contraction reads it materialized."""
+    from mlir_autodiff.transforms import lower_to_cpu
+
+    monkeypatch.setattr(lower_to_cpu, "UNSHARE_BROADCASTS", unshare)
+    ir_text = _fused_ir(BROADCAST_CONSUMERS)
+    assert ir_text.count("arith.subf") == (3 if unshare else 1)
+    lines = ir_text.splitlines()
+    contraction = next(line for line in lines
+                       if "tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs" in line)
+    xc = re.search(r"ins\(%arg3, (%\w+) :", contraction).group(1)
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{xc} = "))
+    assert "arith.subf" in "\n".join(lines[start:start + 4])  # the materialized broadcast
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_broadcast_consumers_match_numpy(threads: int) -> None:
+    if threads > 1 and openmp_runtime_library() is None:
+        pytest.skip("LLVM's OpenMP runtime (libomp) is not installed: threads > 1 cannot run")
+    cm = CompiledModule(BROADCAST_CONSUMERS,
+                        pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
+    x, mu = RNG.standard_normal((256, 20)), RNG.standard_normal((8, 20))
+    g, q = RNG.standard_normal((8, 256, 20)), RNG.standard_normal((8, 20, 20))
+    p, s, c = cm["f"](x, mu, g, q)
+    xc = x[None] - mu[:, None]
+    np.testing.assert_allclose(p, xc * g, rtol=1e-15)
+    np.testing.assert_allclose(s, np.sum(xc * g, axis=1), rtol=1e-13, atol=1e-13 * 16)
+    np.testing.assert_allclose(c, np.einsum("kij,knj->kni", q, xc), rtol=1e-13,
+                               atol=1e-13 * np.sqrt(20))
+
+
+def test_multi_input_outer_reduction_is_vectorized() -> None:
+    """sum over points of g * (x - mu) (three inputs, the broadcast fused in):
+    whole rows of D = 20 lanes, not scalar loops."""
+    text = """
+#xd = affine_map<(k, n, d) -> (n, d)>
+#kd = affine_map<(k, n, d) -> (k, d)>
+#knd = affine_map<(k, n, d) -> (k, n, d)>
+func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20xf64>)
+    -> tensor<8x20xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x20xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<8x20xf64>) -> tensor<8x20xf64>
+  %s = linalg.generic {indexing_maps = [#xd, #kd, #knd, #kd],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %mu, %g : tensor<256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>)
+      outs(%f : tensor<8x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %c: f64, %o: f64):
+    %d = arith.subf %a, %b : f64
+    %m = arith.mulf %c, %d : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x20xf64>
+  return %s : tensor<8x20xf64>
+}"""
+    assert re.search(r"vector\.transfer_read [^\n]*vector<20xf64>", _scheduled_ir(text))
+    x, mu, g = (RNG.standard_normal(s) for s in ((256, 20), (8, 20), (8, 256, 20)))
+    np.testing.assert_allclose(CompiledModule(text)["f"](x, mu, g),
+                               np.einsum("knd,knd->kd", g, x[None] - mu[:, None]),
+                               rtol=1e-13, atol=1e-13 * 16)
