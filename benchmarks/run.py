@@ -31,7 +31,8 @@ time is the median over `--repeats` samples (time.perf_counter). The samples
 of one row's frameworks are interleaved (one sample of each per round, in a
 shuffled order, each after a short busy gap and a warm-up), so that a slow
 phase of the shared machine is met by all of them rather than decides a
-ratio (`time_thunks`). The first call's time minus the
+ratio (`time_thunks`); a gradient row shares its rounds with its primal row,
+for time(grad f) / time(f). The first call's time minus the
 steady-state time is reported as compile time (tracing, lowering and JIT for
 ours; tracing and XLA for jax; dynamo and inductor for torch.compile).
 Ratios are ours / theirs: above 1 means ours is slower. Matmul rows show
@@ -296,8 +297,8 @@ def _calls_per_sample(thunk: Thunk, min_time: float) -> int:
     return max(1, int(n * min_time / max(elapsed, 1e-9)))
 
 
-def time_thunks(thunks: dict[str, Thunk], *, min_time: float, repeats: int,
-                gap: float = SWITCH_GAP) -> dict[str, float]:
+def time_thunks(thunks: dict[Any, Thunk], *, min_time: float, repeats: int,
+                gap: float = SWITCH_GAP) -> dict[Any, float]:
     """Median seconds per call of each thunk over `repeats` samples of >= `min_time` s.
 
     The samples are interleaved, one of each thunk per round, so every
@@ -313,7 +314,7 @@ def time_thunks(thunks: dict[str, Thunk], *, min_time: float, repeats: int,
     fall on the same one.
     """
     inner = {fw: _calls_per_sample(t, min_time) for fw, t in thunks.items()}
-    samples: dict[str, list[float]] = {fw: [] for fw in thunks}
+    samples: dict[Any, list[float]] = {fw: [] for fw in thunks}
     order, shuffle = list(thunks), random.Random(0).shuffle
     for _ in range(repeats):
         shuffle(order)
@@ -408,30 +409,56 @@ def _agrees(result: np.ndarray, ref: np.ndarray, case: Case) -> str | None:
 
 def run_cases(cases: Sequence[Case], frameworks: Sequence[str], *, min_time: float,
               repeats: int, seed: int = 0, log: Any = sys.stderr) -> list[Row]:
-    """Row by row: build and check every framework's result, then time them together."""
+    """Row by row: build and check every framework's result, then time them together.
+
+    A gradient row is timed together with its primal row (`Case.primal`), so
+    that time(grad f) / time(f) divides two times taken in the same minutes.
+    """
     rows = [Row(c) for c in cases]
-    order = sorted(frameworks, key=TIMING_ORDER.index)
-    for case, row in zip(cases, rows):
-        try:
-            x = case.inputs(np.random.default_rng(seed))
-        except Skipped as err:
-            row.skipped.update({fw: str(err) for fw in frameworks})
-            continue
-        reference = to_numpy(case.numpy(x)()) if case.numpy else None
-        thunks: dict[str, Thunk] = {}
-        results: dict[str, np.ndarray] = {}
-        for fw in order:
-            log.write(f"  {fw}: {case.key}\n")
-            log.flush()
-            row.seconds[fw] = None
-            built = _build_one(case, fw, x, row, reference)
-            if built is not None:
-                thunks[fw], results[fw] = built
-        if reference is None and results:
-            for fw in _cross_check(case, row, results):
-                del thunks[fw]
-        row.seconds.update(time_thunks(thunks, min_time=min_time, repeats=repeats))
+    for group in _timing_groups(cases):
+        thunks: dict[tuple[int, str], Thunk] = {}
+        for i in group:
+            for fw, thunk in _build_row(cases[i], rows[i], frameworks, seed, log).items():
+                thunks[i, fw] = thunk
+        times = time_thunks(thunks, min_time=min_time, repeats=repeats)
+        for (i, fw), t in times.items():
+            rows[i].seconds[fw] = t
     return rows
+
+
+def _timing_groups(cases: Sequence[Case]) -> list[list[int]]:
+    """Indices of `cases` to time together: each primal row with its gradient rows."""
+    by_key = {c.key: i for i, c in enumerate(cases)}
+    owner = [by_key.get(f"{c.primal} {c.size}", i) if c.primal else i
+             for i, c in enumerate(cases)]
+    groups: dict[int, list[int]] = {}
+    for i in range(len(cases)):
+        groups.setdefault(owner[i], []).append(i)
+    return sorted(groups.values())
+
+
+def _build_row(case: Case, row: Row, frameworks: Sequence[str], seed: int,
+               log: Any) -> dict[str, Thunk]:
+    """Every framework's thunk for `case` whose result checked out."""
+    try:
+        x = case.inputs(np.random.default_rng(seed))
+    except Skipped as err:
+        row.skipped.update({fw: str(err) for fw in frameworks})
+        return {}
+    reference = to_numpy(case.numpy(x)()) if case.numpy else None
+    thunks: dict[str, Thunk] = {}
+    results: dict[str, np.ndarray] = {}
+    for fw in sorted(frameworks, key=TIMING_ORDER.index):
+        log.write(f"  {fw}: {case.key}\n")
+        log.flush()
+        row.seconds[fw] = None
+        built = _build_one(case, fw, x, row, reference)
+        if built is not None:
+            thunks[fw], results[fw] = built
+    if reference is None and results:
+        for fw in _cross_check(case, row, results):
+            del thunks[fw]
+    return thunks
 
 
 def _cross_check(case: Case, row: Row, results: dict[str, np.ndarray]) -> list[str]:

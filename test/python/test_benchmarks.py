@@ -153,3 +153,22 @@ def test_samples_of_a_row_are_interleaved_across_frameworks(monkeypatch):
     assert len(calls) == 2 * 4 * 3 and calls.count("ours") == 4 * 3
     runs = 1 + sum(a != b for a, b in itertools.pairwise(calls))
     assert runs >= 4 + 1
+
+
+def test_a_gradient_row_is_timed_with_its_primal_row(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(run, "_calls_per_sample", lambda thunk, min_time: 2)
+
+    def logging(name):
+        return lambda inputs: (lambda: calls.append(name) or np.ones(1))
+
+    one = lambda rng: (np.ones(1),)
+    f = run.Case("f", "s", one, ours=logging("f"), jax=logging("f"))
+    g = run.Case("g", "s", one, ours=logging("g"), jax=logging("g"), primal="f")
+    h = run.Case("h", "s", one, ours=logging("h"), jax=logging("h"))
+    assert run._timing_groups([f, h, g]) == [[0, 2], [1]]
+    rows = run.run_cases([f, g], ["ours", "jax"], min_time=1e-4, repeats=3, log=io.StringIO())
+    assert all(r.seconds["ours"] > 0 and r.seconds["jax"] > 0 for r in rows)
+    # f's samples are taken after g was built (its first call): the two rows
+    # are timed in the same rounds, not f's row to the end, then g's.
+    assert calls[:4] == ["f", "f", "g", "g"] and calls[4:].count("f") == 2 * 3 * 3
