@@ -1089,13 +1089,12 @@ def _schedule_contraction(s: _Script, c: Candidate, tag: int) -> None:
     if split is not None:
         lo, hi = s.split(h, n_outer + has_m, split)
         parts = [(lo, _lane_tile(split, sched.nr // scale, lanes)), (hi, n - split)]
-    for h, nr in parts:
-        mid = ([mr] if has_m else []) + [nr]
-        h = s.tile(h, [0] * n_outer + mid + [1] * n_k, hoist_innermost=True,
-                   unroll_innermost=True)
+    for part, part_nr in parts:
+        tile = [0] * n_outer + ([mr] if has_m else []) + [part_nr] + [1] * n_k
         # Vectorize straight to vector.contract (not broadcast + multi_reduction, which
         # for batch_matmul folds into a contract that lowers to dot products).
-        s.vectorize_contract.append(h)
+        s.vectorize_contract.append(s.tile(part, tile, hoist_innermost=True,
+                                           unroll_innermost=True))
 
 
 def _lane_split(n: int, nr: int, lanes: int) -> int | None:
@@ -1116,6 +1115,11 @@ def _lane_split(n: int, nr: int, lanes: int) -> int | None:
     return n - rest
 
 
+def _packed_k_tile(k: int) -> int:
+    """The cache tile of a packed matmul's K (0: the whole K in each register tile)."""
+    return _cache_tile(k, matmul_schedule().packed_k, 1)
+
+
 def _schedule_packed_matmul(s: _Script, c: Candidate, tag: int) -> None:
     """Loops (i, j1, j0, k) of `_pack_rhs`: cache tiles, then mr rows x one packed
     panel of nr columns per register tile, k innermost (accumulators hoisted)."""
@@ -1130,7 +1134,7 @@ def _schedule_packed_matmul(s: _Script, c: Candidate, tag: int) -> None:
         h = s.forall(h, sizes)
         m, n1 = (sizes[0], n1) if par == 0 else (m, sizes[1])
     cache = [_cache_tile(m, sched.cache[0], mr), _cache_tile(n1, sched.cache[1] // nr, 1), 0,
-             _cache_tile(k, sched.packed_k, 1)]
+             _packed_k_tile(k)]
     if any(cache):
         h = s.tile(h, cache)
     s.vectorize.append(s.tile(h, [mr, 1, 0, 1], hoist_innermost=True, unroll_innermost=True))
@@ -1549,7 +1553,7 @@ def _k_loop_innermost_only(c: Candidate) -> bool:
     any k step has written it."""
     sched = matmul_schedule()
     if c.kind == "packed_matmul":
-        return _cache_tile(c.ranges[3], sched.packed_k, 1) == 0
+        return _packed_k_tile(c.ranges[3]) == 0
     d = c.contraction
     if c.kind != "contraction" or d is None or len(d.k) != 1:
         return False

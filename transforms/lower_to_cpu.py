@@ -41,6 +41,7 @@ from .cpu_schedules import (
     ReciprocalOfBroadcastDivisors,
     ScheduleLinalgForCpu,
     WriteResultsInPlace,
+    classify,
     openmp_lowering,
 )
 from .diagnostics import fail
@@ -192,6 +193,12 @@ _RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 _COSTLY_BODY_OPS = ("arith.divf", "arith.remf")
 
 
+def _costly_body(op: ir.Operation) -> bool:
+    """`op`'s body computes a transcendental or a division (costly to recompute)."""
+    return any(o.operation.name.startswith("math.") or o.operation.name in _COSTLY_BODY_OPS
+               for o in op.regions[0].blocks[0].operations)
+
+
 def _all_parallel(op: ir.Operation) -> bool:
     return op.name == "linalg.generic" and all(
         "parallel" in str(a) for a in op.attributes["iterator_types"])
@@ -233,9 +240,7 @@ def _recomputes(consumer: ir.Operation, operand: int, producer: ir.Operation) ->
     missing = [d for d in range(maps[operand].n_dims) if d not in used]
     if not missing or ranges is not None and all(ranges[d] == 1 for d in missing):
         return False
-    costly = any(o.operation.name.startswith("math.") or o.operation.name in _COSTLY_BODY_OPS
-                 for o in producer.regions[0].blocks[0].operations)
-    return reduces or costly
+    return reduces or _costly_body(producer)
 
 
 #: `UnshareBroadcastProducers` clones a producer whose inputs each have at
@@ -254,12 +259,10 @@ def _is_broadcast_producer(op: ir.Operation) -> bool:
     if not isinstance(out, ir.RankedTensorType) or not out.has_static_shape:
         return False
     block = op.regions[0].blocks[0]
-    body = [o.operation for o in block.operations][:-1]
     n_in = len(op.opview.inputs)
-    if (len(body) > 1 or any(o.name.startswith("math.") or o.name in _COSTLY_BODY_OPS
-                             for o in body)
+    if (len(block.operations) > 2 or _costly_body(op)
             or any(len(list(a.uses)) for a in list(block.arguments)[n_in:])):
-        return False
+        return False  # more than one op besides the yield, or one that reads the init
     for v in op.opview.inputs:
         t = v.type
         if isinstance(t, ir.RankedTensorType) and (
@@ -272,8 +275,6 @@ def _is_broadcast_producer(op: ir.Operation) -> bool:
 def _fusable_use(use: ir.OpOperand) -> bool:
     """An input of a generic that elementwise fusion may fuse into: not a
     contraction (the schedule's register tiles need its `acc + a * b` body)."""
-    from .cpu_schedules import classify
-
     user = use.owner
     if user.name != "linalg.generic" or use.operand_number >= len(user.opview.inputs):
         return False
