@@ -732,3 +732,29 @@ func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20x
     np.testing.assert_allclose(CompiledModule(text)["f"](x, mu, g),
                                np.einsum("knd,knd->kd", g, x[None] - mu[:, None]),
                                rtol=1e-13, atol=1e-13 * 16)
+
+
+def test_batched_dot_product_is_a_vectorized_reduction() -> None:
+    """sum over points of a * b with a and b indexed alike: `acc + a * b`, but
+    no contraction (no free dim on either side); a vectorized outer reduction."""
+    text = """
+#knd = affine_map<(k, n, d) -> (k, n, d)>
+#kd = affine_map<(k, n, d) -> (k, d)>
+func.func @f(%a: tensor<8x256x20xf64>, %b: tensor<8x256x20xf64>) -> tensor<8x20xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x20xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<8x20xf64>) -> tensor<8x20xf64>
+  %s = linalg.generic {indexing_maps = [#knd, #knd, #kd],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : tensor<8x256x20xf64>, tensor<8x256x20xf64>) outs(%f : tensor<8x20xf64>) {
+  ^bb0(%p: f64, %q: f64, %o: f64):
+    %m = arith.mulf %p, %q : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x20xf64>
+  return %s : tensor<8x20xf64>
+}"""
+    assert re.search(r"vector\.transfer_read [^\n]*vector<20xf64>", _scheduled_ir(text))
+    a, b = RNG.standard_normal((8, 256, 20)), RNG.standard_normal((8, 256, 20))
+    np.testing.assert_allclose(CompiledModule(text)["f"](a, b), np.einsum("knd,knd->kd", a, b),
+                               rtol=1e-13, atol=1e-13 * 16)
