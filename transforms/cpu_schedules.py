@@ -55,6 +55,7 @@ import functools
 import itertools
 import math as pymath
 import os
+import sys
 from collections.abc import Callable, Sequence
 
 from mlir import ir
@@ -2231,15 +2232,25 @@ def openmp_lowering(threads: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
             ("convert-openmp-to-llvm", "reconcile-unrealized-casts"))
 
 
-def openmp_runtime_library() -> str | None:
-    """Path of LLVM's OpenMP runtime (Debian: `apt-get install libomp-dev`), if installed.
+def _openmp_candidates() -> list[str]:
+    """The OpenMP runtimes looked for, in order: the one the package depends on
+    (PyPI's `intel-openmp`, installed into the environment's lib/), then LLVM's
+    libomp where a system package put it (Debian: `apt-get install libomp-dev`).
+    Both implement the `__kmpc_*` entry points that MLIR's OpenMP lowering
+    calls (LLVM's libomp is the open-sourced Intel runtime)."""
+    return [os.path.join(sys.prefix, "lib", "libiomp5.so"),
+            "/usr/lib/x86_64-linux-gnu/libomp.so.5", "/usr/lib/llvm-14/lib/libomp.so",
+            "/usr/lib/libomp.so", "/usr/local/lib/libomp.so"]
 
-    Looked up at Debian's and LLVM's usual install paths, not on the dynamic
-    loader's search path: a machine without libomp runs single-threaded code
+
+def openmp_runtime_library() -> str | None:
+    """Path of an OpenMP runtime with LLVM's `__kmpc_*` interface, if installed.
+
+    Looked up at fixed paths (`_openmp_candidates`), not on the dynamic
+    loader's search path: a machine without one runs single-threaded code
     only (threads > 1 is then a compile error, see `openmp_shared_libs`).
     """
-    for path in ("/usr/lib/x86_64-linux-gnu/libomp.so.5", "/usr/lib/llvm-14/lib/libomp.so",
-                 "/usr/lib/libomp.so", "/usr/local/lib/libomp.so"):
+    for path in _openmp_candidates():
         if os.path.exists(path):
             return path
     return None
@@ -2278,7 +2289,7 @@ def openmp_shared_libs(module: ir.Module | ir.Operation) -> list[str]:
     """The OpenMP runtime as an ExecutionEngine shared library if lowered `module` uses it.
 
     Code lowered with threads > 1 contains `omp.*` ops whose LLVM
-    translation calls `__kmpc_*` functions of LLVM's libomp. Idle OpenMP
+    translation calls `__kmpc_*` functions of the OpenMP runtime. Idle OpenMP
     workers spin for KMP_BLOCKTIME (default 200 ms) after each parallel
     region and take the cores from the rest of the process (numpy, the
     Python caller), so it defaults to 1 ms here: the regions of one call
@@ -2300,7 +2311,8 @@ def openmp_shared_libs(module: ir.Module | ir.Operation) -> list[str]:
     path = openmp_runtime_library()
     if path is None:
         raise OpenMPRuntimeMissing(
-            "code compiled with threads > 1 needs LLVM's OpenMP runtime (libomp), which is "
-            "not installed (Debian/Ubuntu: apt-get install libomp-dev); use threads=1")
+            "code compiled with threads > 1 needs an OpenMP runtime, which is not installed "
+            "(pip install intel-openmp, or Debian/Ubuntu: apt-get install libomp-dev); "
+            "use threads=1")
     os.environ.setdefault("KMP_BLOCKTIME", "1")
     return [path]

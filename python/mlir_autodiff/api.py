@@ -692,9 +692,9 @@ def jit(fun: Callable[..., Any] | None = None, *,
     `threads` (CPU; default: the environment variable AUTODIFF_CPU_THREADS,
     else 1) distributes large kernels over that many OpenMP threads
     (`--autodiff-lower-to-cpu{threads=N}`); small kernels stay on the
-    calling thread. More than one thread needs LLVM's OpenMP runtime
-    (libomp, e.g. Debian's libomp-dev); without it compilation fails with
-    a `CompilationError` saying so.
+    calling thread. More than one thread needs an OpenMP runtime (the
+    `intel-openmp` dependency on Linux x86-64, or LLVM's libomp); without
+    one, compilation fails with a `CompilationError` saying so.
     """
     def make(f: Callable[..., Any]) -> JitFunction:
         return JitFunction(f, static_argnums, device, donate_argnums, static_argnames, threads)

@@ -326,7 +326,7 @@ def test_large_result_written_in_place() -> None:
 
 @pytest.fixture(scope="module")
 def openmp() -> None:
-    """LLVM's OpenMP runtime, loaded into the process so the JIT resolves `__kmpc_*`."""
+    """The OpenMP runtime, loaded into the process so the JIT resolves `__kmpc_*`."""
     import ctypes
     import os
 
@@ -334,7 +334,7 @@ def openmp() -> None:
 
     path = openmp_runtime_library()
     if path is None:
-        pytest.skip("LLVM OpenMP runtime not installed (apt-get install libomp-dev)")
+        pytest.skip("no OpenMP runtime is installed (intel-openmp or libomp)")
     # Idle workers must not spin and steal the (two) cores from the rest of the suite.
     os.environ.setdefault("KMP_BLOCKTIME", "0")
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
