@@ -397,6 +397,8 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
             contraction = _contraction_candidate(op, maps)
             if contraction is not None or maps[0] != maps[1]:
                 return contraction
+    if not _vectorizable_reduction(op):
+        return None
     # Inner reductions: the reduced dim is the last loop. Outer loops may reduce
     # too (a sum over a whole matrix, e.g. the weight decay sum(w * w)): they
     # become scalar loops around the vectorized last one. Left to the scalar
@@ -411,6 +413,34 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
         reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
         return Candidate(op, "outer_reduction", ranges, width, reduced)
     return None
+
+
+#: Combiners linalg's vectorizer recognizes in a reduction's body.
+_COMBINERS = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf",
+              "arith.maxnumf", "arith.minnumf", "arith.addi", "arith.muli", "arith.andi",
+              "arith.ori", "arith.xori", "arith.maxsi", "arith.minsi", "arith.maxui",
+              "arith.minui")
+
+
+def _vectorizable_reduction(op: ir.Operation) -> bool:
+    """Reduction `op` yields `combiner(init, x)` (the init read there only) into a
+    result indexed in loop order: what linalg's vectorizer handles. Others
+    (`init - x`, a transposed result) fail in the transform script, and one
+    failure there leaves every op of the module unscheduled."""
+    if op.name == "linalg.reduce":
+        return True
+    block = op.regions[0].blocks[0]
+    init = block.arguments[len(block.arguments) - 1]
+    yielded = list(block.operations[len(block.operations) - 1].operands)
+    if len(yielded) != 1 or isinstance(yielded[0].owner, ir.Block):
+        return False
+    combiner = yielded[0].owner
+    if (combiner.name not in _COMBINERS or init not in list(combiner.operands)
+            or len(list(init.uses)) != 1):
+        return False
+    out_map = ir.AffineMapAttr(op.attributes["indexing_maps"][len(op.operands) - 1]).value
+    dims = [e.position for e in out_map.results if isinstance(e, ir.AffineDimExpr)]
+    return dims == sorted(dims)
 
 
 def _plain_maps(op: ir.Operation) -> bool:
