@@ -663,15 +663,20 @@ func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20x
 
 
 def _fused_ir(text: str) -> str:
-    """The module after the CPU pipeline's elementwise fusion (and the CSE after it)."""
+    """The module after the CPU pipeline's elementwise fusion (and the CSE and
+    the rewrite of summed contractions after it)."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.lower_to_cpu import LowerToCpu, UnpinProducers
+    from mlir_autodiff.transforms.lower_to_cpu import (
+        LowerToCpu,
+        SumBeforeContracting,
+        UnpinProducers,
+    )
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     elements = list(LowerToCpu().expand())
-    end = next(i for i, e in enumerate(elements) if isinstance(e, UnpinProducers)) + 2
-    assert elements[end - 1] == "cse"
+    end = next(i for i, e in enumerate(elements) if isinstance(e, UnpinProducers)) + 3
+    assert elements[end - 2] == "cse" and isinstance(elements[end - 1], SumBeforeContracting)
     ctx = ir.Context()
     dialects.load(ctx)
     with ctx:
@@ -825,3 +830,131 @@ def test_unvectorizable_reductions_keep_the_loops_and_the_rest_its_schedule() ->
     np.testing.assert_allclose(d, i1 - g.sum(axis=1), rtol=1e-12, atol=1e-12 * 32)
     np.testing.assert_allclose(t, i2 + g.sum(axis=1).T, rtol=1e-12, atol=1e-12 * 32)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * 16)
+
+
+#: Reverse mode's d(means) in GMM: the cotangent g[k, n, i] of L_k (x_n - mu_k)
+#: through L, -sum_n (diag[k, j] g[k, n, j] + sum_i L[k, i, j] g[k, n, i]) (@f);
+#: the same sum with the opposite sign, stored transposed (@t); a sum of
+#: squares of a contraction, which is not linear in it (@sq).
+SUMMED_CONTRACTIONS = """
+#l = affine_map<(k, n, i, j) -> (k, i, j)>
+#gi = affine_map<(k, n, i, j) -> (k, n, i)>
+#cj = affine_map<(k, n, i, j) -> (k, n, j)>
+#knj = affine_map<(k, n, j) -> (k, n, j)>
+#kj = affine_map<(k, n, j) -> (k, j)>
+#jk = affine_map<(k, n, j) -> (j, k)>
+func.func @f(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>, %diag: tensor<8x20xf64>)
+    -> tensor<8x20xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x256x20xf64>
+  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
+  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
+                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  %zs = arith.constant dense<0.0> : tensor<8x20xf64>
+  %s = linalg.generic {indexing_maps = [#kj, #knj, #knj, #kj],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%diag, %g, %c : tensor<8x20xf64>, tensor<8x256x20xf64>, tensor<8x256x20xf64>)
+      outs(%zs : tensor<8x20xf64>) {
+  ^bb0(%d: f64, %b: f64, %cv: f64, %o: f64):
+    %m = arith.mulf %b, %d : f64
+    %a = arith.addf %cv, %m : f64
+    %n = arith.negf %a : f64
+    %r = arith.addf %o, %n : f64
+    linalg.yield %r : f64
+  } -> tensor<8x20xf64>
+  return %s : tensor<8x20xf64>
+}
+func.func @t(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>, %diag: tensor<8x20xf64>,
+             %init: tensor<20x8xf64>) -> tensor<20x8xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x256x20xf64>
+  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
+  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
+                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  %s = linalg.generic {indexing_maps = [#knj, #kj, #knj, #jk],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%g, %diag, %c : tensor<8x256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>)
+      outs(%init : tensor<20x8xf64>) {
+  ^bb0(%b: f64, %d: f64, %cv: f64, %o: f64):
+    %m = arith.mulf %b, %d : f64
+    %a = arith.subf %o, %m : f64
+    %r = arith.addf %a, %cv : f64
+    linalg.yield %r : f64
+  } -> tensor<20x8xf64>
+  return %s : tensor<20x8xf64>
+}
+func.func @sq(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>) -> tensor<8x20xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x256x20xf64>
+  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
+  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
+                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>
+  %e2 = tensor.empty() : tensor<8x20xf64>
+  %f2 = linalg.fill ins(%z : f64) outs(%e2 : tensor<8x20xf64>) -> tensor<8x20xf64>
+  %s = linalg.generic {indexing_maps = [#knj, #kj],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%c : tensor<8x256x20xf64>) outs(%f2 : tensor<8x20xf64>) {
+  ^bb0(%cv: f64, %o: f64):
+    %m = arith.mulf %cv, %cv : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x20xf64>
+  return %s : tensor<8x20xf64>
+}
+"""
+
+
+def _functions(ir_text: str) -> dict[str, str]:
+    parts = re.split(r"(?=func\.func @)", ir_text)
+    return {re.match(r"func\.func @(\w+)", p).group(1): p for p in parts[1:]}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_sum_moves_in_front_of_the_contraction(enabled: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The [8, 256, 20] contraction disappears from @f and @t (its operand g is
+    summed over n instead, and a [8, 20, 20] one is added); @sq keeps it."""
+    from mlir_autodiff.transforms import lower_to_cpu
+
+    monkeypatch.setattr(lower_to_cpu, "SUM_BEFORE_CONTRACTING", enabled)
+    funcs = _functions(_fused_ir(SUMMED_CONTRACTIONS))
+    for name in ("f", "t"):
+        big = funcs[name].count("} -> tensor<8x256x20xf64>")  # generics' results
+        assert big == (0 if enabled else 1), funcs[name]
+        assert ("tensor<8x20x20xf64>, tensor<8x20xf64>) outs" in funcs[name]) == enabled
+    assert funcs["sq"].count("} -> tensor<8x256x20xf64>") == 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_summed_contractions_match_numpy(threads: int) -> None:
+    if threads > 1 and openmp_runtime_library() is None:
+        pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
+    cm = CompiledModule(SUMMED_CONTRACTIONS,
+                        pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
+    lm, g = RNG.standard_normal((8, 20, 20)), RNG.standard_normal((8, 256, 20))
+    diag, init = RNG.standard_normal((8, 20)), RNG.standard_normal((20, 8))
+    c = np.einsum("kij,kni->knj", lm, g)
+    tol = dict(rtol=1e-12, atol=1e-12 * np.sqrt(256 * 20))
+    np.testing.assert_allclose(cm["f"](lm, g, diag), -np.sum(g * diag[:, None] + c, axis=1),
+                               **tol)
+    np.testing.assert_allclose(cm["t"](lm, g, diag, init),
+                               init + np.sum(c - g * diag[:, None], axis=1).T, **tol)
+    np.testing.assert_allclose(cm["sq"](lm, g), np.sum(c * c, axis=1), **tol)
