@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import adbench_cases
 import run
 
 
@@ -38,6 +39,11 @@ def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
     for key, row in rows.items():
         problems = {fw: msg for fw, msg in row["problems"].items() if "not cross-checked" not in msg}
         assert not problems, (key, problems)
+        if "ours" in row["skipped"] and adbench_cases.data_dir() is None:
+            # A checkout without shared/data beside it (a clone elsewhere) skips
+            # the ADBench rows, saying so; the data's own tests skip the same way.
+            assert "not found" in row["skipped"]["ours"], key
+            continue
         assert row["seconds"]["ours"] > 0, key
         assert row["first_call"]["ours"] >= row["seconds"]["ours"], key
     assert "== 1 thread(s) ==" in proc.stdout
