@@ -303,7 +303,7 @@ def test_two_threads_give_the_results_of_one() -> None:
 # -- packed matmuls ---------------------------------------------------------------------------
 
 
-def _scheduled_ir(text: str) -> str:
+def _scheduled_ir(text: str, threads: int = 1) -> str:
     """The module after the schedule pass alone (tiled and vectorized, on tensors)."""
     from mlir import ir
     from mlir_autodiff import dialects
@@ -314,7 +314,7 @@ def _scheduled_ir(text: str) -> str:
     dialects.load(ctx)
     with ctx:
         module = ir.Module.parse(text)
-        run_pipeline(module, [ScheduleLinalgForCpu()])
+        run_pipeline(module, [ScheduleLinalgForCpu(threads=threads)])
         return str(module)
 
 
@@ -460,6 +460,24 @@ def test_packed_matmul_on_two_threads() -> None:
     a, b = (RNG.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
     np.testing.assert_allclose(cm["f"](a, b), a.astype(np.float64) @ b, rtol=2e-5,
                                atol=2e-5 * np.sqrt(512))
+
+
+def test_threads_do_not_split_a_vector_into_pieces() -> None:
+    """GMM d10's Q (x - mu): [25, 1000, 10] f64. K = 25 and M = 1000 / 2 (not
+    whole 8-row tiles) do not split evenly, and halves of N = 10 would be 5
+    lanes per thread, sharing cache lines: the op stays on one thread. With
+    N = 32 (whole vectors per half) it is split."""
+    maps = ["d0,d1,d3", "d0,d3,d2", "d0,d1,d2"]
+    text, dims = _contraction([25, 1000, 10, 10], maps, "f64")
+    assert "scf.forall" not in _scheduled_ir(text, threads=2)
+    wide, _ = _contraction([25, 1000, 32, 10], maps, "f64")
+    assert "scf.forall" in _scheduled_ir(wide, threads=2)
+    if openmp_runtime_library() is None:
+        pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
+    cm = CompiledModule(text, pipeline="autodiff-lower-to-cpu{threads=2}")
+    a, b = (RNG.standard_normal([[25, 1000, 10, 10][d] for d in ds]) for ds in dims[:2])
+    np.testing.assert_allclose(cm["f"](a, b), np.einsum("knj,kji->kni", a, b), rtol=1e-13,
+                               atol=1e-13 * np.sqrt(10))
 
 
 def test_reversed_reads_stay_on_scalar_loops() -> None:
