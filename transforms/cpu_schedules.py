@@ -1252,12 +1252,19 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     reduction loops innermost (accumulators in registers) was measured
     slower: column sums of 4096x1024 f32 ran at 10 GB/s that way (a new page
     per step) against 27 GB/s in the natural order.
+
+    Vectorized after `reduction_to_contract`, as inner reductions are: a sum
+    of products (GMM's sum_n g[k, n, d] (x[n, d] - mu[k, d])) became a
+    vector.contract over the unit reduced dim, which lowered to one scalar
+    add per lane. Measured, ADBench GMM gradient (f64), one thread, variants
+    in one process, best of 15 (ms), before / after: d20 3.75 / 3.51, d10
+    0.637 / 0.583 (objectives unchanged).
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
     v = _outer_reduction_step(c.ranges[-1], lanes)
     sizes = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [v]
-    s.vectorize.append(s.tile(h, sizes))
+    s.vectorize_late.append(s.tile(h, sizes))
 
 
 def _outer_reduction_step(n: int, lanes: int) -> int:
