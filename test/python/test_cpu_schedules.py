@@ -799,6 +799,33 @@ func.func @f(%a: tensor<8x256x20xf64>, %b: tensor<8x256x20xf64>) -> tensor<8x20x
                                rtol=1e-13, atol=1e-13 * 16)
 
 
+@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+                    reason="the row length is chosen for 512-bit vectors (8 f64 lanes)")
+def test_short_elementwise_rows_are_one_vector() -> None:
+    """[50, 1000, 20] f64 (GMM's scaled cotangent): one 20-lane vector per row,
+    not five 4-lane pieces."""
+    text = """
+#knd = affine_map<(k, n, d) -> (k, n, d)>
+#kn = affine_map<(k, n, d) -> (k, n)>
+func.func @f(%a: tensor<50x1000x20xf64>, %c: tensor<50x1000xf64>) -> tensor<50x1000x20xf64> {
+  %e = tensor.empty() : tensor<50x1000x20xf64>
+  %s = linalg.generic {indexing_maps = [#knd, #kn, #knd],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%a, %c : tensor<50x1000x20xf64>, tensor<50x1000xf64>)
+      outs(%e : tensor<50x1000x20xf64>) {
+  ^bb0(%p: f64, %q: f64, %o: f64):
+    %m = arith.mulf %p, %q : f64
+    linalg.yield %m : f64
+  } -> tensor<50x1000x20xf64>
+  return %s : tensor<50x1000x20xf64>
+}"""
+    widths = set(re.findall(r"vector\.transfer_write [^\n]*: vector<(\d+)xf64>",
+                            _scheduled_ir(text)))
+    assert widths == {"20"}, widths
+    a, c = RNG.standard_normal((50, 1000, 20)), RNG.standard_normal((50, 1000))
+    np.testing.assert_array_equal(CompiledModule(text)["f"](a, c), a * c[..., None])
+
+
 #: Reductions linalg's vectorizer does not take: a combiner it does not know
 #: (`init - x`), and a result stored transposed. Scheduled, the transform
 #: script failed at them, and every other op of the module (the matmul here)
