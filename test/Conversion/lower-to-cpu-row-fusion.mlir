@@ -9,20 +9,20 @@
 #row = affine_map<(d0, d1) -> (d0)>
 
 /// Check that a row softmax (max, exp, sum, divide) becomes one loop over
-/// tiles of 16 rows (ROW_TILE_ROWS; 16 rows of 1 KB fit ROW_TILE_BYTES)
+/// tiles of 4 rows (4 rows of 1 KB fill ROW_TILE_BYTES = 4 KB)
 /// computing all four ops on the tile, with tile-sized intermediates.
 // CHECK-LABEL: func.func @softmax(
 // CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// CHECK:           tensor.extract_slice %{{.*}}[%[[I]], 0] [16, 256] [1, 1] : tensor<512x256xf32> to tensor<16x256xf32>
-// CHECK:           linalg.reduce ins(%{{.*}} : tensor<16x256xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK:           tensor.extract_slice %{{.*}}[%[[I]], 0] [4, 256] [1, 1] : tensor<512x256xf32> to tensor<4x256xf32>
+// CHECK:           linalg.reduce ins(%{{.*}} : tensor<4x256xf32>) outs(%{{.*}} : tensor<4xf32>)
 // CHECK:             arith.maximumf
-// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<16xf32>)
+// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<4x256xf32>, tensor<4xf32>)
 // CHECK:             math.exp
-// CHECK:           linalg.reduce ins(%{{.*}} : tensor<16x256xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK:           linalg.reduce ins(%{{.*}} : tensor<4x256xf32>) outs(%{{.*}} : tensor<4xf32>)
 // CHECK:             arith.addf
-// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<16xf32>)
+// CHECK:           linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<4x256xf32>, tensor<4xf32>)
 // CHECK:             arith.divf
-// CHECK:           tensor.insert_slice %{{.*}} into %{{.*}}[%[[I]], 0] [16, 256] [1, 1]
+// CHECK:           tensor.insert_slice %{{.*}} into %{{.*}}[%[[I]], 0] [4, 256] [1, 1]
 // CHECK:           scf.yield
 // CHECK-NOT:     linalg.
 // CHECK:         return
