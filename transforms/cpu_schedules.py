@@ -1278,8 +1278,17 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
     v = _outer_reduction_step(c.ranges[-1], lanes)
+    if OUTER_REDUCTION_THREADS and len(c.ranges) > 2 and 0 not in c.reduced:
+        h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     sizes = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [v]
     s.vectorize_late.append(s.tile(h, sizes))
+
+
+#: Outer reductions whose first loop is parallel (GMM's sums over points,
+#: [K, N, D] -> [K, D]) split it over the threads. Measured, GMM d20
+#: gradient (f64), 2T, variants in one process, best of 15 (ms): serial
+#: 2.06, split 1.87 (objective 0.79); MLP step, HVP, LSTM within noise.
+OUTER_REDUCTION_THREADS = True
 
 
 def _outer_reduction_step(n: int, lanes: int) -> int:

@@ -821,6 +821,52 @@ func.func @f(%a: tensor<50x1000x20xf64>, %c: tensor<50x1000xf64>) -> tensor<50x1
     np.testing.assert_array_equal(CompiledModule(text)["f"](a, c), a * c[..., None])
 
 
+def test_outer_reduction_splits_its_parallel_first_loop_over_threads() -> None:
+    """sum over points of g * (x - mu), [50, 1000, 20] -> [50, 20] f64: at 2
+    threads the 50 rows of the result are split; column sums of g, whose
+    first loop reduces, are not."""
+    text = """
+#l0 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#l1 = affine_map<(d0, d1, d2) -> (d1, d2)>
+#l2 = affine_map<(d0, d1, d2) -> (d0, d2)>
+func.func @f(%g: tensor<50x1000x20xf64>, %x: tensor<1000x20xf64>, %mu: tensor<50x20xf64>)
+    -> (tensor<50x20xf64>, tensor<1000x20xf64>) {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<50x20xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<50x20xf64>) -> tensor<50x20xf64>
+  %s = linalg.generic {indexing_maps = [#l0, #l1, #l2, #l2],
+                       iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%g, %x, %mu : tensor<50x1000x20xf64>, tensor<1000x20xf64>, tensor<50x20xf64>)
+      outs(%f : tensor<50x20xf64>) {
+  ^bb0(%gv: f64, %xv: f64, %m: f64, %o: f64):
+    %c = arith.subf %xv, %m : f64
+    %p = arith.mulf %gv, %c : f64
+    %r = arith.addf %o, %p : f64
+    linalg.yield %r : f64
+  } -> tensor<50x20xf64>
+  %e2 = tensor.empty() : tensor<1000x20xf64>
+  %f2 = linalg.fill ins(%z : f64) outs(%e2 : tensor<1000x20xf64>) -> tensor<1000x20xf64>
+  %t = linalg.generic {indexing_maps = [#l0, #l1],
+                       iterator_types = ["reduction", "parallel", "parallel"]}
+      ins(%g : tensor<50x1000x20xf64>) outs(%f2 : tensor<1000x20xf64>) {
+  ^bb0(%gv: f64, %o: f64):
+    %r = arith.addf %o, %gv : f64
+    linalg.yield %r : f64
+  } -> tensor<1000x20xf64>
+  return %s, %t : tensor<50x20xf64>, tensor<1000x20xf64>
+}"""
+    assert "scf.forall" not in _scheduled_ir(text, threads=1)
+    assert _scheduled_ir(text, threads=2).count("scf.forall (") == 1
+    if openmp_runtime_library() is None:
+        pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
+    cm = CompiledModule(text, pipeline="autodiff-lower-to-cpu{threads=2}")
+    g, x, mu = (RNG.standard_normal(sh) for sh in ((50, 1000, 20), (1000, 20), (50, 20)))
+    s, t = cm["f"](g, x, mu)
+    np.testing.assert_allclose(s, np.einsum("knd,knd->kd", g, x[None] - mu[:, None]),
+                               rtol=1e-12, atol=1e-12 * 32)
+    np.testing.assert_allclose(t, g.sum(axis=0), rtol=1e-12, atol=1e-12 * 8)
+
+
 #: Reductions linalg's vectorizer does not take: a combiner it does not know
 #: (`init - x`), and a result stored transposed. Scheduled, the transform
 #: script failed at them, and every other op of the module (the matmul here)
