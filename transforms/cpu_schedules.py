@@ -1225,7 +1225,7 @@ def _schedule_elementwise(s: _Script, c: Candidate, tag: int) -> None:
     lanes = ELEMENTWISE.lanes[c.width]
     n = c.ranges[-1]
     v = _largest_divisor(n, (lanes, lanes // 2, lanes // 4, 2))
-    if v < lanes and lanes < n <= ELEMENTWISE_WHOLE_ROW_VECTORS * lanes:
+    if v < lanes < n <= ELEMENTWISE_WHOLE_ROW_VECTORS * lanes:
         v = n  # see ELEMENTWISE_WHOLE_ROW_VECTORS
     h = _split_outer(s, h, c, v, PARALLEL_MIN_ELEMENTS)
     sizes = [1] * (len(c.ranges) - 1) + [v]

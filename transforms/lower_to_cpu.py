@@ -250,19 +250,29 @@ BROADCAST_MAX_INPUT_FRACTION = 1 / 8
 UNSHARE_BROADCASTS = True
 
 
+def _cheap_elementwise(op: ir.Operation, max_ops: int) -> ir.RankedTensorType | None:
+    """The result type of `op` if it is an all-parallel generic with one static
+    result, at most `max_ops` ops besides the yield, none costly, and a body
+    that does not read its init."""
+    if not _all_parallel(op) or len(op.results) != 1:
+        return None
+    out = op.results[0].type
+    if not isinstance(out, ir.RankedTensorType) or not out.has_static_shape:
+        return None
+    block = op.regions[0].blocks[0]
+    n_in = len(op.opview.inputs)
+    if (len(block.operations) > max_ops + 1 or _costly_body(op)
+            or any(len(list(a.uses)) for a in list(block.arguments)[n_in:])):
+        return None
+    return out
+
+
 def _is_broadcast_producer(op: ir.Operation) -> bool:
     """An all-parallel generic computing one cheap op per element of a result
     much larger than its inputs (GMM's x[n, d] - mu[k, d] into [K, N, D])."""
-    if not _all_parallel(op) or len(op.results) != 1:
+    out = _cheap_elementwise(op, 1)
+    if out is None:
         return False
-    out = op.results[0].type
-    if not isinstance(out, ir.RankedTensorType) or not out.has_static_shape:
-        return False
-    block = op.regions[0].blocks[0]
-    n_in = len(op.opview.inputs)
-    if (len(block.operations) > 2 or _costly_body(op)
-            or any(len(list(a.uses)) for a in list(block.arguments)[n_in:])):
-        return False  # more than one op besides the yield, or one that reads the init
     for v in op.opview.inputs:
         t = v.type
         if isinstance(t, ir.RankedTensorType) and (
@@ -335,15 +345,8 @@ def _is_recomputed_producer(op: ir.Operation) -> bool:
     own size elementwise, the others much smaller: recomputed in a consumer,
     it costs that consumer the read of its one large operand instead of the
     read of its result, and saves writing the result."""
-    if not _all_parallel(op) or len(op.results) != 1:
-        return False
-    out = op.results[0].type
-    if not isinstance(out, ir.RankedTensorType) or not out.has_static_shape:
-        return False
-    block = op.regions[0].blocks[0]
-    n_in = len(op.opview.inputs)
-    if (len(block.operations) > RECOMPUTE_MAX_BODY_OPS + 1 or _costly_body(op)
-            or any(len(list(a.uses)) for a in list(block.arguments)[n_in:])):
+    out = _cheap_elementwise(op, RECOMPUTE_MAX_BODY_OPS)
+    if out is None:
         return False
     large = 0
     for i, v in enumerate(op.opview.inputs):

@@ -733,30 +733,35 @@ def test_broadcast_consumers_match_numpy(threads: int) -> None:
                                atol=1e-13 * np.sqrt(20))
 
 
-def test_multi_input_outer_reduction_is_vectorized() -> None:
-    """sum over points of g * (x - mu) (three inputs, the broadcast fused in):
-    whole rows of D = 20 lanes, not scalar loops."""
-    text = """
+def _sum_over_points(k: int, n: int, d: int) -> str:
+    """@f(x, mu, g) = sum over points of g * (x - mu): [k, n, d] -> [k, d] f64
+    (three inputs, the broadcast fused in)."""
+    return f"""
 #xd = affine_map<(k, n, d) -> (n, d)>
 #kd = affine_map<(k, n, d) -> (k, d)>
 #knd = affine_map<(k, n, d) -> (k, n, d)>
-func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20xf64>)
-    -> tensor<8x20xf64> {
+func.func @f(%x: tensor<{n}x{d}xf64>, %mu: tensor<{k}x{d}xf64>, %g: tensor<{k}x{n}x{d}xf64>)
+    -> tensor<{k}x{d}xf64> {{
   %z = arith.constant 0.0 : f64
-  %e = tensor.empty() : tensor<8x20xf64>
-  %f = linalg.fill ins(%z : f64) outs(%e : tensor<8x20xf64>) -> tensor<8x20xf64>
-  %s = linalg.generic {indexing_maps = [#xd, #kd, #knd, #kd],
-                       iterator_types = ["parallel", "reduction", "parallel"]}
-      ins(%x, %mu, %g : tensor<256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>)
-      outs(%f : tensor<8x20xf64>) {
+  %e = tensor.empty() : tensor<{k}x{d}xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<{k}x{d}xf64>) -> tensor<{k}x{d}xf64>
+  %s = linalg.generic {{indexing_maps = [#xd, #kd, #knd, #kd],
+                       iterator_types = ["parallel", "reduction", "parallel"]}}
+      ins(%x, %mu, %g : tensor<{n}x{d}xf64>, tensor<{k}x{d}xf64>, tensor<{k}x{n}x{d}xf64>)
+      outs(%f : tensor<{k}x{d}xf64>) {{
   ^bb0(%a: f64, %b: f64, %c: f64, %o: f64):
-    %d = arith.subf %a, %b : f64
-    %m = arith.mulf %c, %d : f64
+    %dd = arith.subf %a, %b : f64
+    %m = arith.mulf %c, %dd : f64
     %r = arith.addf %o, %m : f64
     linalg.yield %r : f64
-  } -> tensor<8x20xf64>
-  return %s : tensor<8x20xf64>
-}"""
+  }} -> tensor<{k}x{d}xf64>
+  return %s : tensor<{k}x{d}xf64>
+}}"""
+
+
+def test_multi_input_outer_reduction_is_vectorized() -> None:
+    """sum over points of g * (x - mu): whole rows of D = 20 lanes, not scalar loops."""
+    text = _sum_over_points(8, 256, 20)
     assert re.search(r"vector\.transfer_read [^\n]*vector<20xf64>", _scheduled_ir(text))
     x, mu, g = (RNG.standard_normal(s) for s in ((256, 20), (8, 20), (8, 256, 20)))
     np.testing.assert_allclose(CompiledModule(text)["f"](x, mu, g),
@@ -823,48 +828,34 @@ func.func @f(%a: tensor<50x1000x20xf64>, %c: tensor<50x1000xf64>) -> tensor<50x1
 
 def test_outer_reduction_splits_its_parallel_first_loop_over_threads() -> None:
     """sum over points of g * (x - mu), [50, 1000, 20] -> [50, 20] f64: at 2
-    threads the 50 rows of the result are split; column sums of g, whose
-    first loop reduces, are not."""
-    text = """
-#l0 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
-#l1 = affine_map<(d0, d1, d2) -> (d1, d2)>
-#l2 = affine_map<(d0, d1, d2) -> (d0, d2)>
-func.func @f(%g: tensor<50x1000x20xf64>, %x: tensor<1000x20xf64>, %mu: tensor<50x20xf64>)
-    -> (tensor<50x20xf64>, tensor<1000x20xf64>) {
-  %z = arith.constant 0.0 : f64
-  %e = tensor.empty() : tensor<50x20xf64>
-  %f = linalg.fill ins(%z : f64) outs(%e : tensor<50x20xf64>) -> tensor<50x20xf64>
-  %s = linalg.generic {indexing_maps = [#l0, #l1, #l2, #l2],
-                       iterator_types = ["parallel", "reduction", "parallel"]}
-      ins(%g, %x, %mu : tensor<50x1000x20xf64>, tensor<1000x20xf64>, tensor<50x20xf64>)
-      outs(%f : tensor<50x20xf64>) {
-  ^bb0(%gv: f64, %xv: f64, %m: f64, %o: f64):
-    %c = arith.subf %xv, %m : f64
-    %p = arith.mulf %gv, %c : f64
-    %r = arith.addf %o, %p : f64
-    linalg.yield %r : f64
-  } -> tensor<50x20xf64>
-  %e2 = tensor.empty() : tensor<1000x20xf64>
-  %f2 = linalg.fill ins(%z : f64) outs(%e2 : tensor<1000x20xf64>) -> tensor<1000x20xf64>
-  %t = linalg.generic {indexing_maps = [#l0, #l1],
+    threads the 50 rows of the result are split; column sums, whose first
+    loop reduces, are not (the threads would race on every element)."""
+    text = _sum_over_points(50, 1000, 20)
+    columns = """
+func.func @f(%g: tensor<50x1000x20xf64>, %i: tensor<1000x20xf64>) -> tensor<1000x20xf64> {
+  %t = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>,
+                                        affine_map<(a, b, c) -> (b, c)>],
                        iterator_types = ["reduction", "parallel", "parallel"]}
-      ins(%g : tensor<50x1000x20xf64>) outs(%f2 : tensor<1000x20xf64>) {
+      ins(%g : tensor<50x1000x20xf64>) outs(%i : tensor<1000x20xf64>) {
   ^bb0(%gv: f64, %o: f64):
     %r = arith.addf %o, %gv : f64
     linalg.yield %r : f64
   } -> tensor<1000x20xf64>
-  return %s, %t : tensor<50x20xf64>, tensor<1000x20xf64>
+  return %t : tensor<1000x20xf64>
 }"""
     assert "scf.forall" not in _scheduled_ir(text, threads=1)
     assert _scheduled_ir(text, threads=2).count("scf.forall (") == 1
+    assert "scf.forall" not in _scheduled_ir(columns, threads=2)
     if openmp_runtime_library() is None:
         pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
-    cm = CompiledModule(text, pipeline="autodiff-lower-to-cpu{threads=2}")
-    g, x, mu = (RNG.standard_normal(sh) for sh in ((50, 1000, 20), (1000, 20), (50, 20)))
-    s, t = cm["f"](g, x, mu)
-    np.testing.assert_allclose(s, np.einsum("knd,knd->kd", g, x[None] - mu[:, None]),
+    pipeline = "autodiff-lower-to-cpu{threads=2}"
+    x, mu, g = (RNG.standard_normal(sh) for sh in ((1000, 20), (50, 20), (50, 1000, 20)))
+    np.testing.assert_allclose(CompiledModule(text, pipeline=pipeline)["f"](x, mu, g),
+                               np.einsum("knd,knd->kd", g, x[None] - mu[:, None]),
                                rtol=1e-12, atol=1e-12 * 32)
-    np.testing.assert_allclose(t, g.sum(axis=0), rtol=1e-12, atol=1e-12 * 8)
+    i = RNG.standard_normal((1000, 20))
+    np.testing.assert_allclose(CompiledModule(columns, pipeline=pipeline)["f"](g, i),
+                               i + g.sum(axis=0), rtol=1e-12, atol=1e-12 * 8)
 
 
 #: Reductions linalg's vectorizer does not take: a combiner it does not know
@@ -1114,7 +1105,7 @@ def test_summed_contractions_match_numpy(threads: int) -> None:
     lm, g = RNG.standard_normal((8, 20, 20)), RNG.standard_normal((8, 256, 20))
     diag, init = RNG.standard_normal((8, 20)), RNG.standard_normal((20, 8))
     c = np.einsum("kij,kni->knj", lm, g)
-    tol = dict(rtol=1e-12, atol=1e-12 * np.sqrt(256 * 20))
+    tol = {"rtol": 1e-12, "atol": 1e-12 * np.sqrt(256 * 20)}
     np.testing.assert_allclose(cm["f"](lm, g, diag), -np.sum(g * diag[:, None] + c, axis=1),
                                **tol)
     np.testing.assert_allclose(cm["t"](lm, g, diag, init),
