@@ -935,9 +935,9 @@ def _iterators(op: ir.Operation) -> list[bool]:
 
 
 def _sum_before_contracting(m: _SummedContraction) -> None:
-    """Rewrite `m.red` = `init + sum(s * contraction + h)` as `init + sum(h)`,
-    then `+ contraction(kept input, s * the other input summed over m.summed)`.
-    Call in the module's context."""
+    """Rewrite `m.red` = `init + sum(s * contraction + h)`: first `init +
+    contraction(kept input, s * the other input summed over m.summed)`, then
+    `sum(h)` accumulated onto that. Call in the module's context."""
     from mlir.dialects import arith, linalg, tensor
 
     red, con = m.red, m.con
@@ -1027,10 +1027,10 @@ class SumBeforeContracting(Pass):
     """After elementwise fusion: `sum_n (out + s * (A . B)[..n..] + h)`, with n
     a dim of B but not of A, becomes `sum_n (out + h) + A . (sum_n s * B)`:
     the reduction moves in front of the contraction (see "sums of
-    contractions" above). Measured, ADBench GMM
-    gradient (f64), variants in one process, interleaved, best of 9 (ms), on /
-    off: d20 1T 3.34 / 4.11 (objective 1.14), 2T 2.09 / 2.70; d10 1T 0.563 /
-    0.634. Results agree to 1.5e-15 (relative)."""
+    contractions" above). Measured, ADBench GMM gradient (f64), variants in
+    one process, interleaved, best of 9 (ms), on / off: d20 1T 3.34 / 4.11
+    (objective 1.14), 2T 2.09 / 2.70; d10 1T 0.563 / 0.634. Results agree
+    to 1.5e-15 (relative)."""
 
     name = "autodiff-sum-before-contracting"
     summary = "Sum a contraction's operand instead of its result where a reduction sums it"
