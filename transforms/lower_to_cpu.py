@@ -41,6 +41,8 @@ from .cpu_schedules import (
     ReciprocalOfBroadcastDivisors,
     ScheduleLinalgForCpu,
     WriteResultsInPlace,
+    _contraction_maps,
+    _map_dims,
     classify,
     openmp_lowering,
 )
@@ -316,13 +318,18 @@ class UnshareBroadcastProducers(Pass):
         if not UNSHARE_BROADCASTS:
             return
         for op in [o for o in _walk(module) if _is_broadcast_producer(o)]:
-            uses = [(u.owner, u.operand_number) for u in op.results[0].uses if _fusable_use(u)]
+            uses = [u for u in op.results[0].uses if _fusable_use(u)]
             if len(uses) < 2 and len(uses) == len(list(op.results[0].uses)):
                 continue  # a single use fuses as it is
-            for user, index in uses:
-                user.operands[index] = op.clone(ip=ir.InsertionPoint(op)).results[0]
-            if not list(op.results[0].uses):
-                op.erase()
+            _clone_per_use(op, uses)
+
+
+def _clone_per_use(op: ir.Operation, uses: Sequence[ir.OpOperand]) -> None:
+    """Give each of `uses` its own copy of `op` (erased if no use is left)."""
+    for user, index in [(u.owner, u.operand_number) for u in uses]:
+        user.operands[index] = op.clone(ip=ir.InsertionPoint(op)).results[0]
+    if not list(op.results[0].uses):
+        op.erase()
 
 
 #: `UnshareRecomputedProducers`: at most this many ops (besides the yield) in
@@ -336,8 +343,8 @@ def _reads_whole(user: ir.Operation, index: int) -> bool:
     """Generic `user` reads operand `index` through a permutation of all its loops
     (each element once: fused, the producer's body runs once per element)."""
     m = ir.AffineMapAttr(user.attributes["indexing_maps"][index]).value
-    dims = [e.position for e in m.results if isinstance(e, ir.AffineDimExpr)]
-    return len(dims) == len(m.results) == m.n_dims and sorted(dims) == list(range(m.n_dims))
+    dims = _map_dims([m])
+    return dims is not None and sorted(dims[0]) == list(range(m.n_dims))
 
 
 def _is_recomputed_producer(op: ir.Operation) -> bool:
@@ -388,10 +395,7 @@ class UnshareRecomputedProducers(Pass):
             if len(uses) < 2 or not all(_fusable_use(u) and _reads_whole(u.owner, u.operand_number)
                                         for u in uses):
                 continue
-            for use in uses:
-                use.owner.operands[use.operand_number] = op.clone(
-                    ip=ir.InsertionPoint(op)).results[0]
-            op.erase()
+            _clone_per_use(op, uses)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -794,17 +798,10 @@ class LowerToCpu(Pass):
 SUM_BEFORE_CONTRACTING = True
 
 
-def _projected_dims(m: ir.AffineMap) -> list[int] | None:
-    """The loop dim of each result of `m`, if every result is a distinct dim."""
-    dims = [e.position if isinstance(e, ir.AffineDimExpr) else None for e in m.results]
-    if None in dims or len(set(dims)) != len(dims) or m.n_symbols:
-        return None
-    return dims
-
-
 def _generic_maps(op: ir.Operation) -> list[list[int]] | None:
-    maps = [_projected_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
-    return None if None in maps else maps
+    """The loop dims each operand of generic `op` reads, or None unless every
+    map is a projected permutation."""
+    return _map_dims(_contraction_maps(op))
 
 
 def _linear_sign(op: ir.Operation, arg: ir.Value) -> int | None:

@@ -985,11 +985,25 @@ def test_recomputed_producer_matches_numpy(threads: int) -> None:
     np.testing.assert_allclose(g, qx * c[..., None], rtol=1e-15)
 
 
+#: %c[k, n, j] = sum_i L[k, i, j] g[k, n, i] from zero: each function of
+#: `SUMMED_CONTRACTIONS` starts with it.
+_LT_G = """  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<8x256x20xf64>
+  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
+  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
+                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %o: f64):
+    %m = arith.mulf %a, %b : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<8x256x20xf64>"""
+
 #: Reverse mode's d(means) in GMM: the cotangent g[k, n, i] of L_k (x_n - mu_k)
 #: through L, -sum_n (diag[k, j] g[k, n, j] + sum_i L[k, i, j] g[k, n, i]) (@f);
 #: the same sum with the opposite sign, stored transposed (@t); a sum of
 #: squares of a contraction, which is not linear in it (@sq).
-SUMMED_CONTRACTIONS = """
+SUMMED_CONTRACTIONS = f"""
 #l = affine_map<(k, n, i, j) -> (k, i, j)>
 #gi = affine_map<(k, n, i, j) -> (k, n, i)>
 #cj = affine_map<(k, n, i, j) -> (k, n, j)>
@@ -997,81 +1011,51 @@ SUMMED_CONTRACTIONS = """
 #kj = affine_map<(k, n, j) -> (k, j)>
 #jk = affine_map<(k, n, j) -> (j, k)>
 func.func @f(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>, %diag: tensor<8x20xf64>)
-    -> tensor<8x20xf64> {
-  %z = arith.constant 0.0 : f64
-  %e = tensor.empty() : tensor<8x256x20xf64>
-  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
-  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
-                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
-      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
-  ^bb0(%a: f64, %b: f64, %o: f64):
-    %m = arith.mulf %a, %b : f64
-    %r = arith.addf %o, %m : f64
-    linalg.yield %r : f64
-  } -> tensor<8x256x20xf64>
+    -> tensor<8x20xf64> {{
+{_LT_G}
   %zs = arith.constant dense<0.0> : tensor<8x20xf64>
-  %s = linalg.generic {indexing_maps = [#kj, #knj, #knj, #kj],
-                       iterator_types = ["parallel", "reduction", "parallel"]}
+  %s = linalg.generic {{indexing_maps = [#kj, #knj, #knj, #kj],
+                       iterator_types = ["parallel", "reduction", "parallel"]}}
       ins(%diag, %g, %c : tensor<8x20xf64>, tensor<8x256x20xf64>, tensor<8x256x20xf64>)
-      outs(%zs : tensor<8x20xf64>) {
+      outs(%zs : tensor<8x20xf64>) {{
   ^bb0(%d: f64, %b: f64, %cv: f64, %o: f64):
     %m = arith.mulf %b, %d : f64
     %a = arith.addf %cv, %m : f64
     %n = arith.negf %a : f64
     %r = arith.addf %o, %n : f64
     linalg.yield %r : f64
-  } -> tensor<8x20xf64>
+  }} -> tensor<8x20xf64>
   return %s : tensor<8x20xf64>
-}
+}}
 func.func @t(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>, %diag: tensor<8x20xf64>,
-             %init: tensor<20x8xf64>) -> tensor<20x8xf64> {
-  %z = arith.constant 0.0 : f64
-  %e = tensor.empty() : tensor<8x256x20xf64>
-  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
-  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
-                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
-      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
-  ^bb0(%a: f64, %b: f64, %o: f64):
-    %m = arith.mulf %a, %b : f64
-    %r = arith.addf %o, %m : f64
-    linalg.yield %r : f64
-  } -> tensor<8x256x20xf64>
-  %s = linalg.generic {indexing_maps = [#knj, #kj, #knj, #jk],
-                       iterator_types = ["parallel", "reduction", "parallel"]}
+             %init: tensor<20x8xf64>) -> tensor<20x8xf64> {{
+{_LT_G}
+  %s = linalg.generic {{indexing_maps = [#knj, #kj, #knj, #jk],
+                       iterator_types = ["parallel", "reduction", "parallel"]}}
       ins(%g, %diag, %c : tensor<8x256x20xf64>, tensor<8x20xf64>, tensor<8x256x20xf64>)
-      outs(%init : tensor<20x8xf64>) {
+      outs(%init : tensor<20x8xf64>) {{
   ^bb0(%b: f64, %d: f64, %cv: f64, %o: f64):
     %m = arith.mulf %b, %d : f64
     %a = arith.subf %o, %m : f64
     %r = arith.addf %a, %cv : f64
     linalg.yield %r : f64
-  } -> tensor<20x8xf64>
+  }} -> tensor<20x8xf64>
   return %s : tensor<20x8xf64>
-}
-func.func @sq(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>) -> tensor<8x20xf64> {
-  %z = arith.constant 0.0 : f64
-  %e = tensor.empty() : tensor<8x256x20xf64>
-  %f0 = linalg.fill ins(%z : f64) outs(%e : tensor<8x256x20xf64>) -> tensor<8x256x20xf64>
-  %c = linalg.generic {indexing_maps = [#l, #gi, #cj],
-                       iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
-      ins(%l, %g : tensor<8x20x20xf64>, tensor<8x256x20xf64>) outs(%f0 : tensor<8x256x20xf64>) {
-  ^bb0(%a: f64, %b: f64, %o: f64):
-    %m = arith.mulf %a, %b : f64
-    %r = arith.addf %o, %m : f64
-    linalg.yield %r : f64
-  } -> tensor<8x256x20xf64>
+}}
+func.func @sq(%l: tensor<8x20x20xf64>, %g: tensor<8x256x20xf64>) -> tensor<8x20xf64> {{
+{_LT_G}
   %e2 = tensor.empty() : tensor<8x20xf64>
   %f2 = linalg.fill ins(%z : f64) outs(%e2 : tensor<8x20xf64>) -> tensor<8x20xf64>
-  %s = linalg.generic {indexing_maps = [#knj, #kj],
-                       iterator_types = ["parallel", "reduction", "parallel"]}
-      ins(%c : tensor<8x256x20xf64>) outs(%f2 : tensor<8x20xf64>) {
+  %s = linalg.generic {{indexing_maps = [#knj, #kj],
+                       iterator_types = ["parallel", "reduction", "parallel"]}}
+      ins(%c : tensor<8x256x20xf64>) outs(%f2 : tensor<8x20xf64>) {{
   ^bb0(%cv: f64, %o: f64):
     %m = arith.mulf %cv, %cv : f64
     %r = arith.addf %o, %m : f64
     linalg.yield %r : f64
-  } -> tensor<8x20xf64>
+  }} -> tensor<8x20xf64>
   return %s : tensor<8x20xf64>
-}
+}}
 """
 
 
