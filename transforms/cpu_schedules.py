@@ -1278,6 +1278,17 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     add per lane. Measured, ADBench GMM gradient (f64), one thread, variants
     in one process, best of 15 (ms), before / after: d20 3.75 / 3.51, d10
     0.637 / 0.583 (objectives unchanged).
+
+    Tried and not kept (Zen 5, f64, 1T, best of 30): when the innermost loop
+    reduces (GMM's sum over points, [50, 1000, 20] -> [50, 20]), hoisting the
+    accumulator row out of it. Carried by the loop as one vector<20xf64>, the
+    row was scalarized by LLVM (about 100 instructions per step); split into
+    16 + 4 lanes, each piece its own hoisted loop inside the k loop, the code
+    was clean but each piece is one chain of dependent adds: 0.180 ms against
+    0.147 in this order (a pure 8 MB read is about 0.13). Three sibling sums
+    over the same 8 MB operand, merged by hand into one three-result generic
+    and scheduled that way, took 0.18 ms against 0.28 as three ops: merging
+    siblings, not hoisting, is where a gain would be.
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
