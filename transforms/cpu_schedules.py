@@ -84,6 +84,8 @@ class MatmulSchedule:
     min_flops: int
     packed_k: int = 1024
     packed_n: int = 128
+    #: Unpacked contractions: register rows up to `mr_max` when they divide M.
+    mr_max: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +162,20 @@ def _host_vector_bits() -> int:
 #: 8.80-8.91 / 8.50, 2T 4.65 / 4.52; 512^3 1.05 / 1.05. On unpacked
 #: matmuls a 128 N tile was mixed (128 x 784 x 512 5% faster, the MLP step
 #: 2% slower at 2T, the HVP 2% slower), so `cache` keeps 256 there.
+#: `mr_max` = 10 on AVX-512 (20 zmm accumulators): an unpacked contraction
+#: takes a divisor of M up to 10 rows, so M = 20 runs as 2 x 10 rows, not
+#: 4 x 5, and each k step's row of B is read by half as many register tiles;
+#: M divisible by 8 and not by 10 (512, 1024, 128, 784) keeps 8 rows, and
+#: packed matmuls keep `mr`. Measured on GMM's gradient, whose
+#: d(L)[k, i, j] = sum_n g[k, n, i] xc[k, n, j] has M = D (Zen 5, f64, 1T,
+#: variants in one process, best of 15, ms), rows up to 8 / 10: d20 3.03 /
+#: 2.86, d10 0.567 / 0.522 (M = 10: one tile instead of 2 x 5); the
+#: objectives unchanged (1.14 / 1.15, 0.296 / 0.295).
 _MATMUL_MIN_FLOPS = 2 * 40 ** 3
 
 MATMUL_BY_VECTOR_BITS = {
-    512: MatmulSchedule(mr=8, nr=32, cache=(128, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
+    512: MatmulSchedule(mr=8, nr=32, cache=(128, 256, 128), min_flops=_MATMUL_MIN_FLOPS,
+                        mr_max=10),
     256: MatmulSchedule(mr=4, nr=16, cache=(64, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
     128: MatmulSchedule(mr=4, nr=8, cache=(64, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
 }
@@ -1113,7 +1125,7 @@ def _schedule_contraction(s: _Script, c: Candidate, tag: int) -> None:
     sched = matmul_schedule()
     scale = c.width // 32  # f64: half as many lanes per register
     nr = _lane_tile(n, sched.nr // scale, host_vector_bits() // c.width)
-    mr = _register_tile(m, sched.mr, 1)
+    mr = _register_tile(m, sched.mr_max or sched.mr, 1)
     outer = [1 if r > 1 else 0 for r in ranges[:n_outer]]
     # Threads split the vector dim only into whole vectors: GMM d10's
     # [25, 1000, 10] f64 contraction split N = 10 into two 5-wide halves, and

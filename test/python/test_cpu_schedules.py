@@ -347,13 +347,31 @@ def test_vector_dim_splits_into_whole_registers_and_a_power_of_two_rest(threads:
     ranges, maps = CONTRACTIONS["gmm20_q_xc"]
     text, dims = _contraction(ranges, maps, "f64")
     ir_text = _scheduled_ir(text)
-    mr = cpu_schedules.matmul_schedule().mr
-    assert f"into vector<{mr}x16xf64>" in ir_text and f"into vector<{mr}x4xf64>" in ir_text
+    assert re.search(r"into vector<\d+x16xf64>", ir_text)
+    assert re.search(r"into vector<\d+x4xf64>", ir_text)
     assert "x5xf64>" not in ir_text
     cm = CompiledModule(text, pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
     a, b = (RNG.standard_normal([ranges[d] for d in ds]) for ds in dims[:2])
     np.testing.assert_allclose(cm["f"](a, b), np.einsum("kij,knj->kni", a, b), rtol=1e-13,
                                atol=1e-13 * np.sqrt(20))
+
+
+@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+                    reason="the row count is chosen for 512-bit vectors (32 zmm registers)")
+@pytest.mark.parametrize("name,rows", [("gmm20_grad_n", 10), ("gmm_grad_n", 10),
+                                       ("xt_g", 8)])
+def test_register_rows_divide_m_up_to_ten(name: str, rows: int) -> None:
+    """GMM's d(L)[k, i, j] = sum_n g[k, n, i] xc[k, n, j] (f64) has M = D:
+    D = 20 runs as two tiles of 10 rows (not four of 5), D = 10 as one; an M
+    that 8 divides and 10 does not keeps 8 rows."""
+    ranges, maps = CONTRACTIONS[name]
+    text, dims = _contraction(ranges, maps, "f64")
+    tiles = set(re.findall(r"into vector<(\d+)x\d+xf64>", _scheduled_ir(text)))
+    assert tiles == {str(rows)}, tiles
+    a, b = (RNG.standard_normal([ranges[d] for d in ds]) for ds in dims[:2])
+    want = np.einsum(a, dims[0], b, dims[1], dims[2])
+    np.testing.assert_allclose(CompiledModule(text)["f"](a, b), want, rtol=1e-12,
+                               atol=1e-12 * np.sqrt(ranges[1]))
 
 
 @pytest.mark.parametrize("k", [100, 102], ids=["k_multiple_of_4", "k_with_remainder"])
@@ -463,19 +481,24 @@ def test_packed_matmul_on_two_threads() -> None:
 
 
 def test_threads_do_not_split_a_vector_into_pieces() -> None:
-    """GMM d10's Q (x - mu): [25, 1000, 10] f64. K = 25 and M = 1000 / 2 (not
-    whole 8-row tiles) do not split evenly, and halves of N = 10 would be 5
-    lanes per thread, sharing cache lines: the op stays on one thread. With
-    N = 32 (whole vectors per half) it is split."""
+    """GMM d10's Q (x - mu) with 1002 points: [25, 1002, 10] f64. K = 25 and
+    M = 1002 / 2 (no whole register tiles of rows) do not split evenly, and
+    halves of N = 10 would be 5 lanes per thread, sharing cache lines: the op
+    stays on one thread. With N = 32 (whole vectors per half) it is split;
+    with 1000 points, M splits into 500 rows per thread."""
     maps = ["d0,d1,d3", "d0,d3,d2", "d0,d1,d2"]
-    text, dims = _contraction([25, 1000, 10, 10], maps, "f64")
+    ranges = [25, 1002, 10, 10]
+    text, dims = _contraction(ranges, maps, "f64")
     assert "scf.forall" not in _scheduled_ir(text, threads=2)
-    wide, _ = _contraction([25, 1000, 32, 10], maps, "f64")
+    wide, _ = _contraction([25, 1002, 32, 10], maps, "f64")
     assert "scf.forall" in _scheduled_ir(wide, threads=2)
+    if cpu_schedules.host_vector_bits() == 512:  # 10-row tiles
+        rows, _ = _contraction([25, 1000, 10, 10], maps, "f64")
+        assert "[25, 500, 10] [1, 1, 1]" in _scheduled_ir(rows, threads=2)
     if openmp_runtime_library() is None:
         pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
     cm = CompiledModule(text, pipeline="autodiff-lower-to-cpu{threads=2}")
-    a, b = (RNG.standard_normal([[25, 1000, 10, 10][d] for d in ds]) for ds in dims[:2])
+    a, b = (RNG.standard_normal([ranges[d] for d in ds]) for ds in dims[:2])
     np.testing.assert_allclose(cm["f"](a, b), np.einsum("knj,kji->kni", a, b), rtol=1e-13,
                                atol=1e-13 * np.sqrt(10))
 
