@@ -413,6 +413,14 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
     if all(i.endswith("<parallel>") for i in iters):
         return Candidate(op, "elementwise", ranges, width, in_rows=in_rows)
     if len(op.results) != 1:
+        # Sibling sums merged into one pass (`MergeSiblingReductions`): outer
+        # reductions whose results share one map.
+        out_maps = {str(m) for m in list(op.attributes["indexing_maps"])[
+            len(op.operands) - len(op.results):]}
+        if (name == "linalg.generic" and iters[-1].endswith("<parallel>")
+                and len(out_maps) == 1 and _vectorizable_reduction(op)):
+            reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
+            return Candidate(op, "outer_reduction", ranges, width, reduced)
         return None
     if name == "linalg.generic" and len(op.operands) - len(op.results) != 1:
         # Two inputs multiplied and summed (vmap and reverse mode write
@@ -462,17 +470,24 @@ def _vectorizable_reduction(op: ir.Operation) -> bool:
     if op.name == "linalg.reduce":
         return True
     block = op.regions[0].blocks[0]
-    init = block.arguments[len(block.arguments) - 1]
+    n_out = len(op.results)
+    inits = list(block.arguments)[len(block.arguments) - n_out:]
     yielded = list(block.operations[len(block.operations) - 1].operands)
-    if len(yielded) != 1 or isinstance(yielded[0].owner, ir.Block):
+    out_maps = list(op.attributes["indexing_maps"])[len(op.operands) - n_out:]
+    if len(yielded) != n_out:
         return False
-    combiner = yielded[0].owner
-    if (combiner.name not in _COMBINERS or init not in list(combiner.operands)
-            or len(list(init.uses)) != 1):
-        return False
-    out_map = ir.AffineMapAttr(op.attributes["indexing_maps"][len(op.operands) - 1]).value
-    dims = [e.position for e in out_map.results if isinstance(e, ir.AffineDimExpr)]
-    return dims == sorted(dims)
+    for init, value, m in zip(inits, yielded, out_maps):
+        if isinstance(value.owner, ir.Block):
+            return False
+        combiner = value.owner
+        if (combiner.name not in _COMBINERS or init not in list(combiner.operands)
+                or len(list(init.uses)) != 1):
+            return False
+        out_map = ir.AffineMapAttr(m).value
+        dims = [e.position for e in out_map.results if isinstance(e, ir.AffineDimExpr)]
+        if dims != sorted(dims):
+            return False
+    return True
 
 
 def _plain_maps(op: ir.Operation) -> bool:
@@ -1291,16 +1306,14 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     in one process, best of 15 (ms), before / after: d20 3.75 / 3.51, d10
     0.637 / 0.583 (objectives unchanged).
 
-    Tried and not kept (Zen 5, f64, 1T, best of 30): when the innermost loop
-    reduces (GMM's sum over points, [50, 1000, 20] -> [50, 20]), hoisting the
-    accumulator row out of it. Carried by the loop as one vector<20xf64>, the
-    row was scalarized by LLVM (about 100 instructions per step); split into
-    16 + 4 lanes, each piece its own hoisted loop inside the k loop, the code
-    was clean but each piece is one chain of dependent adds: 0.180 ms against
-    0.147 in this order (a pure 8 MB read is about 0.13). Three sibling sums
-    over the same 8 MB operand, merged by hand into one three-result generic
-    and scheduled that way, took 0.18 ms against 0.28 as three ops: merging
-    siblings, not hoisting, is where a gain would be.
+    Single sums keep that order. Hoisting a single sum's row (GMM's sum over
+    points, [50, 1000, 20] -> [50, 20]) out of its reduced innermost loop
+    was measured slower (Zen 5, f64, 1T, best of 30): as 16 + 4 pieces each
+    piece is one chain of dependent adds, 0.180 ms against 0.147 in this
+    order (a pure 8 MB read is about 0.13). Several sums merged into one op
+    (`MergeSiblingReductions`) carry one chain per result and are hoisted:
+    three sums over the same 8 MB operand took 0.18 ms so, against 0.28 as
+    three ops.
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
@@ -1308,7 +1321,40 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     if OUTER_REDUCTION_THREADS and len(c.ranges) > 2 and 0 not in c.reduced:
         h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     sizes = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [v]
-    s.vectorize_late.append(s.tile(h, sizes))
+    if len(c.op.results) == 1 or not rows_stay_in_registers(c):
+        s.vectorize_late.append(s.tile(h, sizes))
+        return
+    # Several sums (merged siblings) whose innermost loop reduces: their
+    # accumulator rows stay in registers across it, one chain of adds per
+    # result. A row carried by a loop must be a power of two wide (LLVM
+    # scalarized a carried vector<20xf64>), so the row is split into such
+    # pieces (20 = 16 + 4), each its own loop inside the outer ones, where
+    # the rows it reads are still in cache from the piece before.
+    r = max(d for d, t in enumerate(sizes[:-1]) if t)
+    h = s.tile(h, [t if d < r else 0 for d, t in enumerate(sizes[:-1])] + [0])
+    inner = [1 if d == r else 0 for d in range(len(sizes))]
+    pieces = _binary_pieces(c.ranges[-1])
+    start = 0
+    for width in pieces[:-1]:
+        start += width
+        lo, h = s.split(h, len(sizes) - 1, start)
+        s.vectorize_late.append(s.tile(lo, inner, hoist_innermost=True))
+    s.vectorize_late.append(s.tile(h, inner, hoist_innermost=True))
+
+
+def rows_stay_in_registers(c: Candidate) -> bool:
+    """Outer reduction `c` gets the hoisted schedule when it has several
+    results: its innermost loop (past unit dims) reduces and its result row is
+    one vector step of at most three power-of-two pieces."""
+    n = c.ranges[-1]
+    loops = [d for d, r in enumerate(c.ranges[:-1]) if r != 1]
+    return (_outer_reduction_step(n, REDUCTION.lanes[c.width]) == n and bool(loops)
+            and loops[-1] in c.reduced and len(_binary_pieces(n)) <= 3)
+
+
+def _binary_pieces(n: int) -> list[int]:
+    """`n` as a sum of decreasing powers of two (20 -> [16, 4])."""
+    return [1 << b for b in range(n.bit_length() - 1, -1, -1) if n >> b & 1]
 
 
 #: Outer reductions whose first loop is parallel (GMM's sums over points,

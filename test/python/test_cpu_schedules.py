@@ -704,16 +704,16 @@ func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20x
 """
 
 
-def _fused_ir(text: str) -> str:
+def _fused_ir(text: str, through: str = "SumBeforeContracting") -> str:
     """The module after the CPU pipeline's elementwise fusion (both rounds) and
-    the rewrite of summed contractions after it."""
+    the rewrite of summed contractions after it (or up to pass `through`)."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.lower_to_cpu import LowerToCpu, SumBeforeContracting
+    from mlir_autodiff.transforms.lower_to_cpu import LowerToCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     elements = list(LowerToCpu().expand())
-    end = next(i for i, e in enumerate(elements) if isinstance(e, SumBeforeContracting)) + 1
+    end = next(i for i, e in enumerate(elements) if type(e).__name__ == through) + 1
     ctx = ir.Context()
     dialects.load(ctx)
     with ctx:
@@ -847,6 +847,120 @@ func.func @f(%a: tensor<50x1000x20xf64>, %c: tensor<50x1000xf64>) -> tensor<50x1
     assert widths == {"20"}, widths
     a, c = RNG.standard_normal((50, 1000, 20)), RNG.standard_normal((50, 1000))
     np.testing.assert_array_equal(CompiledModule(text)["f"](a, c), a * c[..., None])
+
+
+#: GMM's gradient's three sums over points of the same cotangent g: for the
+#: means (g * (x - mu), and -g) and for the diagonal (-w * g), the last
+#: accumulated onto a sum that the second flows into (here 2 * (-sum g)).
+SIBLING_SUMS = """
+#xd = affine_map<(k, n, d) -> (n, d)>
+#kd = affine_map<(k, n, d) -> (k, d)>
+#knd = affine_map<(k, n, d) -> (k, n, d)>
+#id = affine_map<(k, d) -> (k, d)>
+func.func @f(%x: tensor<50x1000x20xf64>, %mu: tensor<50x20xf64>, %g: tensor<50x1000x20xf64>,
+             %w: tensor<50x20xf64>, %xs: tensor<1000x20xf64>)
+    -> (tensor<50x20xf64>, tensor<50x20xf64>, tensor<50x20xf64>) {
+  %z = arith.constant 0.0 : f64
+  %two = arith.constant 2.0 : f64
+  %e = tensor.empty() : tensor<50x20xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<50x20xf64>) -> tensor<50x20xf64>
+  %s1 = linalg.generic {indexing_maps = [#xd, #kd, #knd, #kd],
+                        iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%xs, %mu, %g : tensor<1000x20xf64>, tensor<50x20xf64>, tensor<50x1000x20xf64>)
+      outs(%f : tensor<50x20xf64>) {
+  ^bb0(%a: f64, %b: f64, %c: f64, %o: f64):
+    %dd = arith.subf %a, %b : f64
+    %m = arith.mulf %c, %dd : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<50x20xf64>
+  %s2 = linalg.generic {indexing_maps = [#knd, #kd],
+                        iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%g : tensor<50x1000x20xf64>) outs(%f : tensor<50x20xf64>) {
+  ^bb0(%c: f64, %o: f64):
+    %m = arith.negf %c : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<50x20xf64>
+  %h = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s2 : tensor<50x20xf64>) outs(%e : tensor<50x20xf64>) {
+  ^bb0(%c: f64, %o: f64):
+    %m = arith.mulf %c, %two : f64
+    linalg.yield %m : f64
+  } -> tensor<50x20xf64>
+  %s3 = linalg.generic {indexing_maps = [#kd, #knd, #kd],
+                        iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%w, %g : tensor<50x20xf64>, tensor<50x1000x20xf64>) outs(%h : tensor<50x20xf64>) {
+  ^bb0(%a: f64, %c: f64, %o: f64):
+    %m = arith.mulf %c, %a : f64
+    %n = arith.negf %m : f64
+    %r = arith.addf %o, %n : f64
+    linalg.yield %r : f64
+  } -> tensor<50x20xf64>
+  // Reads %s1's result: not a sibling to merge with it.
+  %s4 = linalg.generic {indexing_maps = [#kd, #knd, #kd],
+                        iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%s1, %g : tensor<50x20xf64>, tensor<50x1000x20xf64>) outs(%f : tensor<50x20xf64>) {
+  ^bb0(%a: f64, %c: f64, %o: f64):
+    %m = arith.mulf %c, %a : f64
+    %r = arith.addf %o, %m : f64
+    linalg.yield %r : f64
+  } -> tensor<50x20xf64>
+  return %s1, %s3, %s4 : tensor<50x20xf64>, tensor<50x20xf64>, tensor<50x20xf64>
+}"""
+
+
+def _sum_result_counts(text: str) -> list[int]:
+    """The number of results of each reducing linalg.generic in `text`, sorted."""
+    from mlir import ir
+    from mlir_autodiff import dialects
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    counts = []
+    with ctx:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"]):
+                counts.append(len(op.results))
+            return ir.WalkResult.ADVANCE
+
+        ir.Module.parse(text).operation.walk(visit)
+    return sorted(counts)
+
+
+def _sibling_sums_reference(x, mu, g, w, xs):
+    s1 = np.einsum("knd,knd->kd", g, xs[None] - mu[:, None])
+    return s1, -2 * g.sum(1) - w * g.sum(1), np.einsum("knd,kd->kd", g, s1)
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_sibling_sums_over_points_merge_into_one_pass(
+        merge: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three sums over points of g become one generic with three results (one
+    pass over g), the third starting from +0 with its init (a sum the second
+    flows into) added after; the sum that reads the first's result stays
+    apart. Scheduled, the merged sums keep their rows in registers across the
+    points, in power-of-two pieces (16 + 4 f64 lanes)."""
+    from mlir_autodiff.transforms import lower_to_cpu
+
+    monkeypatch.setattr(lower_to_cpu, "MERGE_SIBLING_REDUCTIONS", merge)
+    fused = _fused_ir(SIBLING_SUMS, through="MergeSiblingReductions")
+    assert _sum_result_counts(fused) == ([1, 3] if merge else [1, 1, 1, 1])
+    scheduled = _scheduled_ir(fused)
+    carried = set(re.findall(r"iter_args\([^)]*\) -> \((vector<\d+xf64>)", scheduled))
+    if merge and cpu_schedules.host_vector_bits() == 512:
+        assert {"vector<16xf64>", "vector<4xf64>"} <= carried, carried
+    assert "vector<20xf64>" not in carried
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(s) for s in ((50, 1000, 20), (50, 20), (50, 1000, 20),
+                                             (50, 20), (1000, 20))]
+    for threads in (1, 2):
+        if threads > 1 and openmp_runtime_library() is None:
+            continue
+        cm = CompiledModule(SIBLING_SUMS, pipeline=f"autodiff-lower-to-cpu{{threads={threads}}}")
+        for got, want in zip(cm["f"](*args), _sibling_sums_reference(*args)):
+            np.testing.assert_allclose(got, want, rtol=1e-12,
+                                       atol=1e-12 * np.abs(want).max())
 
 
 def test_outer_reduction_splits_its_parallel_first_loop_over_threads() -> None:
