@@ -168,9 +168,10 @@ def _host_vector_bits() -> int:
 #: M divisible by 8 and not by 10 (512, 1024, 128, 784) keeps 8 rows, and
 #: packed matmuls keep `mr`. Measured on GMM's gradient, whose
 #: d(L)[k, i, j] = sum_n g[k, n, i] xc[k, n, j] has M = D (Zen 5, f64, 1T,
-#: variants in one process, best of 15, ms), rows up to 8 / 10: d20 3.03 /
-#: 2.86, d10 0.567 / 0.522 (M = 10: one tile instead of 2 x 5); the
-#: objectives unchanged (1.14 / 1.15, 0.296 / 0.295).
+#: `benchmarks/run.py`'s interleaved timing, median of 9, ms), rows up to
+#: 8 / 10: d10 0.491 / 0.470 and 0.487 / 0.467 (M = 10: one tile instead of
+#: 2 x 5); d20 2.99 / 2.95 and 2.93 / 3.00 (no difference); objectives
+#: unchanged.
 _MATMUL_MIN_FLOPS = 2 * 40 ** 3
 
 MATMUL_BY_VECTOR_BITS = {

@@ -1287,10 +1287,10 @@ class MergeSiblingReductions(Pass):
     become one generic with several results: one pass over that operand.
     A sum whose init another of them flows into starts from +0 and has its
     init added after. Measured, ADBench GMM gradient (f64; its three sums
-    over points of dqx become one), variants in one process, interleaved,
-    best of 15 (ms), off / on: d20 1T 3.77 / 3.54 and 3.85 / 3.57 (a slow
-    phase of the machine: objective 1.5-1.6), 2T 2.57 / 2.32; d10 1T
-    0.542 / 0.498. Results agree to 1.5e-15 (relative)."""
+    over points of dqx become one), `benchmarks/run.py`'s interleaved
+    timing, median of 9 (ms), off / on: d20 1T 3.05 / 2.93, d10 1T 0.503 /
+    0.465 (objectives unchanged); best of 15, d20 2T 2.57 / 2.32. Results
+    agree to 1.5e-15 (relative)."""
 
     name = "autodiff-merge-sibling-reductions"
     summary = "Merge outer reductions that read the same operand into one multi-result generic"
