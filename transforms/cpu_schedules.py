@@ -2095,12 +2095,13 @@ class RowGroup:
         rows = list(self.shape[:-1])
         ops = "(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)"
 
-        def fuse_into(loop: str) -> None:
+        def fuse_into(loop: str) -> str:
             for i in range(1, len(handles)):
                 fused, new_loop = s.fresh("f"), s.fresh("in")
                 s.lines.append(f"{fused}, {new_loop} = transform.structured.fuse_into_containing_op "
                                f"{handles[i]} into {loop} : {ops}")
                 handles[i], loop = fused, new_loop
+            return loop
 
         row_bytes = self.shape[-1] * self.width // 8
         if (threads > 1 and rows[0] % threads == 0
@@ -2120,8 +2121,13 @@ class RowGroup:
         s.lines.append(f"{sink}, {loop}:{nloops} = transform.structured.tile_using_for "
                        f"{handles[0]} tile_sizes {sizes} : (!transform.any_op) -> ({anys})")
         # Into the innermost loop: the producers then run once per tile.
-        fuse_into(f"{loop}#{nloops - 1}")
+        tiles = fuse_into(f"{loop}#{nloops - 1}")
+        s.lines.append(f'transform.annotate {tiles} "{ROW_LOOP_ATTR}" : !transform.any_op')
         return _named_sequence(s.lines)
+
+
+#: Marks the loop over a row group's row tiles (for `PrefetchRowTiles`).
+ROW_LOOP_ATTR = "autodiff.row_tiles"
 
 
 def _named_sequence(lines: Sequence[str]) -> str:

@@ -587,6 +587,53 @@ def test_row_group_gradient_matches_the_analytic_one(monkeypatch: pytest.MonkeyP
     np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
+def _allocs_in_loops(text: str) -> int:
+    """The number of memref.alloc ops inside an scf.for in module `text`."""
+    from mlir import ir
+    from mlir_autodiff import dialects
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    count = 0
+    with ctx:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            nonlocal count
+            if op.name == "memref.alloc":
+                parent = op.parent
+                while parent is not None and parent.name != "func.func":
+                    count += parent.name == "scf.for"
+                    parent = parent.parent
+            return ir.WalkResult.ADVANCE
+
+        ir.Module.parse(text).operation.walk(visit)
+    return count
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+@pytest.mark.parametrize("shape", [(512, 1024), (4, 64, 384)])
+def test_row_loops_prefetch_the_next_tile_and_allocate_once(
+        shape: tuple[int, ...], ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Softmax's row loop prefetches the input rows of the next tile (one
+    prefetch per cache line, read-only: the output it writes is not
+    prefetched) and its per-tile intermediate is allocated once, outside the
+    loop, not once per tile; the result still matches numpy."""
+    from mlir_autodiff.transforms import lower_to_cpu
+
+    monkeypatch.setattr(lower_to_cpu, "PREFETCH_TILES_AHEAD", ahead)
+    x = (RNG.standard_normal(shape) * 3).astype(np.float32)
+    softmax = ROW_CASES["softmax"][0]
+    text = ad.lower(softmax, x).as_text("autodiff")
+    lowered = _fused_ir(text, through="PrefetchRowTiles")
+    prefetches = re.findall(r"memref\.prefetch (%\w+)\[[^\]]*\], (\w+)", lowered)
+    assert prefetches == ([("%arg0", "read")] if ahead else []), prefetches
+    if ahead:
+        step = re.search(r"memref\.prefetch[^\n]*\n", lowered)
+        assert step and "scf.for" in lowered[:step.start()]
+    assert _allocs_in_loops(lowered) == 0, lowered
+    np.testing.assert_allclose(ad.jit(softmax)(x), _np_softmax(x.astype(np.float64)),
+                               rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("cols", [16, 32, 64, 128])
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_row_reductions_whose_row_is_one_vector_step(op: str, cols: int) -> None:
