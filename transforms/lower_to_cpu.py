@@ -1064,10 +1064,10 @@ class SumBeforeContracting(Pass):
 MERGE_SIBLING_REDUCTIONS = True
 
 
-def _sibling_key(op: ir.Operation) -> tuple[str, str, str] | None:
-    """What two mergeable outer reductions share: loop ranges, iterators and
-    the result map; None unless `op` is an outer reduction `classify` takes
-    (with every result in that one map)."""
+def _sibling_key(op: ir.Operation) -> tuple[str, str, str, int] | None:
+    """What two mergeable outer reductions share: loop ranges, iterators, the
+    result map and the element width; None unless `op` is an outer reduction
+    `classify` takes (with every result in that one map)."""
     if op.name != "linalg.generic":
         return None
     c = classify(op)
@@ -1077,7 +1077,7 @@ def _sibling_key(op: ir.Operation) -> tuple[str, str, str] | None:
     out_maps = {str(m) for m in list(op.attributes["indexing_maps"])[len(op.operands) - n_out:]}
     if len(out_maps) != 1:
         return None
-    return str(c.ranges), str(op.attributes["iterator_types"]), out_maps.pop()
+    return str(c.ranges), str(op.attributes["iterator_types"]), out_maps.pop(), c.width
 
 
 def _whole_inputs(op: ir.Operation) -> set[tuple[ir.Value, str]]:
@@ -1413,8 +1413,9 @@ def _prefetch_row_loop(loop: ir.OpView) -> None:
         source = op.operands[0]
         if (source in seen or not isinstance(source.type, ir.MemRefType)
                 or not source.type.has_static_shape or _inside(source, loop)
+                or any(v != iv and _inside(v, loop) for v in op.offsets)
                 or not _only_read(op.results[0])):
-            continue
+            continue  # (offsets computed in the body are not available at its top)
         seen.add(source)
         _prefetch_tile(loop, op)
 
