@@ -1448,14 +1448,7 @@ class PrefetchRowTiles(Pass):
             return
         from .cpu_schedules import ROW_LOOP_ATTR
 
-        loops: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "scf.for" and ROW_LOOP_ATTR in op.attributes:
-                loops.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
         with module.context:
-            for loop in loops:
-                _prefetch_row_loop(loop.opview)
+            for op in _walk(module):
+                if op.name == "scf.for" and ROW_LOOP_ATTR in op.attributes:
+                    _prefetch_row_loop(op.opview)

@@ -587,26 +587,36 @@ def test_row_group_gradient_matches_the_analytic_one(monkeypatch: pytest.MonkeyP
     np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
-def _allocs_in_loops(text: str) -> int:
-    """The number of memref.alloc ops inside an scf.for in module `text`."""
+def _facts(text: str, fact) -> list:
+    """`fact(op)` for every op of module `text` where it is not None."""
     from mlir import ir
     from mlir_autodiff import dialects
 
     ctx = ir.Context()
     dialects.load(ctx)
-    count = 0
+    found = []
     with ctx:
         def visit(op: ir.Operation) -> ir.WalkResult:
-            nonlocal count
-            if op.name == "memref.alloc":
-                parent = op.parent
-                while parent is not None and parent.name != "func.func":
-                    count += parent.name == "scf.for"
-                    parent = parent.parent
+            value = fact(op)
+            if value is not None:
+                found.append(value)
             return ir.WalkResult.ADVANCE
 
         ir.Module.parse(text).operation.walk(visit)
-    return count
+    return found
+
+
+def _allocs_in_loops(text: str) -> int:
+    """The number of memref.alloc ops inside an scf.for in module `text`."""
+    def in_loop(op):
+        parent = op.parent
+        while op.name == "memref.alloc" and parent is not None and parent.name != "func.func":
+            if parent.name == "scf.for":
+                return True
+            parent = parent.parent
+        return None
+
+    return len(_facts(text, in_loop))
 
 
 @pytest.mark.parametrize("ahead", [0, 1])
@@ -959,20 +969,8 @@ func.func @f(%x: tensor<50x1000x20xf64>, %mu: tensor<50x20xf64>, %g: tensor<50x1
 
 def _sum_result_counts(text: str) -> list[int]:
     """The number of results of each reducing linalg.generic in `text`, sorted."""
-    from mlir import ir
-    from mlir_autodiff import dialects
-
-    ctx = ir.Context()
-    dialects.load(ctx)
-    counts = []
-    with ctx:
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"]):
-                counts.append(len(op.results))
-            return ir.WalkResult.ADVANCE
-
-        ir.Module.parse(text).operation.walk(visit)
-    return sorted(counts)
+    return sorted(_facts(text, lambda op: len(op.results) if op.name == "linalg.generic"
+                         and "reduction" in str(op.attributes["iterator_types"]) else None))
 
 
 def _sibling_sums_reference(x, mu, g, w, xs):
