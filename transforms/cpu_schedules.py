@@ -1313,8 +1313,8 @@ def _schedule_outer_reduction(s: _Script, c: Candidate, tag: int) -> None:
     piece is one chain of dependent adds, 0.180 ms against 0.147 in this
     order (a pure 8 MB read is about 0.13). Several sums merged into one op
     (`MergeSiblingReductions`) carry one chain per result and are hoisted:
-    three sums over the same 8 MB operand took 0.18 ms so, against 0.28 as
-    three ops.
+    three sums over the same 8 MB operand took 0.19 ms so, against 0.33 as
+    three ops (`benchmarks/run.py`'s interleaved timing, median of 9).
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]

@@ -668,6 +668,16 @@ class RestoreDonatingFunctions(Pass):
                                "drop the results recorded in " + RESULT_ARGS)
 
 
+#: Off: buffers allocated in a loop body (a row group's per-tile intermediates,
+#: a scan's per-step temporaries) are allocated and freed at every
+#: iteration: softmax over 4096 x 1024 f32 called malloc and free 4096 times
+#: per call. Measured (Zen 5, one thread, `benchmarks/run.py`'s interleaved
+#: timing, median of 9, ms), in the loop / hoisted: softmax 1.89 / 1.74;
+#: ADBench LSTM l2 c1024 gradient 1.69 / 1.30, objective 0.85 / 0.81.
+#: (Buffers a loop carries to its next iteration stay per-iteration.)
+HOIST_LOOP_BUFFERS = True
+
+
 BUFFERIZE = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
@@ -797,15 +807,6 @@ class LowerToCpu(Pass):
 # read back) and then summed over n. Summing is linear, so the sum can move
 # to the operand that has the summed dim: L_k^T (sum_n dqx[k, n]) costs one
 # pass over dqx and a [50, 20, 20] contraction.
-
-#: Off: buffers allocated in a loop body (a row group's per-tile intermediates,
-#: a scan's per-step temporaries) are allocated and freed at every
-#: iteration: softmax over 4096 x 1024 f32 called malloc and free 4096 times
-#: per call. Measured (Zen 5, one thread, `benchmarks/run.py`'s interleaved
-#: timing, median of 9, ms), in the loop / hoisted: softmax 1.89 / 1.74;
-#: ADBench LSTM l2 c1024 gradient 1.69 / 1.30, objective 0.85 / 0.81.
-#: (Buffers a loop carries to its next iteration stay per-iteration.)
-HOIST_LOOP_BUFFERS = True
 
 #: Off: contractions that are summed over one of their output dims stay whole.
 SUM_BEFORE_CONTRACTING = True
