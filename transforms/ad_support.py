@@ -76,6 +76,15 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
     return owner.operation
 
 
+def int_constant(v: ir.Value) -> int | None:
+    """The value of `v` if an `arith.constant` of integer (or index) type makes it."""
+    op = defining_op(v)
+    if op is None or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    return attr.value if isinstance(attr, ir.IntegerAttr) else None
+
+
 def append_tangents(ad: Any, term: ir.Operation, positions: Sequence[int],
                     rebuild: Callable[[list[ir.Value], ir.Location, ir.InsertionPoint], Any],
                     skip: int = 0) -> None:

@@ -74,6 +74,7 @@ from collections.abc import Iterator
 from mlir import ir
 from mlir.dialects import arith, tensor
 
+from .ad_support import int_constant
 from .diagnostics import PassFailure, emit_error
 from .lower_rng import DrawSpec, draw_spec
 from .passes import Pass, register
@@ -142,16 +143,8 @@ def _symbol_refs(attr: ir.Attribute) -> Iterator[str]:
             yield from _symbol_refs(attr[i].attr)
 
 
-def _int_constant(v: ir.Value) -> int | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
-        return None
-    attr = owner.attributes["value"]
-    return attr.value if isinstance(attr, ir.IntegerAttr) else None
-
-
 def _static_trips(for_op: ir.Operation) -> int | None:
-    lb, ub, step = (_int_constant(v) for v in list(for_op.operands)[:3])
+    lb, ub, step = (int_constant(v) for v in list(for_op.operands)[:3])
     if lb is None or ub is None or step is None or step <= 0:
         return None
     if "unsignedCmp" in for_op.attributes:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
+from .ad_support import captured_values, defining_op, int_constant, is_inside
 from .cpu_schedules import (
     LOWER_VECTORS,
     FuseRowGroups,
@@ -849,8 +850,6 @@ def _linear_sign(op: ir.Operation, arg: ir.Value) -> int | None:
 
 def _is_zero_tensor(v: ir.Value) -> bool:
     """`v` is a splat +0.0 constant or a `linalg.fill` of +0.0."""
-    from .ad_support import defining_op
-
     op = defining_op(v)
     if op is None:
         return False
@@ -893,7 +892,6 @@ class _SummedContraction:
 
 
 def _summed_contraction(red: ir.Operation) -> _SummedContraction | None:
-    from .ad_support import defining_op
     from .cpu_schedules import _is_mul_add
 
     if red.name != "linalg.generic" or len(red.results) != 1 or _all_parallel(red):
@@ -1021,8 +1019,6 @@ def _sum_before_contracting(m: _SummedContraction) -> None:
 def _erase_if_unused(v: ir.Value) -> None:
     """Erase the op defining `v` (a fill, an empty tensor, a constant) and, in
     turn, its operands' producers, while they have no other use."""
-    from .ad_support import defining_op
-
     op = defining_op(v)
     if (op is None or op.name not in ("linalg.fill", "tensor.empty", "arith.constant")
             or list(op.results[0].uses)):
@@ -1105,28 +1101,6 @@ def _in_block(op: ir.Operation, block_ops: dict[ir.Operation, int]) -> int | Non
     return None if op is None else block_ops[op]
 
 
-def _captured(op: ir.Operation) -> list[ir.Value]:
-    """The operands of the ops nested in `op`'s regions."""
-    values: list[ir.Value] = []
-
-    def visit(nested: ir.Operation) -> ir.WalkResult:
-        values.extend(nested.operands)
-        return ir.WalkResult.ADVANCE
-
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                nested.operation.walk(visit)
-    return values
-
-
-def _owner_op(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return getattr(owner, "operation", owner)
-
-
 def _reads_result_of(op: ir.Operation, earlier: ir.Operation,
                      block_ops: dict[ir.Operation, int], skip_init: bool) -> bool:
     """`op` (its operands, and values its body captures) depends on `earlier`'s
@@ -1136,16 +1110,16 @@ def _reads_result_of(op: ir.Operation, earlier: ir.Operation,
     seen: set[ir.Operation] = set()
     n_in = len(op.operands) - len(op.results)
     stack = [v for i, v in enumerate(op.operands) if not (skip_init and i >= n_in)]
-    stack += _captured(op)
+    stack += captured_values(op)
     while stack:
-        owner = _owner_op(stack.pop())
+        owner = defining_op(stack.pop())
         pos = None if owner is None else _in_block(owner, block_ops)
         if pos is None or pos < start or owner in seen:
             continue
         if pos == start:
             return True
         seen.add(owner)
-        stack += [*owner.operands, *_captured(owner)]
+        stack += [*owner.operands, *captured_values(owner)]
     return False
 
 
@@ -1249,10 +1223,10 @@ def _try_merge(a: ir.Operation, b: ir.Operation, block_ops: dict[ir.Operation, i
         _merge_reductions(a, b, b)
         return True
     n_in = len(b.operands) - len(b.results)
-    values = list(b.operands)[:n_in] + _captured(b)
+    values = list(b.operands)[:n_in] + captured_values(b)
     constants = []
     for v in values:
-        owner = _owner_op(v)
+        owner = defining_op(v)
         pos = None if owner is None else _in_block(owner, block_ops)
         if pos is None or pos == pos_b or pos < pos_a:
             continue  # a block argument, made in `b`'s own body, or before `a`
@@ -1260,7 +1234,7 @@ def _try_merge(a: ir.Operation, b: ir.Operation, block_ops: dict[ir.Operation, i
             return False
         constants.append(owner)  # moved in front of `a`
     init = b.operands[len(b.operands) - 1]
-    owner = _owner_op(init)
+    owner = defining_op(init)
     pos = None if owner is None else _in_block(owner, block_ops)
     if pos is not None and pos >= pos_a:
         old_init = _zero_init_sum(b, a)
@@ -1334,16 +1308,6 @@ PREFETCH_TILES_AHEAD = 1
 _CACHE_LINE = 64
 
 
-def _constant_index(v: ir.Value) -> int | None:
-    from .ad_support import defining_op
-
-    op = defining_op(v)
-    if op is None or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    return attr.value if isinstance(attr, ir.IntegerAttr) else None
-
-
 def _only_read(view: ir.Value) -> bool:
     """Every use of memref `view` (through subviews) reads it."""
     for use in view.uses:
@@ -1365,7 +1329,7 @@ def _prefetch_tile(loop: ir.OpView, view: ir.OpView) -> None:
 
     source = view.operands[0]
     iv = loop.induction_variable
-    step, upper = _constant_index(loop.step), _constant_index(loop.upperBound)
+    step, upper = int_constant(loop.step), int_constant(loop.upperBound)
     dynamic = iter(view.offsets)
     sizes = list(ir.DenseI64ArrayAttr(view.attributes["static_sizes"]))
     elem = ir.MemRefType(source.type).element_type
@@ -1407,7 +1371,7 @@ def _prefetch_tile(loop: ir.OpView, view: ir.OpView) -> None:
 def _prefetch_row_loop(loop: ir.OpView) -> None:
     """Prefetch, in row-tile loop `loop`, the tiles of buffers from outside it
     that it only reads, sliced by the loop's index."""
-    if any(_constant_index(v) is None for v in (loop.lowerBound, loop.upperBound, loop.step)):
+    if any(int_constant(v) is None for v in (loop.lowerBound, loop.upperBound, loop.step)):
         return
     iv = loop.induction_variable
     seen: set[ir.Value] = set()
@@ -1426,13 +1390,8 @@ def _prefetch_row_loop(loop: ir.OpView) -> None:
 
 def _inside(v: ir.Value, loop: ir.OpView) -> bool:
     """`v` is defined in `loop`'s body (an argument or an op's result)."""
-    owner = v.owner
-    op = owner.owner if isinstance(owner, ir.Block) else getattr(owner, "operation", owner)
-    while op is not None and op.name not in ("func.func", "builtin.module"):
-        if op == loop.operation:
-            return True
-        op = op.parent
-    return False
+    owner = v.owner.owner if isinstance(v.owner, ir.Block) else v.owner
+    return is_inside(owner.operation, loop.operation)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,6 +113,7 @@ from mlir.dialects import func as func_d
 from mlir.dialects import memref as memref_d
 from mlir.dialects import tensor as tensor_d
 
+from .ad_support import int_constant
 from .diagnostics import fail
 from .lower_to_cpu import BUFFERIZE, UnshareEmptyTensors
 from .passes import Pass, PipelineElement, register
@@ -185,17 +186,6 @@ def _identity_layout(t: ir.MemRefType) -> bool:
 
 def _index_const(value: int) -> ir.Value:
     return arith.constant(ir.IndexType.get(), value)
-
-
-def _const_int(value: ir.Value) -> int | None:
-    owner = value.owner
-    if isinstance(owner, ir.OpView):
-        owner = owner.operation
-    if isinstance(owner, ir.Operation) and owner.name == "arith.constant":
-        attr = owner.attributes["value"]
-        if isinstance(attr, ir.IntegerAttr):
-            return attr.value
-    return None
 
 
 def _parallel_bounds(loop: ir.Operation) -> tuple[list, list, list]:
@@ -613,7 +603,7 @@ def _tile_parallel_loop(loop: ir.Operation, block_size: int) -> None:
     lbs, ubs, steps = _parallel_bounds(loop)
     extents: list[int | None] = []
     for lb, ub, st in zip(lbs, ubs, steps):
-        lo, hi, s = _const_int(lb), _const_int(ub), _const_int(st)
+        lo, hi, s = int_constant(lb), int_constant(ub), int_constant(st)
         extents.append(None if None in (lo, hi, s) else max(0, -(-(hi - lo) // s)))
     tiles = _tile_sizes(extents, block_size)
     if all(t == 1 for t in tiles):
@@ -622,7 +612,7 @@ def _tile_parallel_loop(loop: ir.Operation, block_size: int) -> None:
     with ir.InsertionPoint(loop), loop.location:
         new_steps = []
         for st, t in zip(steps, tiles):
-            s = _const_int(st)
+            s = int_constant(st)
             if t == 1:
                 new_steps.append(st)
             elif s is not None:
@@ -641,7 +631,7 @@ def _tile_parallel_loop(loop: ir.Operation, block_size: int) -> None:
             ivs: list[ir.Value] = list(outer_body.arguments)
             guards: list[ir.Value] = []
             for j, k in enumerate(tiled):
-                s = _const_int(steps[k])
+                s = int_constant(steps[k])
                 offset = inner_body.arguments[j]
                 if s != 1:
                     offset = arith.muli(offset, steps[k])

@@ -34,6 +34,7 @@ from ..ad_support import (
     Builder,
     append_tangents,
     captured_values,
+    int_constant,
     is_float,
     op_name,
     tangent_results,
@@ -171,13 +172,6 @@ def _tape_type(t: ir.Type, trip: int = DYN) -> ir.RankedTensorType:
     return ir.RankedTensorType.get([trip], t)
 
 
-def _const_index(v: ir.Value) -> int | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block) or op_name(owner) != "arith.constant":
-        return None
-    return ir.IntegerAttr(owner.attributes["value"]).value
-
-
 def _tape_write(b: Builder, tape: ir.Value, v: ir.Value, i: ir.Value) -> ir.Value:
     t = v.type
     if not isinstance(t, ir.RankedTensorType):
@@ -244,7 +238,7 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
             raise ad.fail(op, "reverse mode of 'scf.for' needs statically shaped carried "
                               "tensors")
     b = Builder(ir.InsertionPoint(op), op.location, ad, op)
-    bounds = [_const_index(v) for v in (lb, ub, step)]
+    bounds = [int_constant(v) for v in (lb, ub, step)]
     if None not in bounds:
         # Static trip count: a statically shaped tape.
         lo, hi, st = bounds
@@ -449,7 +443,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
                            dict(zip(caps, accs)))
     recomputed = list(tracker.operands)
     tracker.erase()
-    trip = _const_index(n)
+    trip = int_constant(n)
     if trip is not None:
         _save_residuals(bb.ad, op, primal_ops, recomputed, trip, anchor, i)
     anchor.erase()
