@@ -17,9 +17,21 @@ from . import numpy as anp
 ArrayLike = Any
 
 
+def _stop_gradient(x: Any) -> Any:
+    from .differentiate import stop_gradient
+
+    return stop_gradient(x)
+
+
 def relu(x: ArrayLike) -> Any:
-    """max(x, 0)."""
-    return anp.maximum(x, 0)
+    """max(x, 0), with derivative 0 at x == 0 (JAX's and PyTorch's choice).
+
+    Written as `x if x > 0 else max(x, 0) * 0`: the value is max(x, 0)
+    everywhere (NaN stays NaN) and the derivative is the indicator of x > 0.
+    (anp.maximum would split a tie and give 1/2 at 0.)
+    """
+    x = anp.asarray(x)
+    return anp.where(x > 0, x, anp.maximum(x, 0) * 0)
 
 
 def _split(x: Any) -> tuple[Any, Any, Any]:
@@ -60,8 +72,13 @@ def silu(x: ArrayLike) -> Any:
 
 
 def gelu(x: ArrayLike, approximate: bool = True) -> Any:
-    """GELU; the tanh approximation (the only form: there is no erf in numpy)."""
+    """GELU, x * Phi(x): the tanh approximation by default (as jax.nn.gelu), or with
+    `approximate=False` the exact form 0.5 x (1 + erf(x / sqrt(2))) (math.erf)."""
+    if not isinstance(approximate, (bool, np.bool_)):
+        raise TypeError(f"nn.gelu: approximate must be a bool, got {approximate!r}")
     x = anp.asarray(x)
+    if not approximate:
+        return 0.5 * x * (1.0 + anp._erf(x * float(1.0 / np.sqrt(2.0))))
     c = float(np.sqrt(2.0 / np.pi))
     return 0.5 * x * (1.0 + anp.tanh(c * (x + 0.044715 * (x * x * x))))
 
@@ -73,7 +90,9 @@ def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     all -inf inputs give -inf and +inf inputs give +inf (as scipy does).
     """
     x = anp.asarray(x)
-    m = anp.max(x, axis=axis, keepdims=True)
+    # The shift does not change the value's derivative: stop_gradient keeps
+    # it out of the derivative code (and ties of the max out of it).
+    m = _stop_gradient(anp.max(x, axis=axis, keepdims=True))
     m = anp.where(anp.isfinite(m), m, 0.0)
     s = anp.sum(anp.exp(x - m), axis=axis, keepdims=True)
     out = anp.log(s) + m
@@ -86,14 +105,14 @@ def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 def softmax(x: ArrayLike, axis: Any = -1) -> Any:
     """exp(x) / sum(exp(x), axis), shifted by the max along `axis` for stability."""
     x = anp.asarray(x)
-    e = anp.exp(x - anp.max(x, axis=axis, keepdims=True))
+    e = anp.exp(x - _stop_gradient(anp.max(x, axis=axis, keepdims=True)))
     return e / anp.sum(e, axis=axis, keepdims=True)
 
 
 def log_softmax(x: ArrayLike, axis: Any = -1) -> Any:
     """x - logsumexp(x, axis), shifted by the max along `axis` for stability."""
     x = anp.asarray(x)
-    shifted = x - anp.max(x, axis=axis, keepdims=True)
+    shifted = x - _stop_gradient(anp.max(x, axis=axis, keepdims=True))
     return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
 
 

@@ -254,8 +254,12 @@ def _fmod_fix(d: np.dtype, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value
     fix = arith.andi(mod_nz, arith.xori(b_neg, mod_neg))
     mod = arith.select(fix, arith.addf(mod, b), mod)
     div = arith.select(fix, arith.subf(div, _f(d, 1.0)), div)
-    # a zero remainder takes the sign of the divisor
-    mod = arith.select(mod_nz, mod, _m.copysign(zero, b))
+    # a zero remainder takes the sign of the divisor, as an exact function of
+    # `mod` (d/da = 1 there as everywhere, as in JAX): +0 is mod + 0 and -0 is
+    # -((-mod) + 0) for either sign of mod.
+    signed_zero = arith.select(b_neg, arith.negf(arith.addf(arith.negf(mod), zero)),
+                               arith.addf(mod, zero))
+    mod = arith.select(mod_nz, mod, signed_zero)
     floordiv = _m.floor(div)
     gt_half = arith.cmpf(arith.CmpFPredicate.OGT, arith.subf(div, floordiv), _f(d, 0.5))
     floordiv = arith.select(gt_half, arith.addf(floordiv, _f(d, 1.0)), floordiv)
@@ -377,11 +381,43 @@ def copysign(x1: ArrayLike, x2: ArrayLike) -> Any:
 
 @_api()
 def logaddexp(x1: ArrayLike, x2: ArrayLike) -> Any:
-    """log(exp(x1) + exp(x2)) without overflow."""
+    """log(exp(x1) + exp(x2)) without overflow: hi + log1p(exp(lo - hi)).
+
+    hi and lo are picked by ONE comparison, so on each side of it the
+    formula is the same analytic function of x1 and x2: every derivative is
+    right everywhere, also at a tie (x1 == x2: each gets half, as in JAX),
+    and exp never sees a positive argument (no inf * 0 in a gradient).
+    """
     (a, b), _, _ = _prep(x1, x2, to_float=True)
-    hi = maximum(a, b)
-    res = hi + log1p(exp(-abs(a - b)))
-    return where(a == b, a + _pymath.log(2.0), res)  # also right for a == b == +-inf
+    first = a >= b
+    hi, lo = where(first, a, b), where(first, b, a)
+    res = hi + log1p(exp(lo - hi))
+    # +-inf on both sides: inf - inf would be NaN; numpy gives that infinity.
+    return where(isinf(a) & (a == b), a, res)
+
+
+@_api()
+def logaddexp2(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """log2(2**x1 + 2**x2) without overflow (logaddexp in base 2, same tie rule)."""
+    (a, b), _, _ = _prep(x1, x2, to_float=True)
+    first = a >= b
+    hi, lo = where(first, a, b), where(first, b, a)
+    res = hi + log1p(exp2(lo - hi)) * (1.0 / _pymath.log(2.0))
+    return where(isinf(a) & (a == b), a, res)
+
+
+@_api()
+def fmax(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """Elementwise maximum ignoring NaN (arith.maxnumf), as numpy.fmax."""
+    return _binary("fmax", x1, x2, lambda d, a, b: arith.maxnumf(a, b),
+                   lambda d, a, b: arith.maxsi(a, b), lambda d, a, b: arith.ori(a, b))
+
+
+@_api()
+def fmin(x1: ArrayLike, x2: ArrayLike) -> Any:
+    """Elementwise minimum ignoring NaN (arith.minnumf), as numpy.fmin."""
+    return _binary("fmin", x1, x2, lambda d, a, b: arith.minnumf(a, b),
+                   lambda d, a, b: arith.minsi(a, b), lambda d, a, b: arith.andi(a, b))
 
 
 def _bitwise(name: str, x1: Any, x2: Any, op: Callable[[ir.Value, ir.Value], ir.Value]) -> Any:
@@ -508,6 +544,22 @@ cosh = _unary_float("cosh", _m.cosh)
 arcsinh = _unary_float("arcsinh", _m.asinh)
 arccosh = _unary_float("arccosh", _m.acosh)
 arctanh = _unary_float("arctanh", _m.atanh)
+
+
+def _erf(x: ArrayLike) -> Any:
+    """The error function (math.erf); not a numpy name, used by nn.gelu."""
+    if current_trace() is None:
+        if isinstance(x, Tracer):
+            raise UnexpectedTracerError(f"traced value used outside its trace at {format_site()}")
+        a = np.asarray(x)
+        dt = _float_of(a.dtype)
+        return np.vectorize(_pymath.erf, otypes=[dt])(a.astype(dt))[()]
+    t = _t(x)
+    dt = _float_of(t.dtype)
+    return P.elementwise("erf", [P.convert(t, dt)], dt, lambda v: _m.erf(v[0]),
+                         weak_type=t.weak_type)
+
+
 floor = _unary_float("floor", _m.floor)
 ceil = _unary_float("ceil", _m.ceil)
 trunc = _unary_float("trunc", _m.trunc)
@@ -574,7 +626,10 @@ def sign(x: ArrayLike) -> Any:
             zero = _f(dt, 0.0)
             pos = arith.cmpf(_FP.OGT, a, zero)
             neg = arith.cmpf(_FP.OLT, a, zero)
-            return arith.select(pos, _f(dt, 1.0), arith.select(neg, _f(dt, -1.0), a))
+            # 0 for +-0 and NaN for NaN, through a * 0 + 0: a zero derivative
+            # (returning `a` itself there would pass its derivative on).
+            rest = arith.addf(arith.mulf(a, zero), zero)
+            return arith.select(pos, _f(dt, 1.0), arith.select(neg, _f(dt, -1.0), rest))
         zero = _f(dt, 0)
         pos = arith.cmpi(_IP.sgt, a, zero)
         neg = arith.cmpi(_IP.slt, a, zero)

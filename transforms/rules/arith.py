@@ -1,13 +1,16 @@
 """Derivative rules of the `arith` dialect.
 
 Integer, index and i1 ops need no rules: the drivers never differentiate an
-op without float results (they are inactive by type).
+op without float results (they are inactive by type), and a float produced
+from integers (sitofp, uitofp, bitcast) has a zero derivative. The
+block-scaled conversions (scaling_extf, scaling_truncf) are not
+differentiable: a diagnostic at the op says so.
 """
 
 from __future__ import annotations
 
 from ..ad_support import element_type
-from .registry import defjvp, defjvp_rule, defvjp, defzero
+from .registry import JVP_RULES, VJP_RULES, defjvp, defjvp_rule, defvjp, defzero
 
 defjvp("arith.addf", lambda b, g, x, y: g, lambda b, g, x, y: g)
 defjvp("arith.subf", lambda b, g, x, y: g, lambda b, g, x, y: b.negf(g))
@@ -18,25 +21,27 @@ defjvp(
     lambda b, g, x, y: b.negf(b.mulf(g, b.divf(b.ans, y))),
 )
 defjvp("arith.negf", lambda b, g, x: b.negf(g))
-# Ties send the derivative to the first operand (JAX splits it; both are subgradients).
-defjvp(
-    "arith.maximumf",
-    lambda b, g, x, y: b.select(b.cmpf("oge", x, y), g, b.zeros_like(g)),
-    lambda b, g, x, y: b.select(b.cmpf("oge", x, y), b.zeros_like(g), g),
-)
-defjvp(
-    "arith.minimumf",
-    lambda b, g, x, y: b.select(b.cmpf("ole", x, y), g, b.zeros_like(g)),
-    lambda b, g, x, y: b.select(b.cmpf("ole", x, y), b.zeros_like(g), g),
-)
-defjvp("arith.maxnumf", *(
-    lambda b, g, x, y: b.select(b.cmpf("oge", x, y), g, b.zeros_like(g)),
-    lambda b, g, x, y: b.select(b.cmpf("oge", x, y), b.zeros_like(g), g),
-))
-defjvp("arith.minnumf", *(
-    lambda b, g, x, y: b.select(b.cmpf("ole", x, y), g, b.zeros_like(g)),
-    lambda b, g, x, y: b.select(b.cmpf("ole", x, y), b.zeros_like(g), g),
-))
+
+
+def _balanced(b, g, x, y):
+    """g * d max(x, y)/dx for the max/min family, with JAX's convention at a tie.
+
+    The operand equal to the result gets the derivative; when both are (a
+    tie, x == y), each gets half, so the jvp is the mean of the tangents and
+    the cotangent is split evenly. Written against the result (`b.ans`), the
+    same rule fits maximumf/minimumf (NaN propagates: no operand equals a
+    NaN result, both partials are 0) and maxnumf/minnumf (a NaN operand is
+    ignored: the other one equals the result and gets all of it).
+    """
+    zero = b.zeros_like(g)
+    return b.select(b.cmpf("oeq", x, b.ans),
+                    b.select(b.cmpf("oeq", y, b.ans), b.scale(g, 0.5), g), zero)
+
+
+for _name in ("arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf"):
+    defjvp(_name, lambda b, g, x, y: _balanced(b, g, x, y),
+           lambda b, g, x, y: _balanced(b, g, y, x))
+
 defjvp(
     "arith.select",
     None,
@@ -50,7 +55,8 @@ defjvp(
     lambda b, g, x, y: b.negf(b.mulf(g, b.math("trunc", b.divf(x, y)))),
 )
 
-for _name in ("arith.fptosi", "arith.fptoui", "arith.cmpf", "arith.sitofp", "arith.uitofp"):
+for _name in ("arith.fptosi", "arith.fptoui", "arith.cmpf", "arith.sitofp", "arith.uitofp",
+              "arith.bitcast"):
     # Integer results or integer operands: no derivative flows through.
     defzero(_name)
 
@@ -82,3 +88,17 @@ def _constant_jvp(b, op, ts):
 
 defjvp_rule("arith.constant", _constant_jvp)
 defvjp("arith.constant", lambda b, op, cts: [])
+
+
+
+def _not_differentiable(name: str, why: str) -> None:
+    def rule(b, op, vals):
+        raise b.ad.fail(op, f"'{name}' is not differentiable ({why})")
+
+    JVP_RULES[name] = rule
+    VJP_RULES[name] = rule
+
+
+for _name in ("arith.scaling_extf", "arith.scaling_truncf"):
+    _not_differentiable(_name, "a block-scaled conversion to or from a low-precision type "
+                               "with an exponent-only scale")

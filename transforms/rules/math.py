@@ -7,7 +7,7 @@ it (exp, tanh, sqrt ...), as JAX's rules do.
 from __future__ import annotations
 
 from ..ad_support import LN2, LN10, TWO_OVER_SQRT_PI
-from .registry import defjvp, defzero
+from .registry import defjvp, defjvp_rule, defvjp, defzero
 
 
 def _one_plus(b, x):
@@ -43,11 +43,29 @@ defjvp("math.sqrt", lambda b, g, x: b.divf(g, b.scale(b.ans, 2.0)))
 defjvp("math.rsqrt", lambda b, g, x: b.mulf(g, b.divf(b.scale(b.ans, -0.5), x)))
 # cbrt(x): d = 1 / (3 cbrt(x)^2)
 defjvp("math.cbrt", lambda b, g, x: b.divf(g, b.scale(b.square(b.ans), 3.0)))
-# powf(x, y) = x^y: dx = y x^(y-1), dy = log(x) x^y
+# powf(x, y) = x^y: dx = y x^(y-1), dy = log(x) x^y, with log(x) read as 0 at
+# x == 0 (JAX's convention: d/dy 0^y = 0). Where x < 0 and y is an integer
+# the value is finite but d/dy is NaN; a zero tangent (or cotangent) for y
+# then contributes an exact 0 instead of 0 * NaN, so a y that is computed but
+# not differentiated (an integer array converted to float, floor(x),
+# stop_gradient(x), a residual whose tangent is a materialized zero) does not
+# poison higher derivatives with NaN.
+
+
+def _strong_zero(b, g, v):
+    """g * v, and exactly 0 where g == 0 (even where v is inf or NaN)."""
+    return b.select(b.cmpf("oeq", g, b.zeros_like(g)), b.zeros_like(g), b.mulf(g, v))
+
+
+def _powf_dy(b, g, x, y):
+    safe_x = b.select(b.cmpf("oeq", x, b.zeros_like(x)), b.ones_like(x), x)
+    return _strong_zero(b, g, b.mulf(b.math("log", safe_x), b.ans))
+
+
 defjvp(
     "math.powf",
     lambda b, g, x, y: b.mulf(g, b.mulf(y, b.math("powf", x, b.subf(y, b.ones_like(y))))),
-    lambda b, g, x, y: b.mulf(g, b.mulf(b.math("log", x), b.ans)),
+    _powf_dy,
 )
 
 
@@ -68,9 +86,19 @@ def _int_one(t):
 
 
 defjvp("math.fpowi", _fpowi_dx, None)
-defjvp("math.absf", lambda b, g, x: b.mulf(g, b.math("copysign", b.ones_like(x), x)))
+# |x|: JAX's convention, d|x| = g where x >= 0 (so +1 at -0 and at 0), -g below.
+defjvp("math.absf", lambda b, g, x: b.select(b.cmpf("oge", x, b.zeros_like(x)), g, b.negf(g)))
 defjvp("math.erf", lambda b, g, x: b.mulf(
     g, b.scale(b.math("exp", b.negf(b.square(x))), TWO_OVER_SQRT_PI)))
+defjvp("math.erfc", lambda b, g, x: b.mulf(
+    g, b.scale(b.math("exp", b.negf(b.square(x))), -TWO_OVER_SQRT_PI)))
+# Inverse hyperbolics, in JAX's forms: (x - 1)(x + 1) and (1 - x)(1 + x) keep
+# their accuracy near |x| = 1 where x^2 - 1 would cancel.
+defjvp("math.asinh", lambda b, g, x: b.mulf(g, b.math("rsqrt", _one_plus(b, b.square(x)))))
+defjvp("math.acosh", lambda b, g, x: b.mulf(g, b.math("rsqrt", b.mulf(
+    b.subf(x, b.ones_like(x)), _one_plus(b, x)))))
+defjvp("math.atanh", lambda b, g, x: b.divf(g, b.mulf(
+    b.subf(b.ones_like(x), x), _one_plus(b, x))))
 defjvp(
     "math.fma",
     lambda b, g, x, y, z: b.mulf(g, y),
@@ -87,3 +115,56 @@ defjvp(
 
 for _name in ("math.floor", "math.ceil", "math.round", "math.roundeven", "math.trunc"):
     defzero(_name)
+
+
+# clampf(v, lo, hi) is defined (and expanded upstream) as maximumf(minimumf(v, lo), hi);
+# its partials are those of that composition, ties split evenly as in arith.maximumf.
+
+
+def _tie(b, g, x, y, ans):
+    """g where x is the result of a max/min of x and y, g/2 at a tie, else 0."""
+    zero = b.zeros_like(g)
+    return b.select(b.cmpf("oeq", x, ans),
+                    b.select(b.cmpf("oeq", y, ans), b.scale(g, 0.5), g), zero)
+
+
+def _clampf_inner(b, v, lo):
+    return b.create("arith.minimumf", [v, lo], [v.type]).result
+
+
+def _clampf_dv(b, g, v, lo, hi):
+    m = _clampf_inner(b, v, lo)
+    return _tie(b, _tie(b, g, m, hi, b.ans), v, lo, m)
+
+
+def _clampf_dlo(b, g, v, lo, hi):
+    m = _clampf_inner(b, v, lo)
+    return _tie(b, _tie(b, g, m, hi, b.ans), lo, v, m)
+
+
+defjvp("math.clampf", _clampf_dv, _clampf_dlo,
+       lambda b, g, v, lo, hi: _tie(b, g, hi, _clampf_inner(b, v, lo), b.ans))
+
+
+# sincos(x) = (sin x, cos x): two results.
+def _sincos_jvp(b, op, ts):
+    (t,) = ts
+    if t is None:
+        return [None, None]
+    s, c = op.results
+    return [b.mulf(t, c), b.negf(b.mulf(t, s))]
+
+
+def _sincos_vjp(b, op, cts):
+    cs, cc = cts
+    s, c = op.results
+    out = None
+    if cs is not None:
+        out = b.mulf(cs, c)
+    if cc is not None:
+        out = b.add_any(out, b.negf(b.mulf(cc, s)))
+    return [out]
+
+
+defjvp_rule("math.sincos", _sincos_jvp)
+defvjp("math.sincos", _sincos_vjp)
