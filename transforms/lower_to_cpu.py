@@ -140,6 +140,52 @@ class ExpandExpm1(Pass):
             op.erase()
 
 
+@dataclasses.dataclass(frozen=True)
+class ExpandFloatClassTests(Pass):
+    """Rewrite `math.isinf` and `math.isnormal` as comparisons of |x|.
+
+    Why: convert-math-to-llvm lowers isnan and isfinite only; the other two
+    would stop the lowering. isinf(x) = |x| == inf; isnormal(x) =
+    smallest normal <= |x| < inf (ordered compares: false for NaN).
+    """
+
+    name = "autodiff-expand-float-class-tests"
+    summary = "Expand math.isinf and math.isnormal into arith comparisons"
+
+    _SMALLEST_NORMAL = {"f16": 2.0 ** -14, "bf16": 2.0 ** -126, "f32": 2.0 ** -126,
+                        "f64": 2.0 ** -1022}
+
+    def run(self, module: ir.Operation) -> None:
+        from mlir.dialects import arith, math
+
+        for op in _walk(module):
+            if op.name not in ("math.isinf", "math.isnormal"):
+                continue
+            x = op.operands[0]
+            t = x.type
+            et = t.element_type if isinstance(t, ir.ShapedType) else t
+            tiny = self._SMALLEST_NORMAL.get(str(et))
+            if tiny is None:
+                continue
+
+            def const(v: float, t=t, et=et) -> ir.Value:
+                attr = ir.FloatAttr.get(et, v)
+                if isinstance(t, ir.ShapedType):
+                    attr = ir.DenseElementsAttr.get_splat(t, attr)
+                return arith.ConstantOp(t, attr).result
+
+            with ir.InsertionPoint(op), op.location:
+                a = math.absf(x)
+                inf = const(float("inf"))
+                if op.name == "math.isinf":
+                    out = arith.cmpf(arith.CmpFPredicate.OEQ, a, inf)
+                else:
+                    out = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, a, const(tiny)),
+                                     arith.cmpf(arith.CmpFPredicate.OLT, a, inf))
+            op.results[0].replace_all_uses_with(out)
+            op.erase()
+
+
 # -- shared empty tensors ---------------------------------------------------------------------
 
 
@@ -701,6 +747,9 @@ TO_LLVM: tuple[str, ...] = (
     # is expanded accurately. (math-expand-ops is not used: its tanh
     # underflows to 0 for tiny x.)
     ExpandExpm1(),
+    # math.clampf (upstream's expansion) and isinf/isnormal have no LLVM lowering.
+    "func.func(math-expand-ops{ops=clampf})",
+    ExpandFloatClassTests(),
     "convert-math-to-llvm{approximate-log1p=false}",
     "convert-math-to-libm",
     "arith-expand",
