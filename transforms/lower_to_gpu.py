@@ -1057,7 +1057,13 @@ class LowerToGpu(Pass):
         target = f"nvvm-attach-target{{chip={self.chip} O={self.opt_level}"
         if self.features:
             target += f" features={self.features}"
+        from .lower_to_cpu import ExpandFloatClassTests
+
         return [
+            # No NVVM lowering for these (as on the CPU): clampf by upstream's
+            # expansion, isinf/isnormal as comparisons of |x|.
+            "math-expand-ops{ops=clampf}",
+            ExpandFloatClassTests(),
             target + "}",
             "gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm,canonicalize,cse,"
             "reconcile-unrealized-casts)",
