@@ -576,3 +576,21 @@ def test_gelu_exact_is_erf() -> None:
 def test_gelu_rejects_a_non_bool_approximate(bad) -> None:
     with pytest.raises(TypeError, match="approximate"):
         ad.jit(lambda v: nn.gelu(v, approximate=bad))(np.ones(2))
+
+
+@pytest.mark.skipif(__import__("shutil").which("ptxas") is None,
+                    reason="ptxas (CUDA toolkit) is not on PATH")
+def test_op_table_reaches_a_gpu_fatbin() -> None:
+    """The whole op table (differentiated and batched) also lowers for the GPU."""
+    from mlir_autodiff import gpu as adgpu
+    from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu
+
+    text = build_module([_fn(r) for r in ROWS], "autodiff-vmap,autodiff-jvp,autodiff-vjp")
+    with ir.Context() as ctx, ir.Location.unknown():
+        dialects.load(ctx)
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(chip="sm_90", format="fatbin")])
+        objects = adgpu.gpu_objects(module)
+        assert objects
+        for obj in objects:
+            assert [s for s, _ in adgpu.fatbin_cubins(obj.data)] == [90]
