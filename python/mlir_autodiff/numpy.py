@@ -1062,6 +1062,20 @@ def flip(m: ArrayLike, axis: Any = None) -> Any:
 
 
 @_api()
+def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    """numpy.diagonal: the (offset) diagonal of the (axis1, axis2) planes, as the last axis."""
+    t = _t(a)
+    if t.ndim < 2:
+        raise ValueError(f"diag requires an array of at least two dimensions (at "
+                         f"{format_site()})")
+    a1 = _norm_axis(axis1, t.ndim, "diagonal")
+    a2 = _norm_axis(axis2, t.ndim, "diagonal")
+    if a1 == a2:
+        raise ValueError(f"axis1 and axis2 cannot be the same (at {format_site()})")
+    return P.diagonal(t, int(offset), a1, a2)
+
+
+@_api()
 def roll(a: ArrayLike, shift: int, axis: Any = None) -> Any:
     """Roll elements along `axis` (flattened when None) by `shift`."""
     t = _t(a)

@@ -479,6 +479,40 @@ def reverse(x: Tracer, axes: Sequence[int]) -> Tracer:
     return Tracer(op.result, x.aval, trace)
 
 
+def diagonal(x: Tracer, offset: int, axis1: int, axis2: int) -> Tracer:
+    """numpy.diagonal: a generic whose input map reads (k, k + offset) on
+    (axis1, axis2); the diagonal is the result's last dim."""
+    trace = require_trace("diagonal")
+    x = trace.lift(x)
+    rest = [d for d in range(x.ndim) if d not in (axis1, axis2)]
+    lo1, lo2 = max(-offset, 0), max(offset, 0)
+    n = max(0, min(x.shape[axis1] - lo1, x.shape[axis2] - lo2))
+    out_shape = [x.shape[d] for d in rest] + [n]
+    if n == 0:
+        return constant(np.zeros(out_shape, x.dtype), x.dtype, x.weak_type)
+    r = len(out_shape)
+    # The n x n block the diagonal runs through first (every loop size then
+    # agrees with each operand's dims).
+    offs = [0] * x.ndim
+    sizes = list(x.shape)
+    offs[axis1], offs[axis2] = lo1, lo2
+    sizes[axis1] = sizes[axis2] = n
+    x = extract_slice(x, offs, sizes, [1] * x.ndim)
+    with trace.emitting():
+        k = ir.AffineDimExpr.get(r - 1)
+        exprs = [k if d in (axis1, axis2) else ir.AffineDimExpr.get(rest.index(d))
+                 for d in range(x.ndim)]
+        maps = [ir.AffineMap.get(r, 0, exprs), ir.AffineMap.get_identity(r)]
+        init = _empty(out_shape, x.dtype)
+        op = linalg.GenericOp([init.type], [x.value], [init], _maps(maps),
+                              _iterators(["parallel"] * r))
+        elt = element_type(x.dtype)
+        block = op.regions[0].blocks.append(elt, elt)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([block.arguments[0]])
+    return Tracer(op.result, ShapedArray(out_shape, x.dtype, x.weak_type), trace)
+
+
 def extract_slice(x: Tracer, offsets: Sequence[int], sizes: Sequence[int],
                   strides: Sequence[int], drop: Sequence[int] = ()) -> Tracer:
     """`tensor.extract_slice` (positive strides); dims in `drop` (size 1) are removed."""
@@ -588,6 +622,7 @@ __all__ = [
     "constant_like",
     "contract",
     "convert",
+    "diagonal",
     "elementwise",
     "extract_slice",
     "insert_slice",

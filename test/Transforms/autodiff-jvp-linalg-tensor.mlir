@@ -46,11 +46,21 @@ func.func @jvp_rd(%x: tensor<3x4xf64>, %t: tensor<3x4xf64>) -> (tensor<3xf64>, t
 
 // -----
 
-/// Check that the JVP of a max reduction selects the tangent of the winner.
+/// Check that the JVP of a max reduction is the mean of the tied tangents
+/// (JAX's convention): a generic counts the elements equal to the max, then
+/// a sum reduction weights each tangent by tie / count.
 // CHECK-LABEL: func.func private @mx_jvp(
+// CHECK: arith.maximumf
 // CHECK: linalg.generic
-// CHECK: arith.cmpf oge
+// CHECK: arith.cmpf oeq
 // CHECK: arith.select
+// CHECK: arith.addf
+// CHECK: arith.divf
+// CHECK: linalg.generic
+// CHECK: arith.cmpf oeq
+// CHECK: arith.select
+// CHECK: arith.mulf
+// CHECK: arith.addf
 func.func @mx(%x: tensor<3x4xf64>) -> tensor<3xf64> {
   %lo = arith.constant -1.0e30 : f64
   %e = tensor.empty() : tensor<3xf64>

@@ -59,27 +59,28 @@ func.func @caller(%x: f64, %c: f64) -> (f64, f64) {
 
 // -----
 
-/// Check that a product reduction (not yet supported in reverse mode) is
-/// rejected with a diagnostic instead of a wrong gradient.
-func.func @prod(%x: tensor<3x3xf64>) -> tensor<3x3xf64> {
-  %one = arith.constant 1.0 : f64
+/// Check that an indexing expression mixing two loop dims (a convolution's
+/// i + j, not yet supported in reverse mode) is rejected with a diagnostic
+/// naming it instead of a wrong gradient.
+func.func @conv(%x: tensor<5xf64>, %k: tensor<3xf64>) -> tensor<3xf64> {
+  %z = arith.constant 0.0 : f64
   %e = tensor.empty() : tensor<3xf64>
-  %f = linalg.fill ins(%one : f64) outs(%e : tensor<3xf64>) -> tensor<3xf64>
-  // expected-error @+1 {{autodiff-vjp: unsupported reduction in 'linalg.generic'}}
-  %p = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<3xf64>) -> tensor<3xf64>
+  // expected-error @+1 {{autodiff-vjp: reverse mode of 'linalg.generic' does not support the indexing expression 'd0 + d1'}}
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i + j)>, affine_map<(i, j) -> (j)>,
+                                        affine_map<(i, j) -> (i)>],
                        iterator_types = ["parallel", "reduction"]}
-      ins(%x : tensor<3x3xf64>) outs(%f : tensor<3xf64>) {
-  ^bb0(%a: f64, %acc: f64):
-    %m = arith.mulf %acc, %a : f64
-    linalg.yield %m : f64
+      ins(%x, %k : tensor<5xf64>, tensor<3xf64>) outs(%f : tensor<3xf64>) {
+  ^bb0(%a: f64, %w: f64, %acc: f64):
+    %m = arith.mulf %a, %w : f64
+    %s = arith.addf %acc, %m : f64
+    linalg.yield %s : f64
   } -> tensor<3xf64>
-  %e2 = tensor.empty() : tensor<3x3xf64>
-  %b = linalg.broadcast ins(%p : tensor<3xf64>) outs(%e2 : tensor<3x3xf64>) dimensions = [1]
-  return %b : tensor<3x3xf64>
+  return %r : tensor<3xf64>
 }
-func.func @caller(%x: tensor<3x3xf64>, %c: tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3x3xf64>) {
-  %0:2 = "autodiff.vjp"(%x, %c) {fn = @prod} : (tensor<3x3xf64>, tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3x3xf64>)
-  return %0#0, %0#1 : tensor<3x3xf64>, tensor<3x3xf64>
+func.func @caller(%x: tensor<5xf64>, %k: tensor<3xf64>, %c: tensor<3xf64>) -> (tensor<3xf64>, tensor<5xf64>) {
+  %0:2 = "autodiff.vjp"(%x, %k, %c) {fn = @conv, wrt = array<i64: 0>} : (tensor<5xf64>, tensor<3xf64>, tensor<3xf64>) -> (tensor<3xf64>, tensor<5xf64>)
+  return %0#0, %0#1 : tensor<3xf64>, tensor<5xf64>
 }
 
 // -----
