@@ -201,7 +201,8 @@ declared = sorted(set(re.findall(r"^  llvm.func @([^(]+)\\(", cm.lowered_text, r
                   set(re.findall(r"^  llvm.func @([^(]+)\\(.*\\{{$", cm.lowered_text, re.M)))
 from test_symbol_names import mismatches
 wrong = mismatches({{name: cm[name](*args) for name, _, args, _ in table}})
-print(json.dumps({{"declared": declared, "wrong": wrong}}))
+print(json.dumps({{"declared": declared, "wrong": wrong,
+                  "openmp": "omp.parallel" in cm.lowered_text}}))
 """.replace("import json, sys", "import json, re, sys")
 
 
@@ -231,7 +232,8 @@ def test_library_names_with_openmp(threads: int) -> None:
         pytest.skip("no OpenMP runtime")
     report = _run_child(f"autodiff-lower-to-cpu{{threads={threads}}}")
     assert not report["wrong"], report["wrong"]
-    assert any(name.startswith("__kmpc") for name in report["declared"]) or True
+    # The large kernels ran in OpenMP parallel regions (calls into __kmpc_*).
+    assert report["openmp"]
 
 
 def test_reserved_names_cover_the_library_routines() -> None:
