@@ -180,6 +180,9 @@ class Driver:
             raise self.fail(at, f"'{op_name(at)}' refers to an unknown function @{name}")
         if len(fn.regions[0].blocks) == 0:
             raise self.fail(at, f"cannot differentiate @{name}: it is only a declaration")
+        from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
+
+        lift_control_flow(fn, self.fail, f"differentiate @{name}")
         if len(fn.regions[0].blocks) != 1:
             raise self.fail(at, f"cannot differentiate @{name}: it has more than one block")
         return fn

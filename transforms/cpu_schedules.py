@@ -2287,9 +2287,71 @@ def _apply_quietly(module: ir.Operation, text: str) -> None:
 #: transfers are unrolled to 1-D ones; contractions become outer products
 #: (FMAs); reductions reassociate (a vector of partial sums, as numpy's
 #: pairwise summation also reorders).
-LOWER_VECTORS: tuple[str, ...] = (
+#: Ops a schedule may vectorize (every arith op, `_VECTORIZABLE_BODY_OPS`)
+#: whose LLVM lowering (convert-arith-to-llvm in MLIR 22) takes scalars and
+#: 1-d vectors only: on an n-d vector they were left behind as
+#: `builtin.unrealized_conversion_cast`s that LLVM translation rejects.
+#: Vectorized Philox code (lower_rng.py) multiplies with `mului_extended`
+#: on a 512 x 32 draw's vector<1x16xi32> tiles. test_cpu_pipeline.py lowers
+#: every vectorizable op on n-d vectors.
+ONE_D_VECTOR_OPS = frozenset({
+    "arith.mului_extended", "arith.mulsi_extended", "arith.addui_extended",
+})
+
+
+def _vector_rank(t: ir.Type) -> int:
+    return ir.VectorType(t).rank if isinstance(t, ir.VectorType) else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FlattenNdVectorOps(Pass):
+    """Compute `ONE_D_VECTOR_OPS` on n-d vectors as one 1-d vector op.
+
+    Each n-d vector operand is `vector.shape_cast` to 1-d (the same elements
+    in row-major order), the op is rebuilt on the 1-d types and each n-d
+    result is cast back; the op is elementwise, so this computes the same.
+    Runs before convert-vector-to-llvm, which lowers the casts.
+    """
+
+    name = "autodiff-flatten-nd-vector-ops"
+    summary = "Rewrite elementwise ops without an n-d vector LLVM lowering onto 1-d vectors"
+
+    def run(self, module: ir.Operation) -> None:
+        from mlir.dialects import vector
+
+        found: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in ONE_D_VECTOR_OPS and any(
+                    _vector_rank(v.type) > 1 for v in [*op.operands, *op.results]):
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit)
+        for op in found:
+            def flat(t: ir.Type) -> ir.Type:
+                if _vector_rank(t) < 2:
+                    return t
+                vt = ir.VectorType(t)
+                return ir.VectorType.get([pymath.prod(vt.shape)], vt.element_type)
+
+            with ir.InsertionPoint(op), op.location:
+                operands = [vector.shape_cast(flat(v.type), v) if _vector_rank(v.type) > 1
+                            else v for v in op.operands]
+                attrs = {a.name: a.attr for a in op.attributes}
+                new = ir.Operation.create(op.name, results=[flat(r.type) for r in op.results],
+                                          operands=operands, attributes=attrs)
+                for old, res in zip(op.results, new.results):
+                    if _vector_rank(old.type) > 1:
+                        res = vector.shape_cast(old.type, res)
+                    old.replace_all_uses_with(res)
+            op.erase()
+
+
+LOWER_VECTORS: tuple[str | Pass, ...] = (
     "canonicalize",
     "convert-vector-to-scf{full-unroll=true}",
+    FlattenNdVectorOps(),
     ("convert-vector-to-llvm{reassociate-fp-reductions vector-contract-lowering=outerproduct "
      "vector-transpose-lowering=shuffle1d}"),
 )

@@ -50,6 +50,7 @@ from .cpu_schedules import (
 )
 from .diagnostics import fail
 from .passes import Pass, PipelineElement, register
+from .reserved_symbols import RenameReservedSymbols
 
 
 @dataclasses.dataclass(frozen=True)
@@ -778,6 +779,9 @@ class LowerToCpu(Pass):
 
         return [
             CheckCpuLowerable(),
+            # A user function named like a routine the lowered code calls
+            # (`@sinh`, `@malloc`) would capture those calls.
+            RenameReservedSymbols(),
             # One body per entry point: fusion and scheduling see across the
             # forward/backward functions the autodiff passes generate, and
             # residuals (dynamically shaped tapes too) never cross a call.

@@ -985,8 +985,13 @@ class LowerToGpu(Pass):
         return out
 
     def _parallel_stage(self) -> list[PipelineElement]:
+        from .reserved_symbols import RenameReservedSymbols
+
         return [
             CheckGpuLowerable(),
+            # User functions named like the runtime or library routines the
+            # host code calls (`@malloc`, `@sinh`) would capture those calls.
+            RenameReservedSymbols(),
             # One function body per entry point: fusion sees across the forward
             # and backward functions the autodiff passes generate, and residuals
             # stop being copied into out-parameters.

@@ -309,6 +309,9 @@ class Driver:
         fn = self.functions().get(name)
         if fn is None:
             raise self.fail(at, f"'{op_name(at)}' refers to an unknown function @{name}")
+        from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
+
+        lift_control_flow(fn, self.fail, f"batch @{name}")
         if len(fn.regions[0].blocks) != 1:
             what = "only a declaration" if not fn.regions[0].blocks else "has several blocks"
             raise self.fail(at, f"cannot batch @{name}: it is {what}")

@@ -59,6 +59,7 @@ from mlir_autodiff.transforms.cpu_schedules import openmp_shared_libs
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
+from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
 
 _NP_OF_MLIR = {
     "f16": np.float16,
@@ -325,9 +326,12 @@ class CompiledFunction:
 
     def __init__(self, module: CompiledModule, name: str, params: list[ArgSpec],
                  results: list[ArgSpec], donated: Sequence[int] = (),
-                 result_args: Sequence[int] | None = None):
+                 result_args: Sequence[int] | None = None, symbol: str | None = None):
         self.module = module
         self.name = name
+        #: The function's name in the lowered module (the lowering renames a
+        #: function named like a library routine, e.g. `@sinh`).
+        self.symbol = symbol or name
         self.params = params
         self.results = results
         #: Parameters marked `bufferization.writable = true`: the compiled code may
@@ -336,7 +340,7 @@ class CompiledFunction:
         #: Per result: the parameter whose buffer it is (dropped from the native
         #: signature by the lowering), or -1 for a caller-allocated out-param.
         self.result_args = list(result_args) if result_args is not None else [-1] * len(results)
-        addr = module.engine.raw_lookup("_mlir_ciface_" + name)
+        addr = module.engine.raw_lookup("_mlir_ciface_" + self.symbol)
         if not addr:
             raise RuntimeError(f"compiled module has no C interface for '@{name}'")
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr)
@@ -678,10 +682,13 @@ def _result_arguments(lowered: ir.Module) -> dict[str, list[int]]:
     """
     from mlir_autodiff.transforms.lower_to_cpu import RESULT_ARGS
 
+    source = {v: k for k, v in renamed_symbols(lowered.operation).items()}
     out = {}
     for op in lowered.body.operations:
         if op.operation.name in ("llvm.func", "func.func") and RESULT_ARGS in op.attributes:
-            out[_symbol_name(op)] = list(ir.DenseI64ArrayAttr(op.attributes[RESULT_ARGS]))
+            name = _symbol_name(op)
+            out[source.get(name, name)] = list(
+                ir.DenseI64ArrayAttr(op.attributes[RESULT_ARGS]))
     return out
 
 
@@ -764,9 +771,11 @@ class CompiledModule:
                 known = ", ".join(f"@{n}" for n in self.signatures) or "none"
                 raise KeyError(f"no public function '@{name}' (callable functions: {known})")
             params, results = self.signatures[name]
+            # A function named like a library routine was renamed by the lowering.
+            symbol = renamed_symbols(self.module.operation).get(name, name)
             fn = self._functions[name] = CompiledFunction(
                 self, name, params, results, self._donated.get(name, ()),
-                self._result_args.get(name))
+                self._result_args.get(name), symbol)
         return fn
 
 
