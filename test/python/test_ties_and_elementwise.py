@@ -594,3 +594,38 @@ def test_op_table_reaches_a_gpu_fatbin() -> None:
         assert objects
         for obj in objects:
             assert [s for s, _ in adgpu.fatbin_cubins(obj.data)] == [90]
+
+
+TIE_POINTS = {
+    # row id: argument tuples at ties / zeros
+    "arith_maximumf": [(1.5, 1.5), (0.0, -0.0), (-2.0, -2.0)],
+    "arith_minimumf": [(1.5, 1.5), (0.0, -0.0), (-2.0, -2.0)],
+    "arith_maxnumf": [(1.5, 1.5), (-2.0, -2.0)],
+    "arith_minnumf": [(1.5, 1.5), (-2.0, -2.0)],
+    "math_clampf": [(0.5, 0.5, 0.2), (0.5, 1.0, 1.0), (0.3, 0.3, 0.3), (2.0, 1.0, 1.0)],
+    "math_absf": [(0.0,), (-0.0,)],
+    "math_copysign": [(0.0, 1.0), (0.0, -1.0), (-0.0, 1.0), (1.0, 0.0)],
+    "math_powf": [(0.0, 2.0), (0.0, 0.5)],
+}
+JAX_AT_TIES = {
+    "arith_maxnumf": jnp.maximum,   # jnp.fmax hands a tie to its second operand (a `where`)
+    "arith_minnumf": jnp.minimum,
+}
+
+
+@pytest.mark.parametrize("row_id", sorted(TIE_POINTS))
+def test_op_rules_at_ties_like_jax(row_id: str) -> None:
+    """jvp and vjp of the MLIR rules at ties and zeros = jax's (FD is undefined there)."""
+    cm, fns = table()
+    r = ROW_BY_ID[row_id]
+    jf = JAX_AT_TIES.get(row_id, r.jax_fn)
+    f = fns[row_id]
+    for xs in TIE_POINTS[row_id]:
+        xs = [np.asarray(v) for v in xs]
+        ts = [np.asarray(v) for v in (1.0, 3.0, -5.0)[: r.nargs]]
+        want_y, want_t = jax.jvp(jf, tuple(map(jnp.asarray, xs)), tuple(map(jnp.asarray, ts)))
+        y, t = cm[f"jvp_{f.name}"](*xs, *ts)
+        _close(y, want_y, f"value at {xs}")
+        _close(t, want_t, f"jvp at {xs}")
+        want_g = jax.grad(jf, argnums=tuple(range(r.nargs)))(*map(jnp.asarray, xs))
+        _close(cm[f"vjp_{f.name}"](*xs, np.asarray(1.0))[1:], want_g, f"vjp at {xs}")

@@ -105,11 +105,12 @@ defjvp(
     lambda b, g, x, y, z: b.mulf(g, x),
     lambda b, g, x, y, z: g,
 )
-# copysign(x, y) = |x| sign(y): dx = sign(x) sign(y), dy = 0 (almost everywhere)
+# copysign(x, y) = |x| sign(y): dx = d|x| * sign(y), with d|x| as for absf (+1 at
+# -0, as JAX); sign(y) from y's sign bit; dy = 0 (almost everywhere)
 defjvp(
     "math.copysign",
-    lambda b, g, x, y: b.mulf(g, b.mulf(b.math("copysign", b.ones_like(x), x),
-                                        b.math("copysign", b.ones_like(y), y))),
+    lambda b, g, x, y: b.mulf(b.select(b.cmpf("oge", x, b.zeros_like(x)), g, b.negf(g)),
+                         b.math("copysign", b.ones_like(y), y)),
     None,
 )
 
