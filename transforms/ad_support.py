@@ -332,6 +332,10 @@ class Builder:
             return self.zeros_like(like)
         ty = like.type
         attr = ir.IntegerAttr.get(element_type(ty), 0)
+        if isinstance(ty, ir.RankedTensorType) and not ty.has_static_shape:
+            # (an integer tape of dynamic length returned by a generated function)
+            zero = self.create("arith.constant", [], [element_type(ty)], {"value": attr})
+            return self.fill(self.empty_like(like), zero.result)
         if isinstance(ty, ir.RankedTensorType):
             attr = ir.DenseElementsAttr.get_splat(ty, attr)
         return self.create("arith.constant", [], [ty], {"value": attr}).result

@@ -119,15 +119,9 @@ def _func_type(fn: ir.Operation) -> ir.FunctionType:
 
 
 def _zero_of(b: Builder, v: ir.Value) -> ir.Value:
-    """A zero of `v`'s type, float or integer (tangents of integer outputs)."""
-    if is_float(v.type):
-        return b.zeros_like(v)
-    t = v.type
-    et = t.element_type if isinstance(t, ir.ShapedType) else t
-    attr = ir.IntegerAttr.get(et, 0)
-    if isinstance(t, ir.RankedTensorType):
-        attr = ir.DenseElementsAttr.get_splat(t, attr)
-    return b.create("arith.constant", [], [t], {"value": attr}).result
+    """A zero of `v`'s type, float or integer (tangents of integer outputs), of
+    `v`'s shape where it is dynamic."""
+    return b.materialize(None, v)
 
 
 def _zero_of_type(b: Builder, t: ir.Type, at: Any) -> ir.Value:
@@ -161,6 +155,8 @@ class Driver:
         self.vjp_cache: dict[tuple[str, tuple[int, ...]], tuple] = {}
         self.prepared: set[str] = set()
         self.in_progress: set[str] = set()
+        #: functions whose fwd/bwd are being generated (a call reaching one is recursion)
+        self.vjp_in_progress: set[str] = set()
 
     # -- utilities -------------------------------------------------------------
 
@@ -350,8 +346,18 @@ class Driver:
             elif self.custom_jvp_rule(fn, name) is not None:
                 self.vjp_cache[key] = self.transposed_jvp(fn, name, list(wrt))
             else:
+                if name in self.vjp_in_progress:
+                    # The residuals of a recursive call depend on how deep it
+                    # recurses: no fixed signature of @f_fwd can return them.
+                    raise self.fail(at, f"reverse mode of the recursive function @{name} is "
+                                        "not supported (it is reached again from its own "
+                                        "body; forward mode supports it)")
                 fn = self.prepare(name, at)
-                self.vjp_cache[key] = self.generate_vjp(fn, name, list(wrt))
+                self.vjp_in_progress.add(name)
+                try:
+                    self.vjp_cache[key] = self.generate_vjp(fn, name, list(wrt))
+                finally:
+                    self.vjp_in_progress.discard(name)
         return self.vjp_cache[key]
 
     # -- custom rules -------------------------------------------------------------
@@ -641,6 +647,9 @@ class Driver:
                      zeros: frozenset[int] = frozenset()) -> str:
         new_name = self.unique_name(f"{name}_jvp")
         new = self.clone_function(fn, new_name)
+        # Known before its body is differentiated: a recursive call (directly or
+        # through other functions) calls the function being generated.
+        self.jvp_cache[(name, zeros)] = new_name
         ft = _func_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         block = new.regions[0].blocks[0]
@@ -694,6 +703,13 @@ class Driver:
         bwd_name = self.unique_name(f"{name}_bwd")
         res_types, spec = self._split(comb, marker, ret, outs, grads, ctargs, params, results,
                                       wrt, bwd_name)
+        # The tape bookkeeping belongs to this differentiation only: left on the
+        # generated functions, a later one (reverse over reverse) would take this
+        # level's tape writes and counters for its own and drop them from the
+        # code it recomputes and differentiates.
+        funcs = self.functions()
+        strip_bookkeeping(funcs[fwd_name])
+        strip_bookkeeping(funcs[bwd_name])
         return fwd_name, bwd_name, res_types, spec
 
     def _same_values_once(self, prefix: Sequence[Any]) -> None:
@@ -1072,16 +1088,27 @@ def lower_checkpoints(module: ir.Operation) -> None:
                 o.erase()
 
 
+#: Attributes reverse mode's loop rules put on the ops they create (a taped
+#: loop, the tape writes and counters that are not part of the primal); they
+#: mean something only during the differentiation that made them.
+BOOKKEEPING_ATTRS = ("autodiff.taped", "autodiff.tape", "autodiff.recomputed")
+
+
+def strip_bookkeeping(root: ir.Operation) -> None:
+    """Drop the tape rewrite's bookkeeping attributes under `root`."""
+    for o in walk_ops(root):
+        for attr in BOOKKEEPING_ATTRS:
+            if attr in o.attributes:
+                del o.attributes[attr]
+
+
 def run_pass(module: ir.Operation, pass_name: str, kind: str) -> None:
     """Body of --autodiff-jvp / --autodiff-vjp: lower every op of `kind`."""
     with module.location:
         Driver(module, pass_name).lower_all(module, (kind,))
         fold_stop_gradients(module)
         lower_checkpoints(module)
-        for o in walk_ops(module):  # bookkeeping attributes of the tape rewrite
-            for attr in ("autodiff.taped", "autodiff.tape"):
-                if attr in o.attributes:
-                    del o.attributes[attr]
+        strip_bookkeeping(module)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -226,18 +226,66 @@ def _write_only(body: ir.Block, j: int) -> bool:
             and out[0].operand_number == j)
 
 
+def _static(t: ir.Type) -> bool:
+    return not isinstance(t, ir.ShapedType) or t.has_static_shape
+
+
+def _keeps_shape(body: ir.Block, j: int) -> bool:
+    """Does carried value j provably keep its (dynamic) shape from one iteration
+    to the next? True when the value yielded in slot j is built from its block
+    argument by ops whose result has the shape of that operand: an insert into
+    it, a destination-passing linalg op writing into it, elementwise arith.
+    That is the shape of an accumulator (the cotangent of a tape that a
+    reverse-mode loop reads, what reverse over reverse meets)."""
+    arg = body.arguments[1 + j]
+
+    def reaches(v: ir.Value, depth: int) -> bool:
+        if v == arg:
+            return True
+        if depth > 64 or isinstance(v.owner, ir.Block):
+            return False
+        o = v.owner.operation
+        if o.block != body or v.type != arg.type:
+            return False
+        name = op_name(o)
+        if name in ("tensor.insert", "tensor.insert_slice"):
+            return reaches(o.operands[1], depth + 1)
+        if name.startswith("linalg.") and o.results:
+            n_in = len(o.operands) - len(o.results)
+            return reaches(o.operands[n_in + v.result_number], depth + 1)
+        if name.startswith("arith.") and all(x.type == v.type for x in o.operands):
+            return any(reaches(x, depth + 1) for x in o.operands)
+        return False
+
+    return reaches(list(body.operations)[-1].operands[j], 0)
+
+
 def _for_augment(ad: Any, op: ir.Operation) -> None:
-    """Rewrite an active scf.for to record its carried values per iteration
-    (except write-only ones, see `_write_only`)."""
+    """Rewrite an active scf.for to record its carried values per iteration.
+
+    Not recorded: write-only values (`_write_only`) and dynamically shaped
+    ones, which a tape of static row type cannot hold. The backward loop
+    stands a `tensor.empty` of the right shape in for them (the shape is
+    taken before the loop: `_keeps_shape` must show it does not change), and
+    `_check_unrecorded` makes sure after the sweep that no derivative reads
+    their values (the cotangent accumulators that reverse over reverse
+    carries are read by linear ops only, whose rules need no primal value).
+    """
     fop = op.opview
     lb, ub, step, *inits = list(op.operands)
-    taped = [j for j in range(len(inits)) if not _write_only(fop.body, j)]
-    for j in taped:
-        t = inits[j].type
-        if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
-            raise ad.fail(op, "reverse mode of 'scf.for' needs statically shaped carried "
-                              "tensors")
+    untaped = [j for j in range(len(inits))
+               if _write_only(fop.body, j) or not _static(inits[j].type)]
+    taped = [j for j in range(len(inits)) if j not in untaped]
+    for j in untaped:
+        if not _static(inits[j].type) and not _keeps_shape(fop.body, j):
+            raise ad.fail(op, f"reverse mode of 'scf.for' needs statically shaped carried "
+                              f"tensors: carried value #{j} has type {inits[j].type} and "
+                              "may change its shape from one iteration to the next")
     b = Builder(ir.InsertionPoint(op), op.location, ad, op)
+    # The dynamic sizes of the unrecorded values, for their stand-ins.
+    dims: list[list[ir.Value]] = [
+        b.dims(inits[j]) if j in untaped and isinstance(inits[j].type, ir.ShapedType) else []
+        for j in range(len(inits))]
     bounds = [int_constant(v) for v in (lb, ub, step)]
     if None not in bounds:
         # Static trip count: a statically shaped tape.
@@ -283,9 +331,37 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
     by_slot: list[ir.Value | None] = [None] * k
     for j, tp in zip(taped, res[k:]):
         by_slot[j] = tp
-    ad.tapes[res[0]] = (by_slot, n)
+    ad.tapes[res[0]] = (by_slot, n, dims)
     new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
     op.erase()
+
+
+#: Marks the ops the backward loop recomputes, while it is being built.
+RECOMPUTED_ATTR = "autodiff.recomputed"
+
+
+def _check_unrecorded(ad: Any, op: ir.Operation, block: ir.Block,
+                      standins: dict[int, ir.Value]) -> None:
+    """After the backward loop of `op` is complete: erase the recomputed ops
+    (marked RECOMPUTED_ATTR) that nothing reads any more, then make sure the
+    stand-ins of unrecorded carried values are only asked for their shape
+    (`tensor.dim`). A derivative that needs such a value is a diagnostic,
+    never a read of the uninitialized stand-in."""
+    for o in reversed(list(block.operations)):
+        o = o.operation
+        if RECOMPUTED_ATTR not in o.attributes:
+            continue
+        if o.results and not any(True for r in o.results for _ in r.uses):
+            o.erase()
+        else:
+            del o.attributes[RECOMPUTED_ATTR]
+    for j, v in standins.items():
+        for u in v.uses:
+            if op_name(u.owner) != "tensor.dim":
+                raise ad.fail(op, f"reverse mode of 'scf.for' cannot differentiate through "
+                                  f"carried value #{j} of type {v.type}: the derivative "
+                                  "needs its value in every iteration, and a value of "
+                                  "dynamic shape cannot be recorded (give it a static shape)")
 
 
 #: Ops cheaper to recompute in the backward loop than to save per iteration
@@ -401,7 +477,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     lb, ub, step, *inits = list(op.operands)
     if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
         raise ad.fail(op, "internal: scf.for reached the backward sweep without a tape")
-    tapes, n = ad.tapes[op.results[0]]
+    tapes, n, dims = ad.tapes[op.results[0]]
     k = len(tapes)
     inits = inits[:k]
     carried_t = [v.type for v in inits]
@@ -411,8 +487,6 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     primal_ops = [o for o in body[:-1] if TAPE_OP_ATTR not in o.operation.attributes]
     taped = [tp for tp in tapes if tp is not None]
     caps = [v for v in captured_values(op) if ad.is_active(v) and v not in taped]
-    # A write-only carried value is never read (`_write_only`): the loop's
-    # final value stands in for it, as any tensor of its type would.
     ct0 = [b.materialize(cts[j], op.results[j]) for j in fl]
     acc0 = [b.zeros_like(v) for v in caps]
     zero, one = b.index(0), b.index(1)
@@ -423,8 +497,13 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     bb = Builder(ip, op.location, ad)
     i = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
     iv = _idx(bb, "arith.addi", lb, _idx(bb, "arith.muli", i, step))
-    carried = [_tape_read(bb, tp, t, i) if tp is not None else op.results[j]
+    # An unrecorded carried value (see `_for_augment`) gets an uninitialized
+    # stand-in of its shape; `_check_unrecorded` proves nothing reads it.
+    carried = [_tape_read(bb, tp, t, i) if tp is not None else
+               (bb.empty(t, dims[j]) if isinstance(t, ir.ShapedType) else op.results[j])
                for j, (tp, t) in enumerate(zip(tapes, carried_t))]
+    standins = {j: carried[j] for j in range(k)
+                if tapes[j] is None and isinstance(carried_t[j], ir.ShapedType)}
     old_args = list(fop.body.arguments)
     vmap = {old_args[0]: iv}
     for a, c in zip(old_args[1: 1 + k], carried):
@@ -443,6 +522,9 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
                            dict(zip(caps, accs)))
     recomputed = list(tracker.operands)
     tracker.erase()
+    for v in recomputed:
+        if not isinstance(v.owner, ir.Block):
+            v.owner.attributes[RECOMPUTED_ATTR] = ir.UnitAttr.get()
     trip = int_constant(n)
     if trip is not None:
         _save_residuals(bb.ad, op, primal_ops, recomputed, trip, anchor, i)
@@ -451,6 +533,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     new_ct = [sb.materialize(sub.ct.get(carried[j]), carried[j]) for j in fl]
     new_acc = [sub.ct[v] for v in caps]
     scf.YieldOp(new_ct + new_acc, loc=op.location, ip=ip)
+    _check_unrecorded(ad, op, lbody, standins)
     res = list(loop.results)
     for v, g in zip(caps, res[len(fl):]):
         ad.add_ct(b, v, g)
