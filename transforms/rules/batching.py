@@ -204,12 +204,12 @@ defvectorized(
     "arith.divui", "arith.remsi", "arith.remui", "arith.andi", "arith.ori", "arith.xori",
     "arith.cmpi", "arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci",
     "arith.maxsi", "arith.minsi", "arith.shli", "arith.shrsi", "arith.shrui",
-    "arith.bitcast", "arith.uitofp",
+    "arith.bitcast",
     "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2",
     "math.log10", "math.sin", "math.cos", "math.tan", "math.tanh", "math.sinh", "math.cosh",
     "math.atan", "math.asin", "math.acos", "math.atan2", "math.sqrt", "math.rsqrt",
     "math.cbrt", "math.powf", "math.fpowi", "math.absf", "math.erf", "math.copysign",
-    "math.floor", "math.ceil", "math.round", "math.trunc", "math.sign", "math.fma",
+    "math.floor", "math.ceil", "math.round", "math.trunc", "math.fma",
     "autodiff.stop_gradient",
 )
 

@@ -1,0 +1,594 @@
+"""Every op of the derivative and batching rule registries, executed and checked numerically.
+
+The op names come from the registries themselves (`JVP_RULES`, `VJP_RULES`,
+`FORWARD_AUGMENT`, `BATCH_RULES`): a registered op without a case in
+`rule_cases.py` that runs the transform fails `test_every_registered_op_has_a_case`,
+and the coverage is read from the cases' parsed IR, not from a list.
+
+Each case `@f` is wrapped with `autodiff.jvp`, `autodiff.vjp`, their second
+order compositions (ad_check.wrappers) and `autodiff.vmap` over several
+in_axes, run through autodiff-run's default transforms and compiled for the
+CPU, one module per family (elementwise on tensors, elementwise in generic
+bodies, linalg, tensor, scf, func/autodiff). A family that does not compile
+is bisected so that one failing case fails only its own cells. Oracles:
+central finite differences in f64 (jvp, vjp, second order), the transpose
+identity <c, jvp(t)> = <vjp(c), t>, and for vmap a loop of the unbatched
+function over the batch. A sample of each family also runs through the
+command-line drivers, `autodiff-opt ... | autodiff-run`.
+
+Known defects in rule files other sessions are fixing are the cells of
+KNOWN_DEFECTS, strict xfails: the day one is fixed the cell fails until its
+entry is removed.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from ad_check import (
+    Fn,
+    _shape,
+    assert_close,
+    central_diff,
+    check_second_order,
+    random_args,
+    random_like,
+    vdot,
+    wrappers,
+)
+from mlir_autodiff import dialects
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms.pipeline import InternalError, run_pipeline
+from mlir_autodiff.transforms.rules import batching, registry
+from rule_cases import CASES, Case
+
+#: autodiff-run's default transforms (tools/autodiff_run.py DEFAULT_TRANSFORMS).
+PIPELINE = ("autodiff-functionalize-rng,autodiff-jvp,autodiff-vjp,autodiff-vmap,"
+            "autodiff-lower-rng")
+B = 3  # vmap batch size
+CHECKS = ("jvp", "vjp", "order2", "vmap")
+
+#: (case id, check) -> symptom. Defects in rule files owned by other work in
+#: progress (arith/math: missing rules; linalg: reductions and index maps).
+_NO_RULE = ("autodiff-jvp: no forward rule for 'math.{op}' (issue 18 item 8, "
+            "transforms/rules/math.py)")
+_REDUCE_ORDER2 = ("vjp of the jvp of a {op} reduction: 'unsupported reduction in "
+                  "linalg.generic' (the tangent body combines the accumulator twice; "
+                  "transforms/rules/linalg.py)")
+_PROD = ("autodiff-vjp: unsupported reduction in 'linalg.generic' for a mulf accumulator "
+         "(issue 18 item 6, transforms/rules/linalg.py)")
+_MAPS = ("autodiff-vjp: reverse mode needs projected-permutation indexing maps "
+         "(issue 18 item 7, transforms/rules/linalg.py)")
+KNOWN_DEFECTS: dict[tuple[str, str], str] = {
+    **{(f"{form}_{op}", check): _NO_RULE.format(op=op)
+       for form in "tg" for op in ("asinh", "acosh", "atanh", "erfc")
+       for check in ("jvp", "vjp", "order2")},
+    ("l_reduce_max", "order2"): _REDUCE_ORDER2.format(op="max"),
+    ("l_generic_max", "order2"): _REDUCE_ORDER2.format(op="max"),
+    ("l_generic_min", "order2"): _REDUCE_ORDER2.format(op="min"),
+    ("l_generic_prod", "vjp"): _PROD,
+    ("l_generic_prod", "order2"): _PROD,
+    ("l_generic_flip", "vjp"): _MAPS,
+    ("l_generic_flip", "order2"): _MAPS,
+    ("l_generic_diagonal", "vjp"): _MAPS,
+    ("l_generic_diagonal", "order2"): _MAPS,
+    # A clear diagnostic, not a wrong value (transforms/rules/batching.py `_pad`).
+    ("x_pad_active_value", "vmap"): ("autodiff-vmap: cannot batch 'tensor.pad' with a "
+                                     "batched padding value (not supported yet)"),
+}
+
+CASE_BY_ID = {c.id: c for c in CASES}
+assert len(CASE_BY_ID) == len(CASES), "duplicate case ids"
+
+
+def _fn(c: Case) -> Fn:
+    return Fn(c.id, c.text(), c.params, c.results, c.domain, None, c.order2, c.reverse)
+
+
+def _batched(t: str, axis: int) -> str:
+    if axis < 0:
+        return t
+    if not t.startswith("tensor<"):
+        return f"tensor<{B}x{t}>"
+    return f"tensor<{B}x{t[len('tensor<'):]}"
+
+
+def in_axes_variants(c: Case) -> list[list[int]]:
+    n = len(c.params)
+    out = [[0] * n]
+    if n >= 2:
+        out += [[0] + [-1] * (n - 1), [-1] + [0] * (n - 1)]
+    return out
+
+
+def vmap_wrappers(c: Case) -> str:
+    out = []
+    for k, axes in enumerate(in_axes_variants(c)):
+        bt = [_batched(t, a) for t, a in zip(c.params, axes)]
+        rt = [_batched(t, 0) for t in c.results]
+        xs = [f"%x{i}" for i in range(len(bt))]
+        params = ", ".join(f"{x}: {t}" for x, t in zip(xs, bt))
+        m = len(rt)
+        res = "%r" if m == 1 else f"%r:{m}"
+        rets = ["%r"] if m == 1 else [f"%r#{j}" for j in range(m)]
+        out.append(
+            f"func.func @vmap{k}_{c.id}({params}) -> ({', '.join(rt)}) {{\n"
+            f"  {res} = \"autodiff.vmap\"({', '.join(xs)}) {{fn = @{c.id}, "
+            f"in_axes = array<i64: {', '.join(map(str, axes))}>, "
+            f"out_axes = array<i64: {', '.join(['0'] * m)}>, randomness = \"error\"}} : "
+            f"({', '.join(bt)}) -> ({', '.join(rt)})\n"
+            f"  return {', '.join(rets)} : {', '.join(rt)}\n}}")
+    return "\n".join(out)
+
+
+def module_text(parts: list[tuple[Case, tuple[str, ...]]]) -> str:
+    """Each case with the wrappers its checks need (vjp and order2 also use jvp_)."""
+    out = []
+    for c, checks in parts:
+        out.append(c.text())
+        if any(k in checks for k in ("jvp", "vjp", "order2")):
+            f = _fn(c)
+            f.reverse = c.reverse and ("vjp" in checks or "order2" in checks)
+            f.order2 = c.order2 and f.reverse and "order2" in checks
+            out.append(wrappers(f))
+        if "vmap" in checks and c.vmap:
+            out.append(vmap_wrappers(c))
+    return "\n".join(out)
+
+
+def transform(text: str) -> str:
+    """The module after autodiff-run's transforms (raises their diagnostics)."""
+    with ir.Context() as ctx, ir.Location.unknown():
+        dialects.load(ctx)
+        module = ir.Module.parse(text)
+        run_pipeline(module, PIPELINE)
+        out = str(module)
+    assert '"autodiff.' not in out.replace('"autodiff.boundary', ""), "autodiff op left"
+    return out
+
+
+def compile_text(text: str) -> CompiledModule:
+    return CompiledModule(transform(text))
+
+
+def _describe(err: BaseException) -> str:
+    msg = " | ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    if isinstance(err, InternalError):
+        return f"internal error: {msg}"
+    return f"{type(err).__name__}: {msg}"
+
+
+#: The wrappers a check needs (vjp checks the transpose identity against jvp_).
+NEEDS = {"jvp": ("jvp",), "vjp": ("jvp", "vjp"), "order2": ("jvp", "vjp", "order2"),
+         "vmap": ("vmap",)}
+
+
+@functools.cache
+def family(name: str) -> dict:
+    """{case id: {check: CompiledModule | Exception}} for one family.
+
+    One compile for the whole family. If it fails, the transforms run on each
+    case alone (and on each check of a failing case) to find what fails, and
+    the rest compiles as one module again.
+    """
+    cases = [c for c in CASES if c.family == name]
+    result: dict = {c.id: {} for c in cases}
+    try:
+        cm = compile_text(module_text([(c, CHECKS) for c in cases]))
+        for c in cases:
+            result[c.id] = dict.fromkeys(CHECKS, cm)
+        return result
+    except Exception:  # noqa: BLE001 - found per case below
+        pass
+    parts = []
+    for c in cases:
+        try:
+            transform(module_text([(c, CHECKS)]))
+            parts.append((c, CHECKS))
+            continue
+        except Exception:  # noqa: BLE001
+            pass
+        good: set[str] = set()
+        for check in CHECKS:
+            try:
+                transform(module_text([(c, NEEDS[check])]))
+                good.add(check)
+            except Exception as err:  # noqa: BLE001 - raised in the cell
+                result[c.id][check] = err
+        if good:
+            parts.append((c, tuple(k for k in CHECKS if k in good)))
+    try:
+        cm = compile_text(module_text(parts))
+        compiled_parts = {c.id: cm for c, _ in parts}
+    except Exception:  # noqa: BLE001 - lowering failed: compile each case alone
+        compiled_parts = {}
+        for c, checks in parts:
+            try:
+                compiled_parts[c.id] = compile_text(module_text([(c, checks)]))
+            except Exception as err:  # noqa: BLE001
+                compiled_parts[c.id] = err
+    for c, checks in parts:
+        for check in checks:
+            result[c.id][check] = compiled_parts[c.id]
+    return result
+
+
+def compiled(case_id: str, check: str) -> CompiledModule:
+    v = family(CASE_BY_ID[case_id].family)[case_id][check]
+    if isinstance(v, BaseException):
+        pytest.fail(f"{case_id}: does not compile for {check}: {_describe(v)}", pytrace=False)
+    return v
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, tuple) else [v]
+
+
+def _rng(case_id: str, salt: int) -> np.random.Generator:
+    return np.random.default_rng(salt + zlib.crc32(case_id.encode()))
+
+
+# ----------------------------------------------------------------------------
+# The checks
+# ----------------------------------------------------------------------------
+
+
+def _fd(cm: CompiledModule, c: Case, xs, ts) -> list[np.ndarray]:
+    fn = c.frozen(xs) if c.frozen is not None else cm[c.id]
+    return central_diff(fn, xs, ts, c.eps)
+
+
+def check_jvp(cm: CompiledModule, c: Case) -> None:
+    f = _fn(c)
+    rng = _rng(c.id, 0)
+    xs, ts = random_args(f, rng), random_like(c.params, rng)
+    m = len(c.results)
+    ys = _as_list(cm[c.id](*xs))
+    jv = _as_list(cm[f"jvp_{c.id}"](*xs, *ts))
+    assert_close(jv[:m], ys, 1e-12, 1e-12, "jvp primal outputs")
+    assert_close(jv[m:], _fd(cm, c, xs, ts), c.rtol, 1e-8, "jvp vs central differences")
+
+
+def check_vjp(cm: CompiledModule, c: Case) -> None:
+    f = _fn(c)
+    rng = _rng(c.id, 1)
+    xs, ts, cs = random_args(f, rng), random_like(c.params, rng), random_like(c.results, rng)
+    m = len(c.results)
+    ys = _as_list(cm[c.id](*xs))
+    vj = _as_list(cm[f"vjp_{c.id}"](*xs, *cs))
+    assert_close(vj[:m], ys, 1e-12, 1e-12, "vjp primal outputs")
+    for g, x in zip(vj[m:], xs):
+        assert np.shape(g) == np.shape(x), "cotangent shape differs from its primal's"
+    fd = _fd(cm, c, xs, ts)
+    np.testing.assert_allclose(vdot(vj[m:], ts), vdot(cs, fd), rtol=10 * c.rtol, atol=1e-7,
+                               err_msg="<vjp(c), t> vs <c, central differences(t)>")
+    jv = _as_list(cm[f"jvp_{c.id}"](*xs, *ts))[m:]
+    np.testing.assert_allclose(vdot(vj[m:], ts), vdot(cs, jv), rtol=c.linear_rtol, atol=1e-9,
+                               err_msg="transpose identity <vjp(c), t> == <c, jvp(t)>")
+
+
+def check_order2(cm: CompiledModule, c: Case) -> None:
+    check_second_order(cm, _fn(c), _rng(c.id, 2))
+
+
+def _loop(fn, args, in_axes) -> list[np.ndarray]:
+    per = []
+    for k in range(B):
+        sl = [np.array(np.take(a, k, axis=0)) if ax >= 0 else a
+              for a, ax in zip(args, in_axes)]
+        per.append(_as_list(fn(*sl)))
+    return [np.stack([np.asarray(p[j]) for p in per]) for j in range(len(per[0]))]
+
+
+def check_vmap(cm: CompiledModule, c: Case) -> None:
+    rng = _rng(c.id, 3)
+    lo, hi = c.domain
+    for k, axes in enumerate(in_axes_variants(c)):
+        args = [rng.uniform(lo, hi, ((B,) if a >= 0 else ()) + _shape(t))
+                for t, a in zip(c.params, axes)]
+        got = _as_list(cm[f"vmap{k}_{c.id}"](*args))
+        want = _loop(cm[c.id], args, axes)
+        assert_close(got, want, 1e-13, 1e-13, f"vmap in_axes={axes} vs a loop")
+
+
+RUN = {"jvp": check_jvp, "vjp": check_vjp, "order2": check_order2, "vmap": check_vmap}
+
+
+def applies(c: Case, check: str) -> bool:
+    return {"jvp": True, "vjp": c.reverse, "order2": c.reverse and c.order2,
+            "vmap": c.vmap}[check]
+
+
+def _cells():
+    for c in CASES:
+        for check in CHECKS:
+            if not applies(c, check):
+                continue
+            marks = []
+            reason = KNOWN_DEFECTS.get((c.id, check))
+            if reason is not None:
+                marks.append(pytest.mark.xfail(strict=True, reason=reason))
+            yield pytest.param(c.id, check, id=f"{c.id}-{check}", marks=marks)
+
+
+@pytest.mark.parametrize("case_id,check", list(_cells()))
+def test_cell(case_id: str, check: str) -> None:
+    c = CASE_BY_ID[case_id]
+    RUN[check](compiled(case_id, check), c)
+
+
+def test_known_defects_name_real_cells() -> None:
+    cells = {(c.id, k) for c in CASES for k in CHECKS if applies(c, k)}
+    assert set(KNOWN_DEFECTS) <= cells, sorted(set(KNOWN_DEFECTS) - cells)
+
+
+# ----------------------------------------------------------------------------
+# Coverage: every registered op, read from the registries
+# ----------------------------------------------------------------------------
+
+
+def _ops_of(text: str) -> set[str]:
+    names: set[str] = set()
+    with ir.Context() as ctx, ir.Location.unknown():
+        dialects.load(ctx)
+        module = ir.Module.parse(text)
+
+        def walk(op):
+            names.add(op.operation.name)
+            for region in op.regions:
+                for block in region.blocks:
+                    for inner in block.operations:
+                        walk(inner)
+
+        walk(module.operation)
+    return names
+
+
+@functools.cache
+def case_ops() -> dict[str, set[str]]:
+    return {c.id: _ops_of(c.text()) for c in CASES}
+
+
+#: A stateful draw under vmap, executed by `test_stateful_draw_under_vmap`.
+RANDOM_VMAP = """
+func.func @f(%a: tensor<4xf64>) -> tensor<4xf64> {
+  %u = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf64>
+  %r = arith.mulf %a, %u : tensor<4xf64>
+  return %r : tensor<4xf64>
+}
+func.func @same(%a: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "same"} : (tensor<3x4xf64>) -> tensor<3x4xf64>
+  return %r : tensor<3x4xf64>
+}
+func.func @different(%a: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "different"} : (tensor<3x4xf64>) -> tensor<3x4xf64>
+  return %r : tensor<3x4xf64>
+}"""
+
+#: Ops of modules other tests execute under a transform (beyond the case table).
+EXTRA_EXECUTED = {"batching": [RANDOM_VMAP]}
+
+
+def _registries() -> dict[str, dict]:
+    registry.load_all()
+    return {"jvp": registry.JVP_RULES, "vjp": registry.VJP_RULES,
+            "forward_augment": registry.FORWARD_AUGMENT, "batching": batching.BATCH_RULES}
+
+
+_RUNS = {"jvp": "jvp", "vjp": "vjp", "forward_augment": "vjp", "batching": "vmap"}
+
+
+@pytest.mark.parametrize("name", ["jvp", "vjp", "forward_augment", "batching"])
+def test_every_registered_op_has_a_case(name: str) -> None:
+    """A registered op with no case that runs its transform fails here."""
+    ops = case_ops()
+    covered: set[str] = set()
+    for c in CASES:
+        if applies(c, _RUNS[name]):
+            covered |= ops[c.id]
+    for text in EXTRA_EXECUTED.get(name, []):
+        covered |= _ops_of(text)
+    missing = sorted(set(_registries()[name]) - covered)
+    assert not missing, f"{name} rules without an executed case in rule_cases.py: {missing}"
+
+
+def test_every_registry_key_is_an_op() -> None:
+    """A rule keyed by a name no dialect defines can never fire (a misspelt registration)."""
+    with ir.Context() as ctx:
+        dialects.load(ctx)
+        bad = sorted(n for reg in _registries().values() for n in reg
+                     if not (ctx.is_registered_operation(n) or n in dialects.OP_NAMES))
+    assert not bad, f"registered rules for ops no dialect defines: {bad}"
+
+
+def test_coverage_count(capsys) -> None:
+    """Report how many registered ops the table executes (printed with -s)."""
+    regs = _registries()
+    names = set().union(*regs.values())
+    ops = set().union(*case_ops().values(), *(_ops_of(t) for v in EXTRA_EXECUTED.values()
+                                              for t in v))
+    covered = names & ops
+    with capsys.disabled():
+        print(f"\n[rule registry] {len(covered)}/{len(names)} registered op names executed; "
+              f"{len(CASES)} cases, {sum(1 for _ in _cells())} cells; per registry: "
+              + ", ".join(f"{k} {len(set(v) & ops)}/{len(v)}" for k, v in regs.items()))
+    assert covered == names
+
+
+# ----------------------------------------------------------------------------
+# Diagnostics of batching rules that only refuse
+# ----------------------------------------------------------------------------
+
+
+def _pipeline_error(text: str, pipeline: str = PIPELINE) -> str:
+    with ir.Context() as ctx, ir.Location.unknown():
+        dialects.load(ctx)
+        module = ir.Module.parse(text)
+        with pytest.raises(Exception) as info:
+            run_pipeline(module, pipeline)
+    assert not isinstance(info.value, InternalError), str(info.value)
+    return str(info.value)
+
+
+def test_tensor_empty_with_a_per_lane_size_is_a_diagnostic() -> None:
+    # --autodiff-vmap alone: the other passes' cleanups fold this tensor.empty away.
+    msg = _pipeline_error("""
+func.func @f(%a: f64) -> f64 {
+  %k = arith.fptosi %a : f64 to i64
+  %n = arith.index_cast %k : i64 to index
+  %e = tensor.empty(%n) : tensor<?xf64>
+  %c0 = arith.constant 0 : index
+  %d = tensor.dim %e, %c0 : tensor<?xf64>
+  %i = arith.index_cast %d : index to i64
+  %r = arith.sitofp %i : i64 to f64
+  return %r : f64
+}
+func.func @main(%a: tensor<3xf64>) -> tensor<3xf64> {
+  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "error"} : (tensor<3xf64>) -> tensor<3xf64>
+  return %r : tensor<3xf64>
+}""", "autodiff-vmap")
+    assert "tensor.empty" in msg and "batching needs one shape" in msg, msg
+
+
+def test_stateful_draw_under_vmap_is_a_diagnostic() -> None:
+    msg = _pipeline_error("""
+func.func @f(%a: tensor<4xf64>) -> tensor<4xf64> {
+  %u = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf64>
+  %r = arith.addf %a, %u : tensor<4xf64>
+  return %r : tensor<4xf64>
+}
+func.func @main(%a: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "error"} : (tensor<3x4xf64>) -> tensor<3x4xf64>
+  return %r : tensor<3x4xf64>
+}""")
+    assert "autodiff.philox" in msg or "autodiff.random" in msg, msg
+    assert "randomness" in msg, msg
+
+
+def test_stateful_draw_under_vmap() -> None:
+    """After --autodiff-functionalize-rng `@f(a, seed, offset) -> (y, offset')` is pure:
+    "same" gives every lane the draw of one call, "different" the draws of B calls
+    made one after the other."""
+    cm = compile_text(RANDOM_VMAP)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.5, 1.5, (B, 4))
+    seed, off = 1234, 7
+    got, end = cm["same"](a, seed, off)
+    for lane in range(B):
+        want, end1 = cm["f"](a[lane], seed, off)
+        np.testing.assert_array_equal(got[lane], want)
+    assert end == end1
+    got, end = cm["different"](a, seed, off)
+    o = off
+    for lane in range(B):
+        want, o = cm["f"](a[lane], seed, o)
+        np.testing.assert_array_equal(got[lane], want)
+    assert end == o
+    assert not np.allclose(got[0] / a[0], got[1] / a[1]), "lanes drew the same numbers"
+
+
+# ----------------------------------------------------------------------------
+# The command-line drivers: autodiff-opt | autodiff-run on a sample per family
+# ----------------------------------------------------------------------------
+
+#: One case per family (first-order jvp, vjp and vmap through the real tools).
+CLI_SAMPLE = ["t_tanh", "g_atan2", "l_matmul", "x_concat", "c_for_tensor", "f_call"]
+
+
+def _tool(name: str) -> list[str]:
+    exe = Path(sys.executable).with_name(name)
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return [found]
+
+
+def _literal(a: np.ndarray) -> str:
+    return repr(np.asarray(a).tolist()).replace(" ", "") + ":f64"
+
+
+_RESULT = re.compile(r"^result\[(\d+)\]: (\S+) = (.*)$")
+
+
+def _parse_results(out: str) -> list[np.ndarray]:
+    vals = []
+    for line in out.splitlines():
+        m = _RESULT.match(line)
+        assert m, f"unexpected autodiff-run output: {line!r}"
+        vals.append(np.asarray(eval(m.group(3), {"inf": np.inf, "nan": np.nan})))  # noqa: S307
+    return vals
+
+
+@pytest.mark.parametrize("case_id", CLI_SAMPLE)
+def test_command_line_drivers(case_id: str, tmp_path: Path) -> None:
+    """@cli_main returns jvp tangents, vjp cotangents and vmap results of one case, computed
+    by `autodiff-opt --autodiff-jvp --autodiff-vjp --autodiff-vmap | autodiff-run`; the
+    expected values are finite differences and a loop of the primal compiled in process."""
+    c = CASE_BY_ID[case_id]
+    f = _fn(c)
+    f.order2 = False
+    n, m = len(c.params), len(c.results)
+    rt = [_batched(t, 0) for t in c.results]
+    bt = [_batched(t, 0) for t in c.params]
+    x = [f"%x{i}" for i in range(n)]
+    t = [f"%t{i}" for i in range(n)]
+    ct = [f"%c{i}" for i in range(m)]
+    xb = [f"%b{i}" for i in range(n)]
+    params = ([f"{v}: {ty}" for v, ty in zip(x + t, c.params * 2)]
+              + [f"{v}: {ty}" for v, ty in zip(ct, c.results)]
+              + [f"{v}: {ty}" for v, ty in zip(xb, bt)])
+    outs = c.results + c.params + rt
+    rets = ([f"%j#{m + i}" for i in range(m)] + [f"%v#{m + i}" for i in range(n)]
+            + [f"%w#{i}" for i in range(m)])
+    text = (module_text([(c, ("jvp", "vjp", "vmap"))]) + "\n"
+            f"func.func @cli_main({', '.join(params)}) -> ({', '.join(outs)}) {{\n"
+            f"  %j:{2 * m} = func.call @jvp_{c.id}({', '.join(x + t)}) : "
+            f"({', '.join(c.params * 2)}) -> ({', '.join(c.results * 2)})\n"
+            f"  %v:{m + n} = func.call @vjp_{c.id}({', '.join(x + ct)}) : "
+            f"({', '.join(c.params + c.results)}) -> ({', '.join(c.results + c.params)})\n"
+            f"  %w:{m} = func.call @vmap0_{c.id}({', '.join(xb)}) : "
+            f"({', '.join(bt)}) -> ({', '.join(rt)})\n"
+            f"  return {', '.join(rets)} : {', '.join(outs)}\n}}\n")
+    src = tmp_path / f"{case_id}.mlir"
+    src.write_text(text)
+    rng = _rng(case_id, 4)
+    xs, ts, cs = random_args(f, rng), random_like(c.params, rng), random_like(c.results, rng)
+    lo, hi = c.domain
+    xbs = [rng.uniform(lo, hi, (B,) + _shape(ty)) for ty in c.params]
+    opt = subprocess.run(_tool("autodiff-opt") + [str(src), "--autodiff-jvp", "--autodiff-vjp",
+                                                  "--autodiff-vmap"],
+                         capture_output=True, text=True, timeout=120)
+    assert opt.returncode == 0, opt.stderr
+    args = []
+    for a in [*xs, *ts, *cs, *xbs]:
+        args += ["--arg", _literal(a)]
+    run = subprocess.run(_tool("autodiff-run") + ["-", "--entry", "cli_main", "--precision",
+                                                  "17", *args],
+                         input=opt.stdout, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = _parse_results(run.stdout)
+    assert len(got) == len(outs)
+    cm = compiled(case_id, "jvp")  # the primal, compiled in process
+    fd = central_diff(cm[c.id], xs, ts, c.eps)
+    assert_close(got[:m], fd, c.rtol, 1e-8, "autodiff-run jvp vs central differences")
+    np.testing.assert_allclose(vdot(got[m:m + n], ts), vdot(cs, fd), rtol=10 * c.rtol,
+                               atol=1e-7, err_msg="autodiff-run vjp vs central differences")
+    assert_close(got[m + n:], _loop(cm[c.id], xbs, [0] * n), 1e-13, 1e-13,
+                 "autodiff-run vmap vs a loop")
+
