@@ -90,7 +90,11 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
     ("l_generic_flip", "order2"): _MAPS,
     ("l_generic_diagonal", "vjp"): _MAPS,
     ("l_generic_diagonal", "order2"): _MAPS,
-    # A clear diagnostic, not a wrong value (transforms/rules/batching.py `_pad`).
+    # Clear diagnostics, not wrong values (transforms/rules/batching.py): --autodiff-vmap
+    # alone has no rule for scf.execute_region (the differentiation passes inline it
+    # first, so vmap after them works).
+    ("c_execute_region", "vmap"): ("autodiff-vmap: no batching rule for 'scf.execute_region' "
+                                   "(not supported yet)"),
     ("x_pad_active_value", "vmap"): ("autodiff-vmap: cannot batch 'tensor.pad' with a "
                                      "batched padding value (not supported yet)"),
 }
