@@ -429,12 +429,13 @@ TENSOR: list[Case] = [
            "  %m = arith.mulf %a, %f : f64\n  %e = math.exp %m : f64\n"
            "  tensor.yield %e : f64\n} : tensor<4xf64>"),
     # the size of a dynamically shaped view scales the value
-    _tcase("dim", ["tensor<3xf64>"], "tensor<3xf64>",
+    # (4 elements: a batch of 3 must not be mistaken for the size)
+    _tcase("dim", ["tensor<4xf64>"], "tensor<4xf64>",
            "%c0 = arith.constant 0 : index\n"
-           "%d = tensor.cast %a : tensor<3xf64> to tensor<?xf64>\n"
+           "%d = tensor.cast %a : tensor<4xf64> to tensor<?xf64>\n"
            "%n = tensor.dim %d, %c0 : tensor<?xf64>\n"
            "%ni = arith.index_cast %n : index to i64\n%nf = arith.sitofp %ni : i64 to f64\n"
-           "%s = tensor.splat %nf : tensor<3xf64>\n%v = arith.mulf %a, %s : tensor<3xf64>"),
+           "%s = tensor.splat %nf : tensor<4xf64>\n%v = arith.mulf %a, %s : tensor<4xf64>"),
 ]
 
 
