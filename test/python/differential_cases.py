@@ -1,0 +1,624 @@
+"""The case table of the differential API harness (test_differential_api.py).
+
+A case is one call of one public function of `mlir_autodiff.numpy` or
+`mlir_autodiff.nn` (or a Tracer method/operator) on one set of arguments:
+
+    D("numpy.sum", lambda f, x: f(x, axis=1, keepdims=True), [A("3x4")], "axis1_keepdims")
+
+`call(f, *args)` is written once and called with `f` resolved in three
+modules: ours (`mlir_autodiff.numpy.sum`, traced under `jit`), numpy
+(`numpy.sum`: the value oracle and the function that finite differences
+evaluate) and jax (`jax.numpy.sum`, x64: the derivative oracle). For `nn`
+functions numpy has no counterpart: `NN_REF` below holds plain numpy
+definitions written from the formulas (never from our implementation), and
+jax's `jax.nn` function is the second oracle.
+
+`D` rows are differentiated with respect to every argument given as `A(...)`
+(float arguments); `C(...)` arguments are passed to the compiled function as
+traced values but not differentiated (int/bool arrays, exponents held fixed).
+`V` rows are the functions that have no derivative to check (constructors,
+shape queries, integer/bool results): their value is checked against numpy.
+
+Inputs are drawn per case from a seed derived from the case id and rounded
+to float32, so the float64 and float32 runs see exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+# --------------------------------------------------------------------------- arguments
+
+
+@dataclasses.dataclass(frozen=True)
+class A:
+    """A float argument: shape ("3x4", "" for 0-d), domain, or a literal array.
+
+    Domains: real (standard normal), pos (> 0.2), unit (|x| < 0.9), nonzero
+    (|x| > 0.5), gt1 (> 1.2), nonint (at least 0.15 from every integer),
+    wide (normal * 8: large |x| for the overflow-safe formulas).
+    """
+
+    shape: str = "3x4"
+    domain: str = "real"
+    value: Any = None  # a literal (nested lists): ties, zeros, exact points
+
+    def draw(self, rng: np.random.Generator, slice_index: int = 0) -> np.ndarray:
+        if self.value is not None:
+            v = np.asarray(self.value, dtype=np.float64)
+            # batch slices of a literal keep its ties, zeros and signs
+            return v * 0.5 ** slice_index
+        shape = tuple(int(d) for d in self.shape.split("x")) if self.shape else ()
+        x = rng.standard_normal(shape)
+        d = self.domain
+        if d == "pos":
+            x = np.abs(x) + 0.2
+        elif d == "unit":
+            x = rng.uniform(-0.85, 0.85, shape)
+        elif d == "nonzero":
+            x = np.where(x >= 0, 1.0, -1.0) * (np.abs(x) + 0.5)
+        elif d == "gt1":
+            x = np.abs(x) + 1.2
+        elif d == "nonint":
+            x = np.floor(2 * x) + rng.uniform(0.15, 0.85, shape)
+        elif d == "wide":
+            x = 8.0 * x
+        elif d != "real":
+            raise ValueError(d)
+        return np.asarray(x.astype(np.float32).astype(np.float64))
+
+
+@dataclasses.dataclass(frozen=True)
+class C:
+    """A non-differentiated argument (passed traced): a literal of any dtype,
+    or a float A() whose draw is kept fixed."""
+
+    value: Any
+
+    def draw(self, rng: np.random.Generator, slice_index: int = 0) -> np.ndarray:
+        if isinstance(self.value, A):
+            return self.value.draw(rng)
+        return np.asarray(self.value)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclasses.dataclass
+class Case:
+    func: str                                  # "numpy.sum" | "nn.relu" | "Tracer.__getitem__"
+    call: Callable[..., Any]
+    args: Sequence[A | C]
+    label: str
+    nondiff: bool = False   # the point is not differentiable: no finite differences, jax decides
+    ref: Callable[..., Any] | None = None      # numpy oracle (default: call with numpy's f)
+    jref: Callable[..., Any] | None = None     # jax oracle (default: call with jax's f)
+    jax_name: str | None = None                # jax's name where it differs
+    tol: float = 1.0                           # tolerance multiplier (ill-conditioned ops)
+    inputs: Callable[[np.random.Generator], list[np.ndarray]] | None = None  # joint draw
+    diff: bool = True                          # False: a V row (value check only)
+    no_f32: bool = False                       # numpy computes this in float64 anyway
+
+    @property
+    def id(self) -> str:
+        return f"{self.func}[{self.label}]"
+
+    @property
+    def module(self) -> str:
+        return self.func.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.func.split(".", 1)[1]
+
+    def seed(self) -> int:
+        return zlib.crc32(self.id.encode())
+
+    def draw(self, slice_index: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed(), slice_index])
+        if self.inputs is not None:
+            return [np.asarray(v) for v in self.inputs(rng)]
+        return [a.draw(rng, slice_index) for a in self.args]
+
+    def diff_mask(self) -> list[bool]:
+        return [isinstance(a, A) for a in self.args]
+
+
+def D(func: str, call: Callable[..., Any], args: Sequence[A | C], label: str,
+      **kw: Any) -> Case:
+    return Case(func, call, list(args), label, **kw)
+
+
+def V(func: str, call: Callable[..., Any], args: Sequence[Any], label: str, **kw: Any) -> Case:
+    return Case(func, call, [a if isinstance(a, (A, C)) else C(a) for a in args], label,
+                diff=False, **kw)
+
+
+# --------------------------------------------------------------------------- nn references
+
+def _np_sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _np_softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(x, 0.0).astype(np.result_type(x, np.float32))
+
+
+def _np_logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    m = np.max(x, axis=axis, keepdims=True)
+    s = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return s if keepdims else np.squeeze(s, axis=axis)
+
+
+def _np_log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return x - _np_logsumexp(x, axis=axis, keepdims=True)
+
+
+def _np_erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+def _np_gelu(x: np.ndarray, approximate: bool = True) -> np.ndarray:
+    if approximate:
+        c = np.sqrt(2.0 / np.pi).astype(x.dtype)
+        return 0.5 * x * (1.0 + np.tanh(c * (x + x.dtype.type(0.044715) * x ** 3)))
+    return 0.5 * x * (1.0 + _np_erf(x / x.dtype.type(np.sqrt(2.0))))
+
+
+def _np_one_hot(labels: np.ndarray, num_classes: int, dtype: Any = np.float32) -> np.ndarray:
+    return (np.asarray(labels)[..., None] == np.arange(num_classes)).astype(dtype)
+
+
+def _np_cross_entropy(logits: np.ndarray, labels: np.ndarray, reduction: str = "mean"):
+    logp = _np_log_softmax(logits, axis=-1)
+    if labels.ndim == logits.ndim:
+        target = labels
+    else:
+        target = _np_one_hot(labels, logits.shape[-1], logits.dtype)
+    losses = -np.sum(target * logp, axis=-1)
+    return {"mean": np.mean, "sum": np.sum, "none": lambda v: v}[reduction](losses)
+
+
+def _np_dropout(x: np.ndarray, p: float = 0.5, training: bool = True) -> np.ndarray:
+    assert not training or p == 0.0, "only the deterministic forms have a reference"
+    return np.asarray(x)
+
+
+NN_REF: dict[str, Callable[..., Any]] = {
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": _np_sigmoid,
+    "log_sigmoid": lambda x: -_np_softplus(-x),
+    "softplus": _np_softplus,
+    "silu": lambda x: x * _np_sigmoid(x),
+    "gelu": _np_gelu,
+    "logsumexp": _np_logsumexp,
+    "softmax": lambda x, axis=-1: np.exp(_np_log_softmax(x, axis)),
+    "log_softmax": _np_log_softmax,
+    "one_hot": _np_one_hot,
+    "cross_entropy": _np_cross_entropy,
+    "dropout": _np_dropout,
+}
+
+
+def _jax_cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
+    import jax
+    import jax.numpy as jnp
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    if labels.ndim == logits.ndim:
+        target = labels
+    else:
+        target = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype)
+    losses = -jnp.sum(target * logp, axis=-1)
+    return {"mean": jnp.mean, "sum": jnp.sum, "none": lambda v: v}[reduction](losses)
+
+
+def _jax_dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
+    return x
+
+
+JAX_NN_OVERRIDE: dict[str, Callable[..., Any]] = {
+    "cross_entropy": _jax_cross_entropy,
+    "dropout": _jax_dropout,
+}
+
+
+# --------------------------------------------------------------------------- the tables
+
+S = "3x4"
+UNARY_DOMAINS = {
+    # name: (domain, smooth at 0 and for negatives)
+    "exp": ("real", True), "exp2": ("real", True), "expm1": ("real", True),
+    "log": ("pos", False), "log10": ("pos", False), "log2": ("pos", False),
+    "log1p": ("unit", True), "sqrt": ("pos", False), "cbrt": ("nonzero", False),
+    "tanh": ("real", True), "sin": ("real", True), "cos": ("real", True),
+    "tan": ("unit", True), "arcsin": ("unit", True), "arccos": ("unit", True),
+    "arctan": ("real", True), "sinh": ("real", True), "cosh": ("real", True),
+    "arcsinh": ("real", True), "arccosh": ("gt1", False), "arctanh": ("unit", True),
+    "floor": ("nonint", False), "ceil": ("nonint", False), "trunc": ("nonint", False),
+    "rint": ("nonint", False), "round": ("nonint", False), "around": ("nonint", False),
+    "negative": ("real", True), "positive": ("real", True), "absolute": ("nonzero", False),
+    "abs": ("nonzero", False), "sign": ("nonzero", False), "square": ("real", True),
+    "reciprocal": ("nonzero", False),
+}
+ZEROS_NEG = [[0.0, -0.5, 0.25], [-0.0, 0.75, -0.3]]   # zeros and negatives, all in (-0.9, 0.9)
+
+DIFF: list[Case] = []
+VALUE: list[Case] = []
+
+
+def _d(*a: Any, **k: Any) -> None:
+    DIFF.append(D(*a, **k))
+
+
+def _v(*a: Any, **k: Any) -> None:
+    VALUE.append(V(*a, **k))
+
+
+# -- elementwise unary: a matrix, a 0-d array, a 3-d array; zeros and negatives where smooth
+for _name, (_dom, _smooth) in UNARY_DOMAINS.items():
+    _f = f"numpy.{_name}"
+    _d(_f, lambda f, x: f(x), [A(S, _dom)], "3x4")
+    if _name in ("exp", "log", "sqrt", "tanh", "sign", "arctan", "arccosh", "cbrt", "log10",
+                 "log2", "ceil", "trunc", "rint"):
+        _d(_f, lambda f, x: f(x), [A("", _dom)], "0d")
+    if _name in ("exp", "log", "sin", "sqrt", "floor", "absolute", "tanh", "reciprocal"):
+        _d(_f, lambda f, x: f(x), [A("2x3x2", _dom)], "3d")
+    if _smooth:
+        _d(_f, lambda f, x: f(x), [A(value=ZEROS_NEG)], "zeros_negatives")
+for _name in ("absolute", "abs", "sign"):
+    # at 0 the derivative does not exist: jax's value (0 for sign, 1 for |x| at +0) decides
+    _d(f"numpy.{_name}", lambda f, x: f(x), [A(value=ZEROS_NEG)], "at_zero", nondiff=True)
+_d("numpy.round", lambda f, x: f(x, 1), [A(value=[[0.123, -1.56, 2.011], [0.47, -0.33, 3.21]])],
+   "decimals1")
+_d("numpy.around", lambda f, x: f(x, 2), [A(value=[0.1234, -1.5678, 2.0131])], "decimals2")
+_d("numpy.exp", lambda f, x: f(x * 0.1), [A("7", "wide")], "wide")
+
+# -- elementwise binary: equal shapes, broadcasting, a 0-d operand, a Python scalar operand
+BINARY_DOMAINS = {
+    "add": ("real", "real"), "subtract": ("real", "real"), "multiply": ("real", "real"),
+    "true_divide": ("real", "nonzero"), "divide": ("real", "nonzero"),
+    "power": ("pos", "real"), "arctan2": ("real", "nonzero"), "copysign": ("real", "nonzero"),
+    "logaddexp": ("real", "real"), "maximum": ("real", "real"), "minimum": ("real", "real"),
+}
+FULL_BINARY = ("add", "subtract", "multiply", "true_divide", "power", "maximum")
+for _name, (_d1, _d2) in BINARY_DOMAINS.items():
+    _f = f"numpy.{_name}"
+    _d(_f, lambda f, x, y: f(x, y), [A(S, _d1), A(S, _d2)], "3x4_3x4")
+    _d(_f, lambda f, x, y: f(x, y), [A(S, _d1), A("4", _d2)], "bcast_3x4_4")
+    _sc = 1.5 if _d2 != "real" else -0.75
+    _d(_f, lambda f, x, s=_sc: f(x, s), [A(S, _d1)], "py_scalar_rhs")
+    if _name in FULL_BINARY:
+        _d(_f, lambda f, x, y: f(x, y), [A("2x1x4", _d1), A("3x1", _d2)], "bcast_2x1x4_3x1")
+        _d(_f, lambda f, x, y: f(x, y), [A("", _d1), A("3", _d2)], "0d_3")
+        if _name in ("subtract", "true_divide", "power", "maximum"):
+            _d(_f, lambda f, y, s=1.25: f(s, y), [A("4", _d2)], "py_scalar_lhs")
+# ties: the convention of jax (the cotangent is split evenly between equal operands)
+TIE_X = [[1.0, -2.0, 0.5, 3.0], [0.0, 2.0, -1.0, 0.25]]
+TIE_Y = [[1.0, -1.0, 0.5, 2.0], [0.0, 2.0, -3.0, 0.25]]
+for _name in ("maximum", "minimum", "logaddexp"):
+    _f = f"numpy.{_name}"
+    _d(_f, lambda f, x, y: f(x, y), [A(value=TIE_X), A(value=TIE_Y)], "ties",
+       nondiff=_name != "logaddexp")
+    _d(_f, lambda f, x: f(x, 0.0), [A(value=ZEROS_NEG)], "ties_with_py_zero",
+       nondiff=_name != "logaddexp")
+    _d(_f, lambda f, x: f(x, x), [A(S)], "same_operand")  # = x (or x + log 2): smooth
+_d("numpy.logaddexp", lambda f, x: f(x, 0.0), [A(value=[0.0, 0.0, 0.0])], "zeros_vs_zero")
+_d("numpy.power", lambda f, x: f(x, 2.0), [A(S)], "py_square")
+_d("numpy.power", lambda f, x: f(x, 3), [A(S)], "py_int_cube")
+_d("numpy.power", lambda f, x: f(x, -2), [A(S, "nonzero")], "py_int_neg")
+_d("numpy.power", lambda f, x, e: f(x, e),
+   [A(value=[[-1.5, -0.5, 2.0], [-0.8, 1.2, -2.0]]), C([[2.0, 3.0, 2.0], [3.0, 4.0, 1.0]])],
+   "negative_base_traced_int_exponent")
+
+
+def _ratio_safe(rng: np.random.Generator, shape: tuple[int, ...] = (3, 4)) -> list[np.ndarray]:
+    """x, y with x / y at least 0.1 from every integer (floor/trunc of it are locally constant)."""
+    x = rng.uniform(-3, 3, shape)
+    y = np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0) * rng.uniform(0.5, 1.5, shape)
+    x, y = x.astype(np.float32).astype(np.float64), y.astype(np.float32).astype(np.float64)
+    q = x / y
+    bad = np.abs(q - np.round(q)) < 0.1
+    x = np.where(bad, (np.round(q) + 0.5) * y, x).astype(np.float32).astype(np.float64)
+    return [x, y]
+
+
+for _name in ("floor_divide", "remainder", "mod", "fmod"):
+    _f = f"numpy.{_name}"
+    _d(_f, lambda f, x, y: f(x, y), [A(S), A(S)], "3x4_3x4", inputs=_ratio_safe)
+    _d(_f, lambda f, x: f(x, 0.75), [A("5")], "py_scalar_rhs",
+       inputs=lambda rng: [np.asarray([0.3, -1.1, 2.2, -2.9, 1.4])])
+
+# -- where / clip
+_d("numpy.where", lambda f, c, x, y: f(c, x, y),
+   [C([[True, False, True, False], [False, False, True, True], [True, True, False, False]]),
+    A(S), A(S)], "3x4")
+_d("numpy.where", lambda f, c, x, y: f(c, x, y), [C([True, False, True, True]), A(S), A("4")],
+   "bcast")
+_d("numpy.where", lambda f, c, x: f(c, x, 0.0), [C([[True, False], [False, True]]), A("2x2")],
+   "py_zero")
+_d("numpy.where", lambda f, x: f(x > 0, x, -2.0 * x), [A(S, "nonzero")], "traced_cond")
+_d("numpy.clip", lambda f, x: f(x, -0.5, 0.7), [A(S)], "py_bounds",
+   inputs=lambda rng: [np.asarray([[-1.2, -0.3, 0.1, 0.9], [0.6, -0.8, 1.7, 0.05]])])
+_d("numpy.clip", lambda f, x, lo, hi: f(x, lo, hi), [A("4"), A("4"), A("4")], "traced_bounds",
+   inputs=lambda rng: [np.asarray([-1.0, 0.2, 0.8, 2.0]), np.asarray([-0.5, -0.5, 0.1, 0.1]),
+                       np.asarray([0.5, 0.5, 0.6, 1.5])])
+_d("numpy.clip", lambda f, x: f(x, -0.5, None), [A("4")], "lower_only",
+   inputs=lambda rng: [np.asarray([-1.0, 0.2, -0.3, 2.0])])
+_d("numpy.clip", lambda f, x: f(x, -0.5, 0.5), [A(value=[-0.5, 0.5, 0.0, 1.0])], "at_bounds",
+   nondiff=True)
+
+# -- reductions
+REDUCE_AXES = [(None, False, "all"), (1, False, "axis1"), (0, True, "axis0_keepdims"),
+               ((0, 1), False, "axes01")]  # the last only for sum, mean, prod
+for _name in ("sum", "mean", "prod", "max", "min", "var", "std", "amax", "amin"):
+    _f = f"numpy.{_name}"
+    _dom = "pos" if _name == "prod" else "real"
+    for _ax, _kd, _lab in REDUCE_AXES[:2 if _name in ("amax", "amin") else
+                                      None if _name in ("sum", "mean", "prod") else 3]:
+        _d(_f, lambda f, x, ax=_ax, kd=_kd: f(x, axis=ax, keepdims=kd), [A(S, _dom)], _lab)
+    if _name not in ("amax", "amin"):
+        _d(_f, lambda f, x: f(x, axis=(0, 2)), [A("2x3x2", _dom)], "3d_axes02")
+    if _name in ("sum", "prod"):
+        _d(_f, lambda f, x: f(x), [A("5", _dom)], "1d")
+# ties along both axes, for the maximum and for the minimum
+TIES = [[1.0, 2.0, 2.0, -1.0], [3.0, 3.0, 3.0, 3.0], [3.0, 0.5, 2.0, -1.0]]
+for _name in ("max", "min", "amax", "amin"):
+    _f = f"numpy.{_name}"
+    _d(_f, lambda f, x: f(x, axis=1), [A(value=TIES)], "ties_axis1", nondiff=True)
+    if _name in ("max", "min"):
+        _d(_f, lambda f, x: f(x), [A(value=[1.0, 2.0, 2.0, 1.0])], "ties_1d", nondiff=True)
+        _d(_f, lambda f, x: f(x, axis=0, keepdims=True), [A(value=TIES)],
+           "ties_axis0_keepdims", nondiff=True)
+        _d(_f, lambda f, x: f(x), [A(value=TIES)], "ties_all", nondiff=True)
+for _name in ("var", "std"):
+    _d(f"numpy.{_name}", lambda f, x: f(x, axis=1, ddof=1), [A(S)], "axis1_ddof1")
+_d("numpy.sum", lambda f, x: f(x, axis=0, dtype=np.float64), [A(S)], "dtype_f64")
+_d("numpy.mean", lambda f, x: f(x, axis=1, dtype=np.float64), [A(S)], "dtype_f64")
+_d("numpy.prod", lambda f, x: f(x, axis=1), [A(value=[[1.5, 0.0, -2.0], [0.5, 2.0, -1.0]])],
+   "one_zero")
+_d("numpy.prod", lambda f, x: f(x), [A(value=[[1.5, 0.0, -2.0], [0.0, 2.0, -1.0]])], "two_zeros")
+_d("numpy.prod", lambda f, x: f(x, axis=0), [A(S, "real")], "negatives")
+
+# -- shape manipulation
+_d("numpy.reshape", lambda f, x: f(x, (4, 3)), [A(S)], "4x3")
+_d("numpy.reshape", lambda f, x: f(x, (2, -1)), [A(S)], "infer")
+_d("numpy.ravel", lambda f, x: f(x), [A(S)], "3x4")
+_d("numpy.ravel", lambda f, x: f(x), [A("2x3x2")], "3d")
+_d("numpy.transpose", lambda f, x: f(x), [A(S)], "default")
+_d("numpy.transpose", lambda f, x: f(x, (1, 2, 0)), [A("2x3x4")], "perm120")
+_d("numpy.permute_dims", lambda f, x: f(x, (1, 0)), [A(S)], "2d")
+_d("numpy.permute_dims", lambda f, x: f(x, (2, 0, 1)), [A("2x3x4")], "perm201")
+_d("numpy.swapaxes", lambda f, x: f(x, 0, 2), [A("2x3x4")], "0_2")
+_d("numpy.swapaxes", lambda f, x: f(x, -1, 0), [A(S)], "-1_0")
+_d("numpy.moveaxis", lambda f, x: f(x, 0, -1), [A("2x3x4")], "0_to_-1")
+_d("numpy.moveaxis", lambda f, x: f(x, (0, 1), (2, 0)), [A("2x3x4")], "two_axes")
+_d("numpy.expand_dims", lambda f, x: f(x, (0, 3)), [A(S)], "axes03")
+_d("numpy.expand_dims", lambda f, x: f(x, 0), [A("")], "0d")
+_d("numpy.squeeze", lambda f, x: f(x), [A("1x3x1x4")], "all")
+_d("numpy.squeeze", lambda f, x: f(x, 2), [A("1x3x1x4")], "axis2")
+_d("numpy.broadcast_to", lambda f, x: f(x, (3, 4)), [A("4")], "4_to_3x4")
+_d("numpy.broadcast_to", lambda f, x: f(x, (2, 3, 4)), [A("3x1")], "3x1_to_2x3x4")
+_d("numpy.broadcast_arrays", lambda f, x, y: f(x, y)[0], [A("3x1"), A("4")], "first")
+_d("numpy.broadcast_arrays", lambda f, x, y: f(x, y)[1], [A("3x1"), A("4")], "second")
+_d("numpy.concatenate", lambda f, x, y: f([x, y]), [A(S), A("2x4")], "axis0")
+_d("numpy.concatenate", lambda f, x, y: f((x, y, x), axis=1), [A(S), A("3x2")], "axis1_reuse")
+_d("numpy.stack", lambda f, x, y: f([x, y]), [A(S), A(S)], "axis0")
+_d("numpy.stack", lambda f, x, y: f([x, y, x], axis=1), [A("3"), A("3")], "1d_axis1")
+_d("numpy.hstack", lambda f, x, y: f([x, y]), [A(S), A("3x2")], "2d")
+_d("numpy.hstack", lambda f, x, y: f((x, y)), [A("3"), A("2")], "1d")
+_d("numpy.vstack", lambda f, x, y: f([x, y]), [A(S), A("2x4")], "2d")
+_d("numpy.vstack", lambda f, x, y: f((x, y)), [A("4"), A("4")], "1d")
+for _name in ("atleast_1d", "atleast_2d"):
+    _d(f"numpy.{_name}", lambda f, x: f(x), [A("")], "0d")
+    _d(f"numpy.{_name}", lambda f, x: f(x), [A("3")], "1d")
+_d("numpy.flip", lambda f, x: f(x), [A(S)], "all")
+_d("numpy.flip", lambda f, x: f(x, axis=-1), [A("2x3x2")], "axis-1")
+_d("numpy.roll", lambda f, x: f(x, -2, axis=1), [A(S)], "axis1_neg")
+_d("numpy.roll", lambda f, x: f(x, 4, axis=0), [A(S)], "axis0_wrap")
+_d("numpy.diff", lambda f, x: f(x), [A(S)], "default")
+_d("numpy.diff", lambda f, x: f(x, n=2, axis=0), [A("4x3")], "n2_axis0")
+for _name in ("tril", "triu"):
+    _d(f"numpy.{_name}", lambda f, x: f(x), [A(S)], "k0")
+    _d(f"numpy.{_name}", lambda f, x: f(x, 1), [A(S)], "k1")
+_d("numpy.asarray", lambda f, x: f(x), [A(S)], "identity")
+_d("numpy.asarray", lambda f, x, y: f([x, y]), [A(""), A("")], "list_of_scalars")
+_d("numpy.array", lambda f, x: f(x), [A(S)], "identity")
+_d("numpy.array", lambda f, x, y: f([x, y, x]), [A("3"), A("3")], "list_of_arrays")
+_d("numpy.astype", lambda f, x: f(x, np.float64), [A(S)], "to_f64")
+_d("numpy.zeros_like", lambda f, x: f(x), [A(S)], "3x4")
+_d("numpy.zeros_like", lambda f, x: x * 2.0 + f(x), [A("3")], "plus_x")
+_d("numpy.ones_like", lambda f, x: f(x), [A("")], "0d")
+_d("numpy.ones_like", lambda f, x: x * f(x), [A(S)], "times_x")
+_d("numpy.full_like", lambda f, x: f(x, 2.5), [A(S)], "py_fill")
+_d("numpy.full_like", lambda f, x, v: f(x, v), [A("3"), A("")], "traced_fill")
+_d("numpy.full", lambda f, v: f((2, 3), v), [A("")], "traced_fill")
+_d("numpy.full", lambda f, v: f((4,), v), [A("")], "traced_fill_1d")
+
+# -- contractions
+_d("numpy.matmul", lambda f, x, y: f(x, y), [A(S), A("4x2")], "mat_mat")
+_d("numpy.matmul", lambda f, x, y: f(x, y), [A("4"), A("4x2")], "vec_mat")
+_d("numpy.matmul", lambda f, x, y: f(x, y), [A(S), A("4")], "mat_vec")
+_d("numpy.matmul", lambda f, x, y: f(x, y), [A("2x3x4"), A("2x4x2")], "batch")
+_d("numpy.matmul", lambda f, x: f(x, x.T), [A(S)], "x_xT")
+_d("numpy.dot", lambda f, x, y: f(x, y), [A(S), A("4x2")], "mat_mat")
+_d("numpy.dot", lambda f, x, y: f(x, y), [A("4"), A("4")], "vec_vec")
+_d("numpy.dot", lambda f, x, y: f(x, y), [A(""), A(S)], "scalar_mat")
+_d("numpy.vdot", lambda f, x, y: f(x, y), [A("5"), A("5")], "1d")
+_d("numpy.vdot", lambda f, x, y: f(x, y), [A(S), A(S)], "2d_flattened")
+_d("numpy.inner", lambda f, x, y: f(x, y), [A("4"), A("4")], "1d")
+_d("numpy.inner", lambda f, x, y: f(x, y), [A(S), A("2x4")], "2d")
+_d("numpy.outer", lambda f, x, y: f(x, y), [A("3"), A("4")], "1d")
+_d("numpy.outer", lambda f, x, y: f(x, y), [A("2x2"), A("3")], "flattens")
+_d("numpy.tensordot", lambda f, x, y: f(x, y, axes=1), [A(S), A("4x2")], "axes1")
+_d("numpy.tensordot", lambda f, x, y: f(x, y), [A("2x3x4"), A("3x4x2")], "axes2")
+_d("numpy.tensordot", lambda f, x, y: f(x, y, axes=([0], [1])), [A(S), A("2x3")], "axes_lists")
+_d("numpy.trace", lambda f, x: f(x), [A("3x3")], "square")
+_d("numpy.trace", lambda f, x: f(x, 1), [A(S)], "offset1")
+for _spec, _shapes, _lab in [
+        ("ij,jk->ik", ("3x4", "4x2"), "matmul"), ("ij->ji", ("3x4",), "transpose"),
+        ("ij,j->i", ("3x4", "4"), "matvec"), ("i,i->", ("4", "4"), "dot"),
+        ("bij,bjk->bik", ("2x3x4", "2x4x2"), "batched"), ("ii->i", ("3x3",), "diagonal"),
+        ("ii->", ("3x3",), "trace"), ("ij,ij->i", ("3x4", "3x4"), "rowdot"),
+        ("ijk->kji", ("2x3x2",), "permute3"), ("ij,kj->ik", ("3x4", "2x4"), "a_bT")]:
+    _d("numpy.einsum", lambda f, *xs, s=_spec: f(s, *xs), [A(s) for s in _shapes], _lab)
+
+# -- Tracer methods and operators (not module functions, but the same API surface)
+_IDX = [(lambda x: x[1], "int"), (lambda x: x[1:3], "slice"), (lambda x: x[:, 1], "col"),
+        (lambda x: x[::-1], "rev_rows"), (lambda x: x[:, ::-2], "neg_step2"),
+        (lambda x: x[..., None], "newaxis"), (lambda x: x[0:3:2, 1:4:2], "strided")]
+for _fn, _lab in _IDX:
+    _d("Tracer.__getitem__", lambda f, x, g=_fn: g(x), [A(S)], _lab)
+
+
+def _np_at_set(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[idx] = y
+    return out
+
+
+def _np_at_add(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[idx] += y
+    return out
+
+
+for _idx, _yshape, _lab in [(1, "4", "row"), ((slice(None), 2), "3", "col"),
+                             (slice(None, None, -2), "2x4", "neg_step")]:
+    _d("Tracer.at.set", lambda f, x, y, i=_idx: x.at[i].set(y), [A(S), A(_yshape)], _lab,
+       ref=lambda x, y, i=_idx: _np_at_set(x, y, i))
+    _d("Tracer.at.add", lambda f, x, y, i=_idx: x.at[i].add(y), [A(S), A(_yshape)], _lab,
+       ref=lambda x, y, i=_idx: _np_at_add(x, y, i))
+_d("Tracer.__pow__", lambda f, x: x ** 3, [A(S)], "int3")
+_d("Tracer.__pow__", lambda f, x, y: x ** y, [A(S, "pos"), A("4")], "traced")
+_d("Tracer.__rpow__", lambda f, x: 2.0 ** x, [A(S)], "py_base")
+_d("Tracer.__matmul__", lambda f, x, y: x @ y, [A(S), A("4x2")], "mat_mat")
+_d("Tracer.__rtruediv__", lambda f, x: 1.0 / x, [A(S, "nonzero")], "py_lhs")
+_d("Tracer.T", lambda f, x: x.T, [A(S)], "2d")
+_d("Tracer.sum", lambda f, x: x.sum(axis=0), [A(S)], "axis0")
+_d("Tracer.reshape", lambda f, x: x.reshape(2, 6), [A(S)], "2x6")
+_d("Tracer.flatten", lambda f, x: x.flatten(), [A(S)], "3x4")
+
+# -- nn
+for _name in ("relu", "sigmoid", "log_sigmoid", "softplus", "silu", "gelu"):
+    _f = f"nn.{_name}"
+    _d(_f, lambda f, x: f(x), [A(S, "nonzero" if _name == "relu" else "wide")], "3x4")
+    if _name in ("relu", "sigmoid"):
+        _d(_f, lambda f, x: f(x), [A("", "nonzero" if _name == "relu" else "real")], "0d")
+    _d(_f, lambda f, x: f(x), [A(value=[-30.0, -0.5, 30.0, 0.75])], "large_magnitude")
+    _d(_f, lambda f, x: f(x), [A(value=ZEROS_NEG)], "zeros_negatives", nondiff=_name == "relu")
+_d("nn.gelu", lambda f, x: f(x, approximate=True), [A(S)], "tanh_approx")
+_d("nn.gelu", lambda f, x: f(x, approximate=False), [A(S)], "exact")
+_d("nn.gelu", lambda f, x: f(x, approximate=False), [A("", "nonzero")], "exact_0d")
+for _name in ("softmax", "log_softmax"):
+    _f = f"nn.{_name}"
+    _d(_f, lambda f, x: f(x), [A(S)], "last_axis")
+    _d(_f, lambda f, x: f(x, axis=0), [A(S)], "axis0")
+    _d(_f, lambda f, x: f(x), [A("5", "wide")], "1d_wide")
+    # ties in the shifted maximum: the function is smooth there, finite differences apply
+    _d(_f, lambda f, x: f(x, axis=1), [A(value=TIE_X)], "max_ties")
+_d("nn.logsumexp", lambda f, x: f(x), [A(S)], "all")
+_d("nn.logsumexp", lambda f, x: f(x, axis=1), [A(S)], "axis1")
+_d("nn.logsumexp", lambda f, x: f(x, axis=(0, 2)), [A("2x3x2")], "axes02")
+_d("nn.logsumexp", lambda f, x: f(x, axis=1), [A(value=TIE_X)], "max_ties")
+_d("nn.cross_entropy", lambda f, x, y: f(x, y), [A(S), C([0, 3, 1])], "int_labels_mean")
+_d("nn.cross_entropy", lambda f, x, y: f(x, y, reduction="sum"), [A(S), C([2, 2, 0])],
+   "int_labels_sum")
+_d("nn.cross_entropy", lambda f, x, y: f(x, y, reduction="none"), [A(S), C([1, 0, 3])],
+   "int_labels_none")
+_d("nn.cross_entropy", lambda f, x, y: f(x, y), [A(S), A(S, "pos")], "prob_labels")
+_d("nn.dropout", lambda f, x: f(x, 0.5, training=False), [A(S)], "eval")
+_d("nn.dropout", lambda f, x: f(x, 0.0), [A(S)], "p0")
+
+# --------------------------------------------------------------------------- value-only rows
+
+_I34 = [[3, -1, 0, 7], [2, 2, -5, 1], [0, 9, 4, -2]]
+_B34 = [[True, False, True, False], [False, False, True, True], [True, True, False, False]]
+_F34 = [[0.5, -1.0, 2.0, 0.0], [1.0, 1.0, -3.0, 2.5], [0.0, 4.0, 0.5, -0.5]]
+_F4 = [1.0, 1.0, -3.0, 0.0]
+_FNAN = [[np.nan, 1.0, -np.inf], [np.inf, 0.0, -2.0]]
+
+for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
+    _f = f"numpy.{_name}"
+    _v(_f, lambda f, x, y: f(x, y), [A(value=_F34), A(value=_F34[1])], "ties_bcast")
+    _v(_f, lambda f, x: f(x, 1.0), [A(value=_F34)], "py_scalar")
+    _v(_f, lambda f, x, y: f(x, y), [_I34, [2, 2, 0, 1]], "int")
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [_B34, [True, False, True, True]], "bool")
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [A(value=_F34), _I34], "float_int")
+_v("numpy.logical_not", lambda f, x: f(x), [_B34], "bool")
+_v("numpy.logical_not", lambda f, x: f(x), [A(value=_F34)], "float")
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [_I34, [6, 3, 12, -1]], "int64")
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [_B34, [True, False, True, False]], "bool")
+    _v(f"numpy.{_name}", lambda f, x: f(x, 5), [np.asarray(_I34, np.int32)], "int32_py")
+_v("numpy.invert", lambda f, x: f(x), [_I34], "int64")
+_v("numpy.invert", lambda f, x: f(x), [_B34], "bool")
+for _name in ("isnan", "isinf", "isfinite"):
+    _v(f"numpy.{_name}", lambda f, x: f(x), [A(value=_FNAN)], "special")
+    _v(f"numpy.{_name}", lambda f, x: f(x), [_I34], "int")
+for _name in ("argmax", "argmin"):
+    _TIES = [[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 2.0], [-2.0, 0.5, -2.0, 0.5]]
+    _v(f"numpy.{_name}", lambda f, x: f(x), [A(value=_TIES)], "ties_flat")
+    _v(f"numpy.{_name}", lambda f, x: f(x, axis=1), [A(value=_TIES)], "ties_axis1")
+    _v(f"numpy.{_name}", lambda f, x: f(x, axis=0, keepdims=True), [A(S)], "axis0_keepdims")
+    _v(f"numpy.{_name}", lambda f, x: f(x, axis=-1), [_I34], "int")
+for _name in ("all", "any"):
+    _v(f"numpy.{_name}", lambda f, x: f(x), [_B34], "flat")
+    _v(f"numpy.{_name}", lambda f, x: f(x, axis=0), [_B34], "axis0")
+    _v(f"numpy.{_name}", lambda f, x: f(x, axis=1, keepdims=True), [A(value=_F34)], "float_kd")
+for _name in ("floor_divide", "remainder", "mod", "fmod"):
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [_I34, [3, -2, 5, 4]], "int")
+for _name in ("add", "subtract", "multiply", "maximum", "minimum"):
+    _v(f"numpy.{_name}", lambda f, x, y: f(x, y), [_I34, [3, -2, 5, 4]], "int")
+_v("numpy.power", lambda f, x: f(x, 3), [_I34], "int_py")
+_v("numpy.true_divide", lambda f, x, y: f(x, y), [_I34, [3, -2, 5, 4]], "int_to_float")
+_v("numpy.negative", lambda f, x: f(x), [_I34], "int")
+_v("numpy.absolute", lambda f, x: f(x), [_I34], "int")
+_v("numpy.sign", lambda f, x: f(x), [_I34], "int")
+_v("numpy.square", lambda f, x: f(x), [_I34], "int")
+_v("numpy.sum", lambda f, x: f(x, axis=1), [_I34], "int")
+_v("numpy.max", lambda f, x: f(x, axis=0), [_I34], "int")
+_v("numpy.prod", lambda f, x: f(x), [[[1, 2], [-3, 4]]], "int")
+_v("numpy.where", lambda f, c, x: f(c, x, -1), [_B34, _I34], "int")
+_v("numpy.astype", lambda f, x: f(x, np.int32), [A(value=_F34)], "f_to_i32")
+_v("numpy.astype", lambda f, x: f(x, np.bool_), [A(value=_F34)], "f_to_bool")
+_v("numpy.astype", lambda f, x: f(x, np.float32), [_I34], "i_to_f32")
+_v("numpy.astype", lambda f, x: f(x, np.float32), [A(S)], "to_f32")
+_v("numpy.zeros", lambda f, x: x + f((2, 3)), [A("")], "2x3")
+_v("numpy.zeros", lambda f, x: f(4, np.int32), [A("")], "int32")
+_v("numpy.ones", lambda f, x: x * f((3,)), [A("")], "3")
+_v("numpy.ones", lambda f, x: f((2, 2), np.bool_), [A("")], "bool")
+_v("numpy.empty", lambda f, x: f((2, 3)).shape, [A("")], "shape",
+   ref=lambda x: np.empty((2, 3)).shape)
+_v("numpy.empty", lambda f, x: f((4,), np.int32).dtype.name, [A("")], "dtype",
+   ref=lambda x: np.empty((4,), np.int32).dtype.name)
+_v("numpy.full", lambda f, x: f((2, 3), 1.5), [A("")], "py_fill")
+_v("numpy.full", lambda f, x: f((2,), 7, np.int32), [A("")], "int_fill")
+_v("numpy.eye", lambda f, x: f(3), [A("")], "3")
+_v("numpy.eye", lambda f, x: f(3, 4, k=1), [A("")], "3x4_k1")
+_v("numpy.identity", lambda f, x: f(3), [A("")], "3")
+_v("numpy.identity", lambda f, x: f(2, np.int32), [A("")], "int32")
+_v("numpy.arange", lambda f, x: f(5), [A("")], "stop")
+_v("numpy.arange", lambda f, x: f(1, 7, 2), [A("")], "start_stop_step")
+_v("numpy.arange", lambda f, x: f(0.0, 1.0, 0.25), [A("")], "float")
+_v("numpy.linspace", lambda f, x: f(0.0, 1.0, 5), [A("")], "endpoint")
+_v("numpy.linspace", lambda f, x: f(-1.0, 1.0, 4, endpoint=False), [A("")], "no_endpoint")
+_v("numpy.shape", lambda f, x: f(x), [A("2x3x4")], "3d")
+_v("numpy.shape", lambda f, x: f(x), [A("")], "0d")
+_v("numpy.ndim", lambda f, x: f(x), [A("2x3x4")], "3d")
+_v("numpy.ndim", lambda f, x: f(x), [A("")], "0d")
+_v("numpy.size", lambda f, x: f(x), [A("2x3x4")], "3d")
+_v("numpy.size", lambda f, x: f(x), [A("")], "0d")
+_v("numpy.result_type", lambda f, x: str(f(x, 1.0)), [A("")], "float_weak")
+_v("numpy.result_type", lambda f, x, i: str(f(x, i)), [A(""), np.int64(3)], "float_int")
+_v("numpy.result_type", lambda f, i: str(f(i, 1.0)), [np.asarray([1, 2], np.int32)], "int_weak")
+_v("nn.one_hot", lambda f, x: f(x, 4), [[0, 3, 1, 5]], "f32_default")
+_v("nn.one_hot", lambda f, x: f(x, 3, np.float64), [[[0, 2], [1, 1]]], "2d_f64")
+
+CASES: list[Case] = DIFF + VALUE
