@@ -8,7 +8,11 @@ it in place.
 Reverse mode of `scf.for`: before the backward sweep the loop is rewritten
 to record every carried value at the start of each iteration into a tape
 (a tensor of shape [trip count, ...], written with tensor.insert /
-insert_slice). The backward loop walks the iterations in reverse: it reads
+insert_slice), except values the derivative never reads and that a tape
+cannot hold: write-only ones (a tape being recorded) and dynamically shaped
+ones (the cotangent accumulators reverse over reverse carries), which get a
+stand-in of their shape, checked unread after the sweep. The backward loop
+walks the iterations in reverse: it reads
 iteration i's carried values back from the tape, clones the body after them
 and runs the reverse rules over the clone, carrying the cotangents of the
 carried values and accumulating those of values captured from above. With
@@ -357,8 +361,12 @@ def _check_unrecorded(ad: Any, op: ir.Operation, block: ir.Block,
             del o.attributes[RECOMPUTED_ATTR]
     for j, v in standins.items():
         for u in v.uses:
-            if op_name(u.owner) != "tensor.dim":
-                raise ad.fail(op, f"reverse mode of 'scf.for' cannot differentiate through "
+            if op_name(u.owner) == "tensor.dim":
+                continue
+            if _static(v.type):  # a write-only value (`_write_only`) is never read
+                raise ad.fail(op, f"internal: the derivative of 'scf.for' reads its "
+                                  f"write-only carried value #{j}")
+            raise ad.fail(op, f"reverse mode of 'scf.for' cannot differentiate through "
                                   f"carried value #{j} of type {v.type}: the derivative "
                                   "needs its value in every iteration, and a value of "
                                   "dynamic shape cannot be recorded (give it a static shape)")
@@ -522,8 +530,8 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
                            dict(zip(caps, accs)))
     recomputed = list(tracker.operands)
     tracker.erase()
-    for v in recomputed:
-        if not isinstance(v.owner, ir.Block):
+    for v in recomputed:  # (a rewrite may have replaced one by a value from outside)
+        if not isinstance(v.owner, ir.Block) and v.owner.operation.block == lbody:
             v.owner.attributes[RECOMPUTED_ATTR] = ir.UnitAttr.get()
     trip = int_constant(n)
     if trip is not None:
