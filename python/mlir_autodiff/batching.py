@@ -129,6 +129,8 @@ class VmapLevel:
 class _Levels(threading.local):
     def __init__(self) -> None:
         self.stack: list[VmapLevel] = []
+        #: levels whose batching rule is being traced (ids): invisible to the rule's code
+        self.peeled: set[int] = set()
 
 
 _LEVELS = _Levels()
@@ -138,6 +140,8 @@ def active_vmap_level(trace: FunctionTrace | None = None) -> VmapLevel | None:
     """The innermost vmap level enclosing `trace` (default: the current trace)."""
     trace = trace or current_trace()
     for level in reversed(_LEVELS.stack):
+        if id(level) in _LEVELS.peeled:
+            continue
         if trace is not None and trace.is_self_or_ancestor(level.trace):
             return level
     return None
@@ -150,6 +154,19 @@ def _level(level: VmapLevel) -> Iterator[None]:
         yield
     finally:
         _LEVELS.stack.pop()
+
+
+@contextlib.contextmanager
+def peeled(level: VmapLevel) -> Iterator[None]:
+    """While a batching rule for `level` is traced (torch.func's `vmap` staticmethod),
+    its code sees the next enclosing level (or none): the rule works on batched
+    values itself, so a custom function it calls (`apply` again, on the batched
+    arguments) is an ordinary call at this level, not one more batching."""
+    _LEVELS.peeled.add(id(level))
+    try:
+        yield
+    finally:
+        _LEVELS.peeled.discard(id(level))
 
 
 def _per_example(fun: Callable[..., Any], size: int, randomness: str,

@@ -331,36 +331,95 @@ class custom_vjp:
                                 key=self)
 
 
-#: Custom functions whose rules are being traced: key -> their traced primal.
-_IN_RULES: dict[Any, _Primal] = {}
+@dataclasses.dataclass
+class _RuleFrame:
+    """One custom function call whose rules are being traced."""
+
+    primal: _Primal
+    static: list[Any]
+
+
+@dataclasses.dataclass
+class _RuleStack:
+    frames: list[_RuleFrame]
+    #: how deep calls of the function inside its own rules still get rules
+    budget: int
+
+
+#: Custom functions whose rules are being traced: key -> the calls being traced.
+_IN_RULES: dict[Any, _RuleStack] = {}
+
+
+def _nesting(trace: FunctionTrace) -> int:
+    """How many functions enclose `trace`'s: at most this many transforms apply to it."""
+    n, t = 0, trace.parent
+    while t is not None:
+        n, t = n + 1, t.parent
+    return n
 
 
 @contextlib.contextmanager
-def _tracing_rules(key: Any, p: _Primal) -> Iterator[None]:
-    """While a function's rules are traced, calls of the same function (a JVP rule
-    returning `f(x)`, as JAX users write) call its traced primal instead of tracing
-    the rules again without end; their derivatives are the primal body's."""
-    _IN_RULES[key] = p
+def _tracing_rules(key: Any, p: _Primal, static: list[Any]) -> Iterator[None]:
+    """Record that `key`'s rules are being traced for the call `p` (see `_reentrant_call`)."""
+    stack = _IN_RULES.get(key)
+    if stack is None:
+        stack = _IN_RULES[key] = _RuleStack([], _nesting(p.trace))
+    stack.frames.append(_RuleFrame(p, list(static)))
     try:
         yield
     finally:
-        del _IN_RULES[key]
+        stack.frames.pop()
+        if not stack.frames:
+            del _IN_RULES[key]
 
 
-def _reentrant_call(key: Any, args: tuple[Any, ...], nondiff: tuple[int, ...]) -> Any:
-    """The call of `key`'s traced primal if we are inside its rules with these
-    argument types, else None."""
-    p = _IN_RULES.get(key)
-    if p is None:
+def _same_static(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    def same(x: Any, y: Any) -> bool:
+        if x is y:
+            return True
+        if type(x) is not type(y) or isinstance(x, (Tracer, np.ndarray)):
+            return False
+        try:
+            return bool(x == y)
+        except Exception:  # noqa: BLE001 - incomparable values are different
+            return False
+
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def _reentrant_call(key: Any, fun: Callable[..., Any], args: tuple[Any, ...],
+                    nondiff: tuple[int, ...], name: str) -> Any:
+    """A custom function called inside its own rules (a JVP rule returning `f(x)`, a
+    fwd rule calling `f`, a bwd rule solving another problem with `f`, a `vmap` rule
+    calling `apply` on batched arguments): None when the call should trace rules of
+    its own, else its outputs.
+
+    A call with the same arguments (types and static values) as one whose rules are
+    being traced calls that traced primal; its derivatives are the primal body's.
+    A call with other arguments gets rules of its own (traced now, as the passes
+    differentiate after tracing), but only as deep as derivatives can reach: rules
+    nested k deep are differentiated only by k enclosing transforms, and every
+    transform encloses the traced code in one more function, so the number of
+    functions around the outermost call bounds the depth. Deeper calls are plain
+    calls of the primal. Without that bound a rule calling its own function (the
+    bwd rule of a fixed-point solver solves another fixed point) would trace
+    rules for ever."""
+    stack = _IN_RULES.get(key)
+    if stack is None:
         return None
-    diff, _, _ = _split_args(args, nondiff)
+    diff, static, merge = _split_args(args, nondiff)
     leaves, tree = pytree.tree_flatten(diff)
     tracers = [as_tracer(x) for x in leaves]
-    if tree != p.in_tree or [t.aval.strong() for t in tracers] != \
-            [a.strong() for a in p.avals]:
+    for fr in reversed(stack.frames):
+        p = fr.primal
+        if tree == p.in_tree and [t.aval.strong() for t in tracers] == \
+                [a.strong() for a in p.avals] and _same_static(static, fr.static):
+            outs = emit_call(p.fn, [as_tracer(t, a.dtype) for t, a in zip(tracers, p.avals)])
+            return pytree.tree_unflatten(p.fn.out_tree, outs)
+    if len(stack.frames) <= stack.budget:
         return None
-    outs = emit_call(p.fn, [as_tracer(t, a.dtype) for t, a in zip(tracers, p.avals)])
-    return pytree.tree_unflatten(p.fn.out_tree, outs)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    return pytree.tree_unflatten(p.fn.out_tree, emit_call(p.fn, p.tracers))
 
 
 def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
@@ -368,12 +427,12 @@ def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
                      name: str, jvp: Callable[..., Any] | None = None,
                      key: Any = None, vmap: _VmapSpec | None = None) -> Any:
     who = f"custom_vjp({name})"
-    again = _reentrant_call(key, args, nondiff)
+    again = _reentrant_call(key, fun, args, nondiff, name)
     if again is not None:
         return again
     diff, static, merge = _split_args(args, nondiff)
     p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
-    with _tracing_rules(key, p):
+    with _tracing_rules(key, p, static):
         return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp, vmap)
 
 
@@ -454,7 +513,7 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
     """Trace the user's batching rule on batched arguments into a function
     (leaves, batched where `spec.flags` says, batch at axis 0) -> output leaves,
     each with its batch axis (-1: unbatched), checked against the primal's outputs."""
-    from .batching import _prefix_leaves
+    from .batching import _prefix_leaves, peeled
 
     who = f"{name}.vmap"
     size = spec.level.size
@@ -464,7 +523,8 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
 
     def vmap_flat(*diff: Any) -> Any:
         dims = pytree.tree_unflatten(p.in_tree, [0 if f else None for f in spec.flags])
-        r = spec.call(tuple(diff), tuple(dims))
+        with peeled(spec.level):
+            r = spec.call(tuple(diff), tuple(dims))
         if not isinstance(r, (tuple, list)) or len(r) != 2:
             raise TypeError(f"{who}: the vmap staticmethod must return a pair "
                             "(outputs, out_dims)")
@@ -581,12 +641,12 @@ class custom_jvp:
         nondiff = _nums(self.nondiff_argnums, len(args), f"custom_jvp({name})")
         if current_trace() is None:
             return self._eager(args, nondiff)
-        again = _reentrant_call(self, args, nondiff)
+        again = _reentrant_call(self, self.fun, args, nondiff, name)
         if again is not None:
             return again
         diff, static, merge = _split_args(args, nondiff)
         p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name)
-        with _tracing_rules(self, p):
+        with _tracing_rules(self, p, static):
             jvp_fn = _trace_jvp_rule(p, self.jvp, static, name)
         caps = _unique_captures(p.fn, jvp_fn)
         with p.trace.context, p.loc:
