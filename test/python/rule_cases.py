@@ -203,6 +203,9 @@ ELEMENTWISE: list[Elt] = [
                                         f"%r = math.fpowi %a, %n : {t.T}, {t('i32')}"),
         (0.5, 2.0)),
     _un("math.absf"), _un("math.erf"), _un("math.erfc"),
+    Elt("clampf", 3, lambda t: f"%r = math.clampf %a to [%b, %c] : {t.T}"),
+    Elt("sincos", 1, lambda t: (f"%s, %c = math.sincos %a : {t.T}\n"
+                                f"%r = arith.mulf %s, %c : {t.T}")),
     Elt("fma", 3, lambda t: f"%r = math.fma %a, %b, %c : {t.T}"),
     _bin("math.copysign"),
     _zero("math.floor"), _zero("math.ceil"), _zero("math.round"),
