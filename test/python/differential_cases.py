@@ -285,6 +285,7 @@ BINARY_DOMAINS = {
     "true_divide": ("real", "nonzero"), "divide": ("real", "nonzero"),
     "power": ("pos", "real"), "arctan2": ("real", "nonzero"), "copysign": ("real", "nonzero"),
     "logaddexp": ("real", "real"), "maximum": ("real", "real"), "minimum": ("real", "real"),
+    "logaddexp2": ("real", "real"),
 }
 FULL_BINARY = ("add", "subtract", "multiply", "true_divide", "power", "maximum")
 for _name, (_d1, _d2) in BINARY_DOMAINS.items():
@@ -309,6 +310,14 @@ for _name in ("maximum", "minimum", "logaddexp"):
        nondiff=_name != "logaddexp")
     _d(_f, lambda f, x: f(x, x), [A(S)], "same_operand")  # = x (or x + log 2): smooth
 _d("numpy.logaddexp", lambda f, x: f(x, 0.0), [A(value=[0.0, 0.0, 0.0])], "zeros_vs_zero")
+_d("numpy.logaddexp2", lambda f, x: f(x, 0.0), [A(value=[0.0, 0.0, 0.0])], "zeros_vs_zero")
+# fmax/fmin: maximum/minimum that ignore NaN. jnp.fmax gives a tie to its second
+# operand, while ours splits it as maximum does, so jax's maximum is the oracle.
+for _name, _jax in (("fmax", "maximum"), ("fmin", "minimum")):
+    _d(f"numpy.{_name}", lambda f, x, y: f(x, y), [A(S), A(S)], "3x4_3x4", jax_name=_jax)
+    _d(f"numpy.{_name}", lambda f, x, y: f(x, y), [A(S), A("4")], "bcast_3x4_4", jax_name=_jax)
+    _d(f"numpy.{_name}", lambda f, x, y: f(x, y), [A(value=TIE_X), A(value=TIE_Y)], "ties",
+       nondiff=True, jax_name=_jax)
 _d("numpy.power", lambda f, x: f(x, 2.0), [A(S)], "py_square")
 _d("numpy.power", lambda f, x: f(x, 3), [A(S)], "py_int_cube")
 _d("numpy.power", lambda f, x: f(x, -2), [A(S, "nonzero")], "py_int_neg")
@@ -458,6 +467,10 @@ _d("numpy.outer", lambda f, x, y: f(x, y), [A("2x2"), A("3")], "flattens")
 _d("numpy.tensordot", lambda f, x, y: f(x, y, axes=1), [A(S), A("4x2")], "axes1")
 _d("numpy.tensordot", lambda f, x, y: f(x, y), [A("2x3x4"), A("3x4x2")], "axes2")
 _d("numpy.tensordot", lambda f, x, y: f(x, y, axes=([0], [1])), [A(S), A("2x3")], "axes_lists")
+_d("numpy.diagonal", lambda f, x: f(x), [A(S)], "2d")
+_d("numpy.diagonal", lambda f, x: f(x, 1), [A(S)], "offset1")
+_d("numpy.diagonal", lambda f, x: f(x, -1), [A("4x3")], "offset_neg1")
+_d("numpy.diagonal", lambda f, x: f(x, 0, 0, 2), [A("3x2x4")], "3d_axes02")
 _d("numpy.trace", lambda f, x: f(x), [A("3x3")], "square")
 _d("numpy.trace", lambda f, x: f(x, 1), [A(S)], "offset1")
 for _spec, _shapes, _lab in [

@@ -62,38 +62,7 @@ _REV = "{grad,vjp,jacrev,hessian,vmap_grad}"        # the cells that run reverse
 _TIE = "{grad,jvp,vjp,jacfwd,jacrev,vmap_grad}"     # first derivatives (Hessian is 0)
 _ALL = "{grad,jvp,vjp,jacfwd,jacrev,hessian,vmap_grad}"
 KNOWN_DEFECTS: dict[str, str] = {
-    # issue 18 item 2: ties split the cotangent evenly in jax, jvp is the mean
-    "numpy.{max,min,amax,amin}[ties_*]/*/" + _TIE:
-        "max/min reduction at a tie: the gradient goes to every tied element (sums to >1)",
-    "numpy.{maximum,minimum}[ties*]/*/" + _TIE:
-        "maximum/minimum at x == y: all of the cotangent to one operand, jax splits it",
-    "numpy.clip[at_bounds]/*/" + _TIE:
-        "clip at a bound (maximum/minimum tie): derivative 1, jax gives 1/2",
-    "numpy.logaddexp[{ties,ties_with_py_zero,zeros_vs_zero}]/*/" + _ALL:
-        "logaddexp at x == y: the derivative is doubled, the Hessian is 0",
-    "nn.relu[zeros_negatives]/*/" + _TIE:
-        "relu'(0) is 1 (maximum(x, 0) at the tie); jax.nn.relu gives 0",
-    "numpy.{abs,absolute}[at_zero]/*/" + _TIE:
-        "|x|' at -0.0 is +1; jax gives -1 (the sign of the zero)",
-    "numpy.sign[at_zero]/*/" + _TIE:
-        "sign(x) at 0 returns x itself, so its derivative there is 1 instead of 0",
-    # item 3
-    "nn.gelu[exact*]/*/*": "gelu(approximate=False) uses the tanh approximation",
-    # item 6
-    "numpy.prod[*]/*/" + _REV: "prod in reverse mode: 'unsupported reduction in "
-                               "linalg.generic' (autodiff-vjp)",
-    # item 7: reverse mode of indexing maps that are not projected permutations
-    "numpy.{flip,trace}[*]/*/" + _REV:
-        "autodiff-vjp: reverse mode needs projected-permutation indexing maps",
-    "numpy.einsum[{diagonal,trace}]/*/" + _REV:
-        "autodiff-vjp: reverse mode needs projected-permutation indexing maps",
-    "Tracer.__getitem__[{rev_rows,neg_step2}]/*/" + _REV:
-        "autodiff-vjp: reverse mode needs projected-permutation indexing maps",
-    "Tracer.at.{set,add}[neg_step]/*/" + _REV:
-        "autodiff-vjp: reverse mode needs projected-permutation indexing maps",
-    # item 8
-    "numpy.{arcsinh,arccosh,arctanh}[*]/*/" + _ALL:
-        "no forward or reverse rule for math.asinh / math.acosh / math.atanh",
+    # none: every cell of the table passes
 }
 
 # --------------------------------------------------------------------------- API coverage
