@@ -33,22 +33,15 @@ jax.config.update("jax_enable_x64", True)
 
 CHECKS = ("value", "deriv")
 
-LOOP_RR = ("reverse mode over reverse mode through a loop with >= 2 iterations "
-           "(issue 18 item 1/11; helper `loops`)")
-
 #: (cell id, check) -> why it is wrong today. Every entry is a strict xfail.
 VJP_RNG = ("ad.vjp of a function that draws (nn.dropout) inside jit: the pullback uses a "
-           "different mask than the forward draw (grad is right); new, unassigned")
+           "different mask than the forward draw (grad is right)")
 JAC_RNG = ("jacfwd/hessian of a function that draws asks for a vmap randomness mode "
-           "(issue 18 item 13; helper `frontend`)")
+           "(issue 18 item 13)")
 RULE_RNG = ("a custom rule (custom_vjp/custom_jvp/Function) whose function draws: "
-            "autodiff-functionalize-rng rejects the rule functions gaining RNG state; new")
+            "autodiff-functionalize-rng rejects the rule functions gaining RNG state")
 
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    **{(f"{o}-{loop}", "deriv"): LOOP_RR
-       for o in ("grad", "vjp", "jacrev") for loop in ("scan", "fori_loop")},
-    **{(f"{a}-{b}-{loop}", "value"): LOOP_RR
-       for (a, b) in cc.TRIPLE_PREFIXES for loop in ("scan", "fori_loop")},
     **{(f"{o}-dropout", "deriv"): VJP_RNG
        for o in ("jit", "grad", "jvp", "vjp", "vmap", "checkpoint", "jacrev", "scan",
                  "fori_loop", "where")},
