@@ -46,15 +46,17 @@ func.func @caller(%x: f64, %y: f64, %c: f64) -> (f64, f64) {
 
 // -----
 
-/// Check that an op without a reverse rule fails with a diagnostic at the op.
-func.func @f(%x: f64) -> f64 {
-  // expected-error @+1 {{autodiff-vjp: no reverse rule for 'math.acosh'}}
-  %0 = math.acosh %x : f64
-  return %0 : f64
+/// Check that an op without a reverse rule (linalg.softmax has none yet) fails
+/// with a diagnostic at the op.
+func.func @f(%x: tensor<3xf64>) -> tensor<3xf64> {
+  %e = tensor.empty() : tensor<3xf64>
+  // expected-error @+1 {{autodiff-vjp: no reverse rule for 'linalg.softmax'}}
+  %0 = linalg.softmax dimension(0) ins(%x : tensor<3xf64>) outs(%e : tensor<3xf64>) -> tensor<3xf64>
+  return %0 : tensor<3xf64>
 }
-func.func @caller(%x: f64, %c: f64) -> (f64, f64) {
-  %0:2 = "autodiff.vjp"(%x, %c) {fn = @f} : (f64, f64) -> (f64, f64)
-  return %0#0, %0#1 : f64, f64
+func.func @caller(%x: tensor<3xf64>, %t: tensor<3xf64>) -> (tensor<3xf64>, tensor<3xf64>) {
+  %0:2 = "autodiff.vjp"(%x, %t) {fn = @f} : (tensor<3xf64>, tensor<3xf64>) -> (tensor<3xf64>, tensor<3xf64>)
+  return %0#0, %0#1 : tensor<3xf64>, tensor<3xf64>
 }
 
 // -----

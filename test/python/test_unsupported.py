@@ -117,6 +117,18 @@ func.func @main(%a: tensor<3xf64>) -> tensor<3xf64> {
 }
 """
 
+_NO_RULE = """
+func.func @f(%x: tensor<3xf64>) -> tensor<3xf64> {
+  %e = tensor.empty() : tensor<3xf64>
+  %r = linalg.softmax dimension(0) ins(%x : tensor<3xf64>) outs(%e : tensor<3xf64>) -> tensor<3xf64>
+  return %r : tensor<3xf64>
+}
+func.func @main(%x: tensor<3xf64>, %t: tensor<3xf64>) -> (tensor<3xf64>, tensor<3xf64>) {
+  %r:2 = "autodiff.jvp"(%x, %t) {fn = @f} : (tensor<3xf64>, tensor<3xf64>) -> (tensor<3xf64>, tensor<3xf64>)
+  return %r#0, %r#1 : tensor<3xf64>, tensor<3xf64>
+}
+"""
+
 
 def _opt(text: str, *flags: str):
     def run():
@@ -145,6 +157,9 @@ UNSUPPORTED = {
     "vmap-execute-region": (_opt(_EXECUTE_REGION, "--autodiff-vmap"),
                             r"<stdin>:\d+:\d+: error: autodiff-vmap: no batching rule for "
                             r"'scf\.execute_region'"),
+    "rules-linalg-conv": (_opt(_NO_RULE, "--autodiff-jvp"),
+                          r"<stdin>:\d+:\d+: error: autodiff-jvp: no forward rule for "
+                          r"'linalg\.softmax'"),
 }
 
 
