@@ -876,7 +876,9 @@ def _kernels_per_call(module: ir.Module, entry: str) -> int:
     return count(entry + "_on_device", frozenset())
 
 
-@pytest.mark.parametrize("name, limit", [("mlp_train_step", 12), ("gmm_gradient", 9),
+# gmm_gradient: 10 since max reductions count their tied maxima in reverse mode
+# (jax's tie convention: the cotangent is split evenly among them).
+@pytest.mark.parametrize("name, limit", [("mlp_train_step", 12), ("gmm_gradient", 10),
                                          ("jvp_layer", 3), ("philox_noise", 1)])
 def test_generated_code_kernel_counts(name: str, limit: int) -> None:
     """Regression guard on fusion (counts as of this pipeline; see lower_to_gpu.py)."""
