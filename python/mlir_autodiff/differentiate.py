@@ -362,10 +362,13 @@ def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
     return _eager(transform)
 
 
-def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
+def jacfwd(fun: Callable[..., Any], argnums: int = 0, *,
+           _randomness: str = "same") -> Callable[..., Any]:
     """The Jacobian by forward mode: shape `out.shape + x.shape` (array in, array out).
 
-    One batched forward call: `vmap` of the jvp over the input basis.
+    One batched forward call: `vmap` of the jvp over the input basis. Every column
+    sees the same random numbers (the ones `fun` draws), so a function that draws
+    has the Jacobian of the function its draws define.
     """
     from . import numpy as anp
     from .batching import vmap
@@ -378,7 +381,7 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
         def column(t: Any) -> Any:
             return jvp(f_of_x, (x,), (t,))[1]
 
-        cols = as_tracer(vmap(column, out_axes=-1)(as_tracer(_basis(x.aval))))
+        cols = as_tracer(vmap(column, out_axes=-1, randomness=_randomness)(as_tracer(_basis(x.aval))))
         return anp.reshape(cols, cols.shape[:-1] + x.shape)
 
     transform.__name__ = f"jacfwd_{_name(fun)}"
@@ -386,8 +389,12 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
 
 
 def hessian(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
-    """`jacfwd(jacrev(fun))`: forward-over-reverse, as JAX does."""
-    return jacfwd(jacrev(fun, argnums), argnums)
+    """`jacfwd(jacrev(fun))`: forward-over-reverse, as JAX does.
+
+    A function that draws random numbers is refused for now: its reverse mode
+    inside a traced function does not yet replay the forward draws (issue 18).
+    """
+    return jacfwd(jacrev(fun, argnums), argnums, _randomness="error")
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "hessian",

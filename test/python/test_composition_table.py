@@ -36,8 +36,8 @@ CHECKS = ("value", "deriv")
 #: (cell id, check) -> why it is wrong today. Every entry is a strict xfail.
 VJP_RNG = ("ad.vjp of a function that draws (nn.dropout) inside jit: the pullback uses a "
            "different mask than the forward draw (grad is right)")
-JAC_RNG = ("jacfwd/hessian of a function that draws asks for a vmap randomness mode "
-           "(issue 18 item 13)")
+JAC_RNG = ("hessian of a function that draws is refused (its jacrev would not replay the "
+           "draws, see VJP_RNG) with a message about a vmap randomness mode")
 RULE_RNG = ("a custom rule (custom_vjp/custom_jvp/Function) whose function draws: "
             "autodiff-functionalize-rng rejects the rule functions gaining RNG state")
 
@@ -51,8 +51,7 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {
                  "while_loop", "where", "dropout")},
     ("vjp-dropout", "value"): VJP_RNG,
     ("jacrev-dropout", "value"): VJP_RNG,
-    ("jacfwd-dropout", "value"): JAC_RNG,
-    ("jacfwd-dropout", "deriv"): JAC_RNG,
+    ("jacfwd-dropout", "deriv"): VJP_RNG,
     ("hessian-dropout", "value"): JAC_RNG,
     ("custom_vjp-dropout", "deriv"): RULE_RNG,
     ("custom_jvp-dropout", "deriv"): RULE_RNG,

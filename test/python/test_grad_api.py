@@ -260,3 +260,18 @@ def test_jacobians_are_one_batched_call_not_a_loop():
     after = ad.lower(ad.jacrev(f), x).as_text("autodiff")
     assert "autodiff." not in after
     np.testing.assert_allclose(ad.jacrev(f)(x), ad.jacfwd(f)(x), rtol=1e-12)
+
+
+def test_jacfwd_of_a_function_that_draws_uses_its_draws():
+    """jacfwd's internal vmap gives every column the draws of the function itself
+    (issue 18 item 13: it used to ask the user for a vmap randomness mode)."""
+    x = np.array([0.3, -0.7, 1.1])
+
+    def f(x):
+        return anp.sin(x) * ad.random.uniform((3,))
+
+    ad.random.manual_seed(3)
+    u = ad.jit(lambda: ad.random.uniform((3,)))()
+    ad.random.manual_seed(3)
+    jac = ad.jit(ad.jacfwd(f))(x)
+    np.testing.assert_allclose(jac, np.diag(np.cos(x) * u), rtol=1e-6, atol=1e-7)
