@@ -28,7 +28,7 @@ autodiff.jvp/vjp ops, with the differentiation driver (vmap of grad).
 For the converse (grad of vmap) this module registers `lower_inner_vmap`
 with the differentiation driver, which lowers inner vmap ops first.
 
-Custom rules (function attributes of DESIGN.md, wherever @f is batched):
+Custom rules (function attributes listed in the README, wherever @f is batched):
 
 - `autodiff.custom_vmap = @r` or `[@r1, @r2, ...]`: each rule function
   carries `autodiff.in_axes` / `autodiff.out_axes` (array<i64>, one entry per
@@ -78,7 +78,7 @@ PASS = "autodiff-vmap"
 RNG_STATE = "autodiff.rng_state"
 RNG_BLOCKS = "autodiff.rng_blocks"
 AD_OPS = ("autodiff.jvp", "autodiff.vjp")
-#: Custom rule attributes of a primal function (DESIGN.md).
+#: Custom rule attributes of a primal function (listed in the README).
 CUSTOM_VJP = "autodiff.custom_vjp"
 CUSTOM_JVP = "autodiff.custom_jvp"
 CUSTOM_VMAP = "autodiff.custom_vmap"

@@ -5,7 +5,7 @@ Like every transform here, these only *emit* IR; the passes differentiate.
 
 - `custom_vjp` / `custom_jvp` (JAX semantics) and `Function` (torch.autograd.Function
   semantics) trace the primal function and the rule functions into their own
-  `func.func`s and mark the primal with the function attributes of DESIGN.md,
+  `func.func`s and mark the primal with the function attributes listed in the README,
   `autodiff.custom_vjp = {fwd = @f_fwd, bwd = @f_bwd}` and
   `autodiff.custom_jvp = @f_jvp`; the call site is a plain `func.call @f`. So the
   rules apply wherever `@f` is differentiated, under `jit`, `grad`, `jvp`, `vmap`,
