@@ -4,7 +4,10 @@ Import it as `anp`. Inside a function given to `mlir_autodiff.jit` (or any
 transform), these functions take traced values, numpy arrays and Python
 scalars and emit upstream MLIR (`arith`, `math`, `tensor`, `linalg`; see
 `primitives.py` for the exact vocabulary). Outside a trace they fall back to
-numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`.
+numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`. This
+module also gives traced values (`tracing.Tracer`) their operators and ndarray
+methods: `x + y`, `x.sum()`, `x.T`, `x[i]`, `x.at[i].set(v)` call the functions
+here (installed on import; see the end of the file).
 
 Semantics follow numpy (broadcasting, axis/keepdims, `@`, basic slicing,
 dtype promotion) with these documented choices:
@@ -1524,7 +1527,6 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:
 
 def identity(n: int, dtype: Any = float) -> Any:
     return eye(n, dtype=dtype)
-
 
 
 # --------------------------------------------------------------------------- Tracer's interface
