@@ -19,6 +19,21 @@ command-line tools, which live in `mlir_autodiff.tools`, do not pay for (or
 depend on) the front end.
 """
 
+# The front end's layers. A module imports only modules of lower layers, at
+# module level or inside a function (test/python/test_layering.py reads this
+# table and checks every import), so there is no import circle:
+#
+#   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
+#   layer 1  errors, pytree, rng_state   exceptions; pytrees; the generator state
+#   layer 2  tracing, runtime            Tracer and traces; the CPU JIT runtime
+#   layer 3  primitives, gpu             the ops a trace emits; the GPU runtime
+#   layer 4  numpy                       numpy's API; installs Tracer's operators and methods
+#   layer 5  api                         jit and lower (imports numpy: traces see a full Tracer)
+#   layer 6  batching, random            vmap; random draws
+#   layer 7  custom, differentiate, lax  custom rules and checkpoint; grad & co; loops
+#   layer 8  nn
+#   layer 9  __init__                    this namespace, imported lazily (PEP 562)
+
 from __future__ import annotations
 
 import importlib

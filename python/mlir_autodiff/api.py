@@ -39,9 +39,13 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
+from mlir.dialects import bufferization, func
 
 from . import dialects, pytree
+from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
 from .errors import CompilationError, UnsupportedError
+from .rng_state import call_with_state
+from .runtime import CompiledModule
 from .tracing import (
     FunctionTrace,
     ShapedArray,
@@ -50,6 +54,10 @@ from .tracing import (
     current_trace,
     storage_dtype,
 )
+from .transforms.cpu_schedules import cpu_pipeline, cpu_threads
+from .transforms.diagnostics import to_diag
+from .transforms.passes import lookup
+from .transforms.pipeline import PipelineError, run_pipeline
 
 #: Transform passes run (when registered) before lowering, in this order.
 AUTODIFF_PASSES = ("autodiff-jvp", "autodiff-vjp", "autodiff-vmap")
@@ -65,8 +73,6 @@ RNG_LOWER_PASS = "autodiff-lower-rng"
 
 def autodiff_pipeline() -> list[str]:
     """The registered transform passes among AUTODIFF_PASSES."""
-    from .transforms.passes import lookup
-
     return [name for name in AUTODIFF_PASSES if lookup(name) is not None]
 
 
@@ -288,8 +294,6 @@ def _module_text(module: ir.Module) -> str:
 
 
 def _render_mlir_error(err: ir.MLIRError) -> list[str]:
-    from .transforms.diagnostics import to_diag
-
     lines = []
     for d in err.error_diagnostics:
         try:
@@ -316,8 +320,6 @@ def _reparse(module: ir.Module, context: ir.Context, what: str) -> ir.Module:
 
 
 def _run_pipeline(module: ir.Module, passes: Sequence[str], what: str) -> None:
-    from .transforms.pipeline import PipelineError, run_pipeline
-
     if not passes:
         return
     try:
@@ -347,8 +349,6 @@ def _donate_buffers(module: ir.Module, donated: Sequence[int],
     update, not a matmul that still reads the argument), and the lowering
     drops the result from the signature when it is the argument's buffer.
     """
-    from mlir.dialects import bufferization
-
     main = _main_func(module)
     block = main.regions[0].blocks[0]
     ret = list(block.operations)[-1].operation
@@ -388,8 +388,6 @@ def _dedupe_results(module: ir.Module) -> list[int]:
     twice crashes the CPU lowering (buffer-results-to-out-params); the
     runtime copies the array instead.
     """
-    from mlir.dialects import func
-
     main = _main_func(module)
     block = main.regions[0].blocks[0]
     ret = list(block.operations)[-1]
@@ -421,9 +419,6 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
         from .gpu import CompiledGpuModule
 
         return CompiledGpuModule(module, context=context)
-    from .runtime import CompiledModule
-    from .transforms.cpu_schedules import cpu_pipeline
-
     return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
 
 
@@ -515,10 +510,8 @@ class _Executable:
                 return [unique[j] for j in self.remap]
 
             if self.traced.uses_rng:
-                from . import random
-
                 # Trailing (seed, offset) in, advanced offset out (functionalize-rng).
-                outs = random.call_with_state(call, args)
+                outs = call_with_state(call, args)
             else:
                 outs = call(args)
             if self._bool_out:
@@ -554,8 +547,6 @@ class JitFunction:
     def __init__(self, fun: Callable[..., Any], static_argnums: int | Sequence[int] = (),
                  device: str = "cpu", donate_argnums: int | Sequence[int] = (),
                  static_argnames: str | Sequence[str] = (), threads: int | None = None):
-        from .transforms.cpu_schedules import cpu_threads
-
         if isinstance(fun, JitFunction):
             fun = fun.fun
         if device not in DEVICES:

@@ -25,6 +25,7 @@ import numpy as np
 from mlir import ir
 
 from . import dialects, pytree
+from . import numpy as anp
 from .api import function_name, traced_or_jitted
 from .tracing import (
     FunctionTrace,
@@ -35,6 +36,9 @@ from .tracing import (
     require_trace,
     trace_function,
 )
+from .transforms.ad_support import captured_values
+from .transforms.rules.batching import ALWAYS_RULE
+from .transforms.vmap import batched_outputs
 
 Axis = int | None
 RANDOMNESS = ("error", "different", "same")
@@ -103,9 +107,6 @@ class VmapLevel:
                 ) -> bool | None | list[tuple[FunctionTrace, ir.Value]]:
         """What `v` depends on: a final answer, or the values (with their traces)
         whose dependence decides it (SSA: no cycles; captures lead outwards)."""
-        from .transforms.ad_support import captured_values
-        from .transforms.rules.batching import ALWAYS_RULE
-
         owner = v.owner
         if not isinstance(owner, ir.Block):
             op = owner.operation
@@ -224,8 +225,6 @@ def _insert(shape: tuple[int, ...], axis: int, n: int) -> tuple[int, ...]:
 
 
 def _broadcast_out(x: Tracer, axis: Axis, size: int) -> Tracer:
-    from . import numpy as anp
-
     if axis is None:
         return x
     return anp.broadcast_to(anp.expand_dims(x, axis), _insert(x.shape, axis, size))
@@ -307,8 +306,6 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
                 raise ValueError(f"{who}: out_axes {a} is out of range for output leaf {j} "
                                  f"of rank {aval.ndim}")
             out_norm.append(ax)
-        from .transforms.vmap import batched_outputs
-
         flags = [a is not None for a in norm] + [False] * len(fn.captures)
         depends = batched_outputs(fn.func_op.operation, flags)
         for j, (a, dep) in enumerate(zip(out_norm, depends)):

@@ -44,11 +44,13 @@ from mlir.dialects import func
 
 from . import dialects, pytree
 from .api import JitFunction, _leaf_aval
+from .batching import _prefix_leaves, active_vmap_level, peeled
 from .tracing import (
     FunctionTrace,
     ShapedArray,
     TracedFunction,
     Tracer,
+    _unique_symbol,
     as_tracer,
     current_trace,
     emit_call,
@@ -56,6 +58,7 @@ from .tracing import (
     require_trace,
     trace_function,
 )
+from .transforms.autodiff_common import residual_report
 
 # --------------------------------------------------------------------------- helpers
 
@@ -115,8 +118,6 @@ class _Wrapper:
 
     def __init__(self, trace: FunctionTrace, base: str, inputs: Sequence[ir.Type],
                  results: Sequence[ir.Type], loc: ir.Location) -> None:
-        from .tracing import _unique_symbol
-
         self.loc = loc
         with trace.context, loc, ir.InsertionPoint(trace.module.body):
             self.op = func.FuncOp(_unique_symbol(trace.module, base),
@@ -513,8 +514,6 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
     """Trace the user's batching rule on batched arguments into a function
     (leaves, batched where `spec.flags` says, batch at axis 0) -> output leaves,
     each with its batch axis (-1: unbatched), checked against the primal's outputs."""
-    from .batching import _prefix_leaves, peeled
-
     who = f"{name}.vmap"
     size = spec.level.size
     avals = [ShapedArray((size, *a.shape), a.dtype) if f else a.strong()
@@ -841,8 +840,6 @@ class Function:
         which is always usable: the pass broadcasts an unbatched value into it.
         Other vmap levels batch the rule's code generically.
         """
-        from .batching import active_vmap_level
-
         level = active_vmap_level()
         if level is None:
             return None
@@ -968,8 +965,6 @@ def checkpoint_name(x: Any, name: str) -> Any:
 
 
 def _name_function(trace: FunctionTrace, name: str, t: ir.Type) -> str:
-    from .tracing import _unique_symbol
-
     for op in trace.module.body.operations:
         if op.operation.name == "func.func" and "autodiff.checkpoint_name" in op.attributes \
                 and ir.StringAttr(op.attributes["autodiff.checkpoint_name"]).value == name \
@@ -1025,8 +1020,6 @@ def _arg_names(fun: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
 def saved_residuals(fun: Callable[..., Any], *args: Any) -> list[SavedResidual]:
     """What reverse mode of `fun` (w.r.t. every float argument) saves for the
     backward pass: arguments it reads there and values of the forward code."""
-    from .transforms.autodiff_common import residual_report
-
     leaves, in_tree = pytree.tree_flatten(args)
     avals = [_leaf_aval(x, f"saved_residuals({_name(fun)})")[0] for x in leaves]
     ctx = ir.Context()

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from . import dialects, pytree
+from . import dialects, pytree, random
+from . import numpy as anp
 from .api import JitFunction, function_name, traced_or_jitted
+from .batching import vmap
 from .tracing import (
     ShapedArray,
     TracedFunction,
@@ -226,8 +228,6 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     apply.__name__ = f"vjp_{_name(fun)}"
     apply_eager = _eager(apply)
 
-    from . import random
-
     if current_trace() is not None:
         # One traced function serves the primal call and every pullback. Two uses of a
         # function that draws would draw different numbers; pin_draws ties its draws
@@ -342,9 +342,6 @@ def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
 
     One batched backward call: `vmap` of the pullback over the output basis.
     """
-    from . import numpy as anp
-    from .batching import vmap
-
     who = f"jacrev({_name(fun)})"
 
     def transform(*args: Any) -> Any:
@@ -370,9 +367,6 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0, *,
     sees the same random numbers (the ones `fun` draws), so a function that draws
     has the Jacobian of the function its draws define.
     """
-    from . import numpy as anp
-    from .batching import vmap
-
     who = f"jacfwd({_name(fun)})"
 
     def transform(*args: Any) -> Any:

@@ -35,6 +35,7 @@ from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
 from . import primitives, pytree
+from .batching import active_vmap_level
 from .tracing import (
     FunctionTrace,
     RegionTrace,
@@ -314,8 +315,6 @@ def _bounds(who: str, lower: Any, upper: Any) -> tuple[ir.Value, ir.Value, Shape
 
 def _reject_batched_bounds(who: str, bounds: list[Tracer]) -> None:
     """Bounds that vary across a vmap's lanes cannot drive one scf.for: say so here."""
-    from .batching import active_vmap_level
-
     level = active_vmap_level()
     if level is None or not bounds:
         return

@@ -13,14 +13,10 @@ from typing import Any
 import numpy as np
 
 from . import numpy as anp
+from . import random
+from .differentiate import stop_gradient as _stop_gradient
 
 ArrayLike = Any
-
-
-def _stop_gradient(x: Any) -> Any:
-    from .differentiate import stop_gradient
-
-    return stop_gradient(x)
 
 
 def relu(x: ArrayLike) -> Any:
@@ -122,8 +118,6 @@ def dropout(x: ArrayLike, p: float = 0.5, training: bool = True) -> Any:
     The mask is drawn from the implicit generator (`mlir_autodiff.random`);
     see `mlir_autodiff.random.dropout`.
     """
-    from . import random
-
     return random.dropout(x, p, training)
 
 

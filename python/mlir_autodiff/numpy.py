@@ -4,7 +4,10 @@ Import it as `anp`. Inside a function given to `mlir_autodiff.jit` (or any
 transform), these functions take traced values, numpy arrays and Python
 scalars and emit upstream MLIR (`arith`, `math`, `tensor`, `linalg`; see
 `primitives.py` for the exact vocabulary). Outside a trace they fall back to
-numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`.
+numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`. This
+module also gives traced values (`tracing.Tracer`) their operators and ndarray
+methods: `x + y`, `x.sum()`, `x.T`, `x[i]`, `x.at[i].set(v)` call the functions
+here (installed on import; see the end of the file).
 
 Semantics follow numpy (broadcasting, axis/keepdims, `@`, basic slicing,
 dtype promotion) with these documented choices:
@@ -40,6 +43,7 @@ from .errors import (
     UnexpectedTracerError,
     UnsupportedError,
 )
+from .errors import UnsupportedNumpyFunctionError as _UnsupportedNumpyFunctionError
 from .tracing import Tracer, canonical_dtype, current_trace, format_site
 
 # --------------------------------------------------------------------------- dtypes & constants
@@ -1524,3 +1528,173 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:
 def identity(n: int, dtype: Any = float) -> Any:
     return eye(n, dtype=dtype)
 
+
+# --------------------------------------------------------------------------- Tracer's interface
+# `tracing.Tracer` holds a value and its abstract value; numpy's interface on it
+# (operators, `.T`, `.at`, ndarray methods, numpy's ufunc protocol) is the
+# functions of this module, installed on the class here, as jax.numpy installs
+# its array methods. So tracing imports nothing above it, and whoever traces
+# imports this module (`api` does).
+
+#: numpy ufuncs that Python operators on ndarrays turn into -> our function name.
+_OPERATOR_UFUNCS = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "true_divide",
+    "true_divide": "true_divide", "floor_divide": "floor_divide", "remainder": "remainder",
+    "power": "power", "matmul": "matmul", "less": "less", "less_equal": "less_equal",
+    "greater": "greater", "greater_equal": "greater_equal", "equal": "equal",
+    "not_equal": "not_equal", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor",
+}
+
+
+def _unsupported_numpy(full_name: str, base: str) -> _UnsupportedNumpyFunctionError:
+    hint = (f"use mlir_autodiff.numpy.{base}" if base in globals() and not base.startswith("_")
+            else f"mlir_autodiff.numpy has no '{base}' yet")
+    return _UnsupportedNumpyFunctionError(
+        f"numpy.{full_name} is not supported on traced values at {format_site()}; {hint}"
+    )
+
+
+def _array_ufunc(self: Tracer, ufunc: np.ufunc, method: str, *inputs: Any,
+                 **kwargs: Any) -> Any:
+    # `ndarray + tracer` reaches us as np.add(ndarray, tracer): dispatch the
+    # ufuncs behind Python operators; any other numpy function is an error.
+    name = _OPERATOR_UFUNCS.get(ufunc.__name__)
+    if method == "__call__" and name is not None and not kwargs:
+        return globals()[name](*inputs)
+    full = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+    raise _unsupported_numpy(full, ufunc.__name__)
+
+
+def _array_function(self: Tracer, fn: Any, types_: Any, args: Any, kwargs: Any) -> Any:
+    raise _unsupported_numpy(fn.__name__, fn.__name__)
+
+
+def _forward(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`x.op(o)` -> fn(x, o)."""
+    return lambda self, o: fn(self, o)
+
+
+def _reflected(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`x.__rop__(o)` -> fn(o, x)."""
+    return lambda self, o: fn(o, self)
+
+
+def _unary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda self: fn(self)
+
+
+def _reduction_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`x.sum(axis=None, dtype=None, keepdims=False)` and the like."""
+    def method(self: Tracer, axis: Any = None, dtype: Any = None,
+               keepdims: bool = False) -> Tracer:
+        return fn(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    return method
+
+
+def _axis_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`x.max(axis=None, keepdims=False)` and the like."""
+    def method(self: Tracer, axis: Any = None, keepdims: bool = False) -> Tracer:
+        return fn(self, axis=axis, keepdims=keepdims)
+    return method
+
+
+def _moment_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`x.var(axis=None, ddof=0, keepdims=False)`, `x.std(...)`."""
+    def method(self: Tracer, axis: Any = None, ddof: int = 0,
+               keepdims: bool = False) -> Tracer:
+        return fn(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    return method
+
+
+def _reshape_method(self: Tracer, *shape: Any, order: str = "C") -> Tracer:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return reshape(self, shape, order=order)
+
+
+def _transpose_method(self: Tracer, *axes: Any) -> Tracer:
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = tuple(axes[0])
+    return transpose(self, axes or None)
+
+
+def _squeeze_method(self: Tracer, axis: Any = None) -> Tracer:
+    return squeeze(self, axis)
+
+
+def _swapaxes_method(self: Tracer, a: int, b: int) -> Tracer:
+    return swapaxes(self, a, b)
+
+
+def _clip_method(self: Tracer, min: Any = None, max: Any = None) -> Tracer:
+    return clip(self, min, max)
+
+
+def _at_property(self: Tracer) -> _IndexUpdateHelper:
+    """Functional updates: `x.at[idx].set(v)`, `.add(v)`, `.multiply(v)`, `.get()`..."""
+    return _IndexUpdateHelper(self)
+
+
+#: Binary operators `__op__` / `__rop__` -> the function they call.
+_BINARY_OPERATORS = {
+    "add": add, "sub": subtract, "mul": multiply, "truediv": true_divide,
+    "floordiv": floor_divide, "mod": remainder, "pow": power, "matmul": matmul,
+    "and": bitwise_and, "or": bitwise_or, "xor": bitwise_xor,
+}
+_COMPARISONS = {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal,
+                "eq": equal, "ne": not_equal}
+
+#: Tracer attribute -> its implementation (functions take the Tracer first).
+_TRACER_METHODS: dict[str, Any] = {
+    # operators
+    **{f"__{op}__": _forward(fn) for op, fn in _BINARY_OPERATORS.items()},
+    **{f"__r{op}__": _reflected(fn) for op, fn in _BINARY_OPERATORS.items()},
+    **{f"__{op}__": _forward(fn) for op, fn in _COMPARISONS.items()},
+    "__neg__": _unary(negative),
+    "__pos__": lambda self: self,
+    "__abs__": _unary(abs),
+    "__invert__": _unary(invert),
+    "__getitem__": _forward(_getitem),
+    # numpy's protocols: `ndarray <op> tracer`; np.* functions are errors
+    "__array_ufunc__": _array_ufunc,
+    "__array_function__": _array_function,
+    # ndarray methods
+    "astype": _forward(astype),
+    "reshape": _reshape_method,
+    "transpose": _transpose_method,
+    "swapaxes": _swapaxes_method,
+    "squeeze": _squeeze_method,
+    "ravel": _unary(ravel),
+    "flatten": _unary(ravel),
+    "sum": _reduction_method(sum),
+    "mean": _reduction_method(mean),
+    "prod": _reduction_method(prod),
+    "var": _moment_method(var),
+    "std": _moment_method(std),
+    "max": _axis_method(max),
+    "min": _axis_method(min),
+    "all": _axis_method(all),
+    "any": _axis_method(any),
+    "argmax": _axis_method(argmax),
+    "argmin": _axis_method(argmin),
+    "clip": _clip_method,
+    "dot": _forward(dot),
+}
+#: Tracer properties.
+_TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {
+    "T": _unary(transpose),
+    "mT": lambda self: swapaxes(self, -1, -2),
+    "at": _at_property,
+}
+
+
+def _install_tracer_interface() -> None:
+    for name, fn in _TRACER_METHODS.items():
+        fn.__name__, fn.__qualname__ = name, f"Tracer.{name}"
+        setattr(Tracer, name, fn)
+    for name, get in _TRACER_PROPERTIES.items():
+        setattr(Tracer, name, property(get))
+
+
+_install_tracer_interface()

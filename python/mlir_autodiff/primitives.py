@@ -37,6 +37,7 @@ from .tracing import (
     element_type,
     format_site,
     require_trace,
+    set_lift_ops,
     storage_dtype,
 )
 
@@ -610,6 +611,10 @@ def contract(operands: Sequence[Tracer], in_letters: Sequence[str], out_letters:
                 prod = combiner("prod", dt, prod, a)
             linalg.YieldOp([combiner("sum", dt, args[-1], prod)])
     return Tracer(op.result, ShapedArray(out_shape, dt), trace)
+
+
+# `tracing.as_tracer` makes constants and converts dtypes with these ops.
+set_lift_ops(constant_like, convert)
 
 
 __all__ = [

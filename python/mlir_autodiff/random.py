@@ -14,10 +14,12 @@ module with draws it runs `--autodiff-functionalize-rng` before the
 transforms, so `grad`, `checkpoint` and `vmap` replay exactly the forward's
 numbers, and `--autodiff-lower-rng` after them (Philox4x32-10). The compiled
 function then takes the generator state `(seed, offset)` and returns the
-advanced offset: the runtime passes this module's process-wide state in and
-stores the offset it gets back, so consecutive calls draw fresh numbers and
-`manual_seed` replays a run bit for bit, even across separately compiled
-programs (the numbers depend only on seed, offset and the draw's shape).
+advanced offset: the runtime passes the process-wide state in and stores the
+offset it gets back, so consecutive calls draw fresh numbers and `manual_seed`
+replays a run bit for bit, even across separately compiled programs (the
+numbers depend only on seed, offset and the draw's shape). The state and that
+calling convention live in `rng_state` (which `jit` uses); `manual_seed`,
+`seed`, `get_state`, `set_state` and `call_with_state` are re-exported here.
 
 Outside a trace the functions run eagerly: they compile (once per shape,
 dtype and parameters) and draw from the same generator.
@@ -34,7 +36,6 @@ key's (seed, offset), marked `keyed`.
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,76 +44,20 @@ from mlir import ir
 from mlir.dialects import arith, tensor
 
 from . import dialects
+from . import numpy as anp
+from .api import JitFunction
+from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
+    _MASK64,
+    DEFAULT_SEED,
+    call_with_state,
+    get_state,
+    manual_seed,
+    seed,
+    set_state,
+)
 from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
 
-#: torch's default seed, so an unseeded program is still reproducible.
-DEFAULT_SEED = 67280421310721
-_MASK64 = (1 << 64) - 1
-
 ShapeLike = int | Sequence[int]
-
-
-class _Generator:
-    """The implicit generator: a Philox key and the next free counter block.
-
-    Process-wide, like torch's default generator; `lock` makes a compiled call's
-    read-draw-advance of the offset atomic, so threads never share counter blocks.
-    """
-
-    def __init__(self) -> None:
-        self.seed = DEFAULT_SEED
-        self.offset = 0
-        self.lock = threading.RLock()
-
-
-_GEN = _Generator()
-
-
-def manual_seed(seed: int) -> None:
-    """Seed the implicit generator and rewind it (torch.manual_seed).
-
-    `seed` is any Python int; it is taken modulo 2**64.
-    """
-    if isinstance(seed, (bool, float)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
-    with _GEN.lock:
-        _GEN.seed = int(seed) & _MASK64
-        _GEN.offset = 0
-
-
-def seed(seed: int) -> None:
-    """Alias of `manual_seed` (numpy's and torch's spelling)."""
-    manual_seed(seed)
-
-
-def get_state() -> tuple[int, int]:
-    """The generator state `(seed, offset)`; pass it to `set_state` to replay from here."""
-    with _GEN.lock:
-        return _GEN.seed, _GEN.offset
-
-
-def set_state(state: tuple[int, int]) -> None:
-    """Restore a state returned by `get_state`."""
-    s, o = state
-    with _GEN.lock:
-        _GEN.seed = int(s) & _MASK64
-        _GEN.offset = int(o) & _MASK64
-
-
-def call_with_state(call: Callable[[list[Any]], list[Any]], args: list[Any]) -> list[Any]:
-    """Run a compiled function whose RNG state was functionalized.
-
-    `call(args + [seed, offset])` must return the function's results with the
-    advanced offset last (`--autodiff-functionalize-rng`'s contract); that offset
-    is stored, so the next call draws after this one's numbers. Returns the
-    other results.
-    """
-    with _GEN.lock:
-        state = [np.array(v, dtype=np.uint64).view(np.int64) for v in (_GEN.seed, _GEN.offset)]
-        outs = call(list(args) + state)
-        # i64 on the MLIR side, an unsigned block counter here (it wraps mod 2**64).
-        _GEN.offset = int(np.asarray(outs[-1], dtype=np.int64).view(np.uint64))
-    return outs[:-1]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -151,20 +96,15 @@ def _eager_body(fname: str, static: tuple[tuple[str, Any], ...], *dynamic: Any) 
     return globals()[fname](*dynamic, **dict(static))
 
 
-def _make_eager() -> Any:
-    from .api import JitFunction
-
-    return JitFunction(_eager_body, static_argnums=(0, 1))
-
-
 class _LazyEager:
-    """The jitted eager entry point, built on first use (api imports are not free)."""
+    """The jitted eager entry point, built on first use (so the jit thread setting is
+    read then, as for any `jit`, not when this module is imported)."""
 
     _fn: Any = None
 
     def __call__(self, *args: Any) -> Any:
         if self._fn is None:
-            self._fn = _make_eager()
+            self._fn = JitFunction(_eager_body, static_argnums=(0, 1))
         return self._fn(*args)
 
 
@@ -217,8 +157,6 @@ def key(seed: Any) -> Any:
     `grad` and `vmap` (a batch of keys is an int64 array of shape (n, 2)).
     """
     if isinstance(seed, Tracer):
-        from . import numpy as anp
-
         if np.issubdtype(seed.dtype, np.floating) or seed.dtype == np.bool_ or seed.shape:
             raise TypeError(f"random.key: seed must be an integer scalar, got {seed.aval}")
         return anp.stack([anp.astype(seed, KEY_DTYPE), anp.zeros((), KEY_DTYPE)])
@@ -272,8 +210,6 @@ def _philox(aval: ShapedArray, seed: ir.Value, offset: ir.Value, distribution: s
 def _keyed_draw(k: Any, shape: tuple[int, ...], dtype: np.dtype, distribution: str,
                 **params: float) -> Tracer:
     """Emit the draw of key `k` in the active trace: philox at (k[0], k[1])."""
-    from . import numpy as anp
-
     trace = current_trace()
     assert trace is not None
     k = anp.asarray(k)
@@ -292,8 +228,6 @@ def _derived_keys(k: Any, data: Any, shape: tuple[int, ...], stream: int) -> Tra
     key h in `stream`. Mixing both words first means keys that share a seed
     but not an offset have unrelated children.
     """
-    from . import numpy as anp
-
     trace = current_trace()
     assert trace is not None
     k = anp.asarray(k)
@@ -460,8 +394,6 @@ def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
         if not float(low) <= float(high):
             raise ValueError(f"{who}: expected low <= high, got low={low}, high={high}")
         return draw(shape, dt, "uniform", low=float(low), high=float(high))
-    from . import numpy as anp
-
     u = draw(shape, dt, "uniform")
     low, high = anp.asarray(low), anp.asarray(high)
     out = low + (high - low) * u
@@ -507,8 +439,6 @@ def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
         if float(std) < 0:
             raise ValueError(f"{who}: std must be >= 0, got {std}")
         return draw(shape, dt, "normal", mean=float(mean), std=float(std))
-    from . import numpy as anp
-
     z = draw(shape, dt, "normal")
     out = anp.asarray(mean) + anp.asarray(std) * z
     return anp.astype(out, dt) if out.dtype != dt else out
@@ -546,8 +476,6 @@ def _bernoulli(k: Any, p: Any, shape: ShapeLike | None) -> Any:
         if static:
             return _eager("_bernoulli", [k], {"p": float(p), "shape": shape})
         return _eager("_bernoulli", [k, p], {"shape": shape})
-    from . import numpy as anp
-
     dt = np.float32
     if not static:
         p = anp.asarray(p)
@@ -600,8 +528,6 @@ def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
         raise ValueError(f"{who}: the range high - low = {high - low} exceeds 2**63 - 1")
     if current_trace() is None:
         return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.str})
-    from . import numpy as anp
-
     words = _source(k)(shape, KEY_DTYPE, "bits")
     out = anp.remainder(words, np.int64(high - low)) + np.int64(low)
     return anp.astype(out, dt)
@@ -626,8 +552,6 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
         return x
     if current_trace() is None:
         return _eager("dropout", [x], {"p": p, "training": True})
-    from . import numpy as anp
-
     x = anp.asarray(x)
     if not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"{who}: x must be a float array, got {x.dtype}")

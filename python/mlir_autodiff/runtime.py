@@ -57,6 +57,7 @@ from mlir.execution_engine import ExecutionEngine
 from mlir_autodiff import dialects
 from mlir_autodiff.transforms.cpu_schedules import openmp_shared_libs
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
+from mlir_autodiff.transforms.lower_to_cpu import RESULT_ARGS
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
 from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
@@ -680,8 +681,6 @@ def _result_arguments(lowered: ir.Module) -> dict[str, list[int]]:
     functions with donated arguments when it drops such results from the
     native signature.
     """
-    from mlir_autodiff.transforms.lower_to_cpu import RESULT_ARGS
-
     source = {v: k for k, v in renamed_symbols(lowered.operation).items()}
     out = {}
     for op in lowered.body.operations:

@@ -4,7 +4,8 @@ A `FunctionTrace` owns one `func.func` being built; while it is active (on a
 per-thread stack), every `mlir_autodiff.numpy` call appends upstream ops
 (`arith`, `math`, `tensor`, `linalg`) to it. A `Tracer` wraps the `ir.Value`
 of one tensor plus its abstract value (`ShapedArray`: shape, numpy dtype,
-weak type) and carries numpy's operator overloads.
+weak type); `mlir_autodiff.numpy` installs numpy's operators and methods on
+it. This module imports nothing of the package above it (errors, pytree).
 
 Transforms build on this module: `trace_function(fun, in_avals, in_tree)`
 traces a sub-function into its own private `func.func` in the module of the
@@ -46,7 +47,6 @@ from .errors import (
     TracerBoolConversionError,
     UnexpectedTracerError,
     UnsupportedError,
-    UnsupportedNumpyFunctionError,
 )
 
 # --------------------------------------------------------------------------- dtypes
@@ -501,34 +501,44 @@ def emit_call(fn: TracedFunction, args: Sequence[Tracer]) -> list[Tracer]:
     return [Tracer(r, a, trace) for r, a in zip(call.results, fn.out_avals)]
 
 
+#: The two ops `as_tracer` needs: a constant of a value that is not traced, and a
+#: dtype conversion. They are primitives (`primitives.constant_like`,
+#: `primitives.convert`), a layer above this module, which installs them when it is
+#: imported (see `set_lift_ops`), so tracing imports nothing above it.
+_LIFT_OPS: dict[str, Callable[..., Tracer]] = {}
+
+
+def set_lift_ops(constant_like: Callable[[Any, Any], Tracer],
+                 convert: Callable[[Tracer, Any], Tracer]) -> None:
+    """Install the constant and conversion ops of `as_tracer` (done by `primitives`)."""
+    _LIFT_OPS["constant_like"] = constant_like
+    _LIFT_OPS["convert"] = convert
+
+
 def as_tracer(x: Any, dtype: Any = None) -> Tracer:
     """`x` (Tracer, numpy array or Python scalar) as a Tracer of the active trace."""
-    from . import primitives
-
     trace = require_trace("as_tracer")
     if isinstance(x, Tracer):
         t = trace.lift(x)
-        return primitives.convert(t, dtype) if dtype is not None else t
-    return primitives.constant_like(x, dtype)
+        return _LIFT_OPS["convert"](t, dtype) if dtype is not None else t
+    return _LIFT_OPS["constant_like"](x, dtype)
 
 
 # --------------------------------------------------------------------------- Tracer
 
-def _anp() -> types.ModuleType:
-    from . import numpy as anp
-
-    return anp
-
-
 class Tracer:
     """A traced array: an SSA value of a `tensor<...>` with numpy's interface.
 
-    Supports numpy's operators (`+ - * / // % ** @`, comparisons, `&|^~`,
-    unary `-`/`abs`), `.shape/.ndim/.dtype/.size/.T`, basic indexing, the
-    functional updates `x.at[idx].set(v)` / `.add(v)` and the common ndarray
-    methods (`sum`, `mean`, `reshape`, `astype`, ...). Using it as a concrete
-    Python value (`if x:`, `float(x)`, `np.asarray(x)`) raises a TracerError
-    that names the source line.
+    This class holds the value and its abstract value, the array attributes
+    (`.shape/.ndim/.dtype/.size`) and the errors for using it as a concrete
+    Python value (`if x:`, `float(x)`, `np.asarray(x)` raise a TracerError
+    that names the source line). Its numpy interface is installed by
+    `mlir_autodiff.numpy` when that module is imported (as jax.numpy installs
+    its array methods): the operators (`+ - * / // % ** @`, comparisons,
+    `&|^~`, unary `-`/`abs`, indexing), `.T`, `.mT`, the functional updates
+    `x.at[idx].set(v)` / `.add(v)` and the common ndarray methods (`sum`,
+    `mean`, `reshape`, `astype`, ...), so this module imports nothing above it.
+    `mlir_autodiff.api` imports `numpy`, so every trace sees a complete Tracer.
     """
 
     __slots__ = ("aval", "trace", "value")
@@ -560,19 +570,6 @@ class Tracer:
     @property
     def weak_type(self) -> bool:
         return self.aval.weak_type
-
-    @property
-    def T(self) -> Tracer:
-        return _anp().transpose(self)
-
-    @property
-    def mT(self) -> Tracer:
-        return _anp().swapaxes(self, -1, -2)
-
-    @property
-    def at(self) -> Any:
-        """Functional updates: `x.at[idx].set(v)`, `.add(v)`, `.multiply(v)`, `.get()`..."""
-        return _anp()._IndexUpdateHelper(self)
 
     def __repr__(self) -> str:
         return f"Traced<{self.aval}>"
@@ -624,208 +621,11 @@ class Tracer:
             "tracing; use mlir_autodiff.numpy functions on it instead"
         )
 
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        # `ndarray + tracer` reaches us as np.add(ndarray, tracer): dispatch the
-        # ufuncs behind Python operators; any other numpy function is an error.
-        name = _OPERATOR_UFUNCS.get(ufunc.__name__)
-        if method == "__call__" and name is not None and not kwargs:
-            return getattr(_anp(), name)(*inputs)
-        full = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
-        raise _unsupported_numpy(full, ufunc.__name__)
-
-    def __array_function__(self, fn: Any, types_: Any, args: Any, kwargs: Any) -> Any:
-        raise _unsupported_numpy(fn.__name__, fn.__name__)
-
-    # -- operators ------------------------------------------------------------
-    def __neg__(self) -> Tracer:
-        return _anp().negative(self)
-
-    def __pos__(self) -> Tracer:
-        return self
-
-    def __abs__(self) -> Tracer:
-        return _anp().abs(self)
-
-    def __invert__(self) -> Tracer:
-        return _anp().invert(self)
-
-    def __add__(self, o: Any) -> Tracer:
-        return _anp().add(self, o)
-
-    def __radd__(self, o: Any) -> Tracer:
-        return _anp().add(o, self)
-
-    def __sub__(self, o: Any) -> Tracer:
-        return _anp().subtract(self, o)
-
-    def __rsub__(self, o: Any) -> Tracer:
-        return _anp().subtract(o, self)
-
-    def __mul__(self, o: Any) -> Tracer:
-        return _anp().multiply(self, o)
-
-    def __rmul__(self, o: Any) -> Tracer:
-        return _anp().multiply(o, self)
-
-    def __truediv__(self, o: Any) -> Tracer:
-        return _anp().true_divide(self, o)
-
-    def __rtruediv__(self, o: Any) -> Tracer:
-        return _anp().true_divide(o, self)
-
-    def __floordiv__(self, o: Any) -> Tracer:
-        return _anp().floor_divide(self, o)
-
-    def __rfloordiv__(self, o: Any) -> Tracer:
-        return _anp().floor_divide(o, self)
-
-    def __mod__(self, o: Any) -> Tracer:
-        return _anp().remainder(self, o)
-
-    def __rmod__(self, o: Any) -> Tracer:
-        return _anp().remainder(o, self)
-
-    def __pow__(self, o: Any) -> Tracer:
-        return _anp().power(self, o)
-
-    def __rpow__(self, o: Any) -> Tracer:
-        return _anp().power(o, self)
-
-    def __matmul__(self, o: Any) -> Tracer:
-        return _anp().matmul(self, o)
-
-    def __rmatmul__(self, o: Any) -> Tracer:
-        return _anp().matmul(o, self)
-
-    def __and__(self, o: Any) -> Tracer:
-        return _anp().bitwise_and(self, o)
-
-    def __rand__(self, o: Any) -> Tracer:
-        return _anp().bitwise_and(o, self)
-
-    def __or__(self, o: Any) -> Tracer:
-        return _anp().bitwise_or(self, o)
-
-    def __ror__(self, o: Any) -> Tracer:
-        return _anp().bitwise_or(o, self)
-
-    def __xor__(self, o: Any) -> Tracer:
-        return _anp().bitwise_xor(self, o)
-
-    def __rxor__(self, o: Any) -> Tracer:
-        return _anp().bitwise_xor(o, self)
-
-    def __lt__(self, o: Any) -> Tracer:
-        return _anp().less(self, o)
-
-    def __le__(self, o: Any) -> Tracer:
-        return _anp().less_equal(self, o)
-
-    def __gt__(self, o: Any) -> Tracer:
-        return _anp().greater(self, o)
-
-    def __ge__(self, o: Any) -> Tracer:
-        return _anp().greater_equal(self, o)
-
-    def __eq__(self, o: object) -> Tracer:  # type: ignore[override]
-        return _anp().equal(self, o)
-
-    def __ne__(self, o: object) -> Tracer:  # type: ignore[override]
-        return _anp().not_equal(self, o)
-
-    def __getitem__(self, idx: Any) -> Tracer:
-        return _anp()._getitem(self, idx)
-
     def __setitem__(self, idx: Any, value: Any) -> None:
         raise TypeError(
             f"traced arrays are immutable (item assignment at {format_site()}); "
             "use x = x.at[idx].set(value)"
         )
-
-    # -- ndarray methods --------------------------------------------------------
-    def astype(self, dtype: Any) -> Tracer:
-        return _anp().astype(self, dtype)
-
-    def reshape(self, *shape: Any, order: str = "C") -> Tracer:
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return _anp().reshape(self, shape, order=order)
-
-    def transpose(self, *axes: Any) -> Tracer:
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        return _anp().transpose(self, axes or None)
-
-    def swapaxes(self, a: int, b: int) -> Tracer:
-        return _anp().swapaxes(self, a, b)
-
-    def squeeze(self, axis: Any = None) -> Tracer:
-        return _anp().squeeze(self, axis)
-
-    def ravel(self) -> Tracer:
-        return _anp().ravel(self)
-
-    def flatten(self) -> Tracer:
-        return _anp().ravel(self)
-
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tracer:
-        return _anp().var(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def std(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tracer:
-        return _anp().std(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().min(self, axis=axis, keepdims=keepdims)
-
-    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def all(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().all(self, axis=axis, keepdims=keepdims)
-
-    def any(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().any(self, axis=axis, keepdims=keepdims)
-
-    def argmax(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().argmax(self, axis=axis, keepdims=keepdims)
-
-    def argmin(self, axis: Any = None, keepdims: bool = False) -> Tracer:
-        return _anp().argmin(self, axis=axis, keepdims=keepdims)
-
-    def clip(self, min: Any = None, max: Any = None) -> Tracer:
-        return _anp().clip(self, min, max)
-
-    def dot(self, other: Any) -> Tracer:
-        return _anp().dot(self, other)
-
-
-#: numpy ufuncs that Python operators on ndarrays turn into -> our function name.
-_OPERATOR_UFUNCS = {
-    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "true_divide",
-    "true_divide": "true_divide", "floor_divide": "floor_divide", "remainder": "remainder",
-    "power": "power", "matmul": "matmul", "less": "less", "less_equal": "less_equal",
-    "greater": "greater", "greater_equal": "greater_equal", "equal": "equal",
-    "not_equal": "not_equal", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
-    "bitwise_xor": "bitwise_xor",
-}
-
-
-def _unsupported_numpy(full_name: str, base: str) -> UnsupportedNumpyFunctionError:
-    anp = _anp()
-    hint = (f"use mlir_autodiff.numpy.{base}" if hasattr(anp, base) and not base.startswith("_")
-            else f"mlir_autodiff.numpy has no '{base}' yet")
-    return UnsupportedNumpyFunctionError(
-        f"numpy.{full_name} is not supported on traced values at {format_site()}; {hint}"
-    )
 
 
 def is_tracer(x: Any) -> bool:
@@ -850,6 +650,7 @@ __all__ = [
     "emit_call",
     "format_site",
     "is_tracer",
+    "set_lift_ops",
     "storage_dtype",
     "trace_function",
     "user_location",
