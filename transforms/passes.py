@@ -27,8 +27,8 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-vmap": "vmap",
     "autodiff-functionalize-rng": "functionalize_rng",
     "autodiff-lower-rng": "lower_rng",
-    "autodiff-lower-to-cpu": "lower_to_cpu",
-    "autodiff-fuse-row-groups": "cpu_schedules",
+    "autodiff-lower-to-cpu": "cpu.pipeline",
+    "autodiff-fuse-row-groups": "cpu.row_groups",
     "autodiff-lower-to-gpu": "lower_to_gpu",
     "autodiff-verify": "verify",
 }

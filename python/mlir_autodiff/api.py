@@ -422,7 +422,7 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
 
         return CompiledGpuModule(module, context=context)
     from .runtime import CompiledModule
-    from .transforms.cpu_schedules import cpu_pipeline
+    from .transforms.cpu.pipeline import cpu_pipeline
 
     return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
 
@@ -552,7 +552,7 @@ class JitFunction:
     def __init__(self, fun: Callable[..., Any], static_argnums: int | Sequence[int] = (),
                  device: str = "cpu", donate_argnums: int | Sequence[int] = (),
                  static_argnames: str | Sequence[str] = (), threads: int | None = None):
-        from .transforms.cpu_schedules import cpu_threads
+        from .transforms.cpu.pipeline import cpu_threads
 
         if isinstance(fun, JitFunction):
             fun = fun.fun

@@ -1,6 +1,6 @@
 // RUN: autodiff-opt %s --split-input-file --autodiff-lower-to-cpu | filecheck %s
 
-// The performance schedules of --autodiff-lower-to-cpu (transforms/cpu_schedules.py):
+// The performance schedules of --autodiff-lower-to-cpu (transforms/cpu/):
 // large static linalg ops are tiled and vectorized; small ones keep the
 // scalar loops. Numerical results are checked in test/python/test_cpu_pipeline.py.
 

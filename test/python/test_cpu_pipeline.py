@@ -1,4 +1,4 @@
-"""The performance side of `--autodiff-lower-to-cpu` (transforms/cpu_schedules.py).
+"""The performance side of `--autodiff-lower-to-cpu` (transforms/cpu/).
 
 Every scheduled kernel kind (matmul, batch_matmul, elementwise with
 broadcasts, inner and outer reductions, linalg.reduce) is checked against
@@ -17,7 +17,8 @@ import re
 import numpy as np
 import pytest
 from mlir_autodiff.runtime import CompiledModule
-from mlir_autodiff.transforms.cpu_schedules import APPROX_MAX_ULP, ELEMENTWISE
+from mlir_autodiff.transforms.cpu.approximations import APPROX_MAX_ULP
+from mlir_autodiff.transforms.cpu.parameters import ELEMENTWISE
 
 RNG = np.random.default_rng(7)
 
@@ -330,7 +331,7 @@ def openmp() -> None:
     import ctypes
     import os
 
-    from mlir_autodiff.transforms.cpu_schedules import openmp_runtime_library
+    from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 
     path = openmp_runtime_library()
     if path is None:
@@ -448,7 +449,7 @@ def _fused(text: str) -> str:
     """`text` after the CPU pipeline's elementwise fusion step (with its fusion control)."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.lower_to_cpu import PinRecomputedProducers, UnpinProducers
+    from mlir_autodiff.transforms.cpu.fusion import PinRecomputedProducers, UnpinProducers
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     ctx = ir.Context()
@@ -541,7 +542,7 @@ def test_float_powers_become_multiplies(n: float) -> None:
 
 _I, _F, _B = "vector<2x1x8xi32>", "vector<2x1x8xf32>", "vector<2x1x8xi1>"
 #: Every op a CPU schedule may vectorize (every arith op, the math ops of
-#: `_VECTORIZABLE_BODY_OPS`) on an n-d vector (what vectorizing a rank >= 2
+#: `VECTORIZABLE_BODY_OPS`) on an n-d vector (what vectorizing a rank >= 2
 #: tile gives), written with %i, %j (ints), %x, %y (floats), %c (bools).
 ND_VECTOR_OPS = {
     **{f"arith.{o}": f"arith.{o} %i, %j : {_I}" for o in (
@@ -581,11 +582,11 @@ ND_VECTOR_EXEMPT = {"arith.constant", "arith.scaling_extf", "arith.scaling_trunc
 def test_nd_vector_op_table_covers_the_vectorizable_ops() -> None:
     """A new arith op, or a math op made vectorizable, gets a row (or an exemption)."""
     from mlir.dialects import arith
-    from mlir_autodiff.transforms.cpu_schedules import _VECTORIZABLE_BODY_OPS
+    from mlir_autodiff.transforms.cpu.parameters import VECTORIZABLE_BODY_OPS
 
     ops = {getattr(arith, n).OPERATION_NAME for n in dir(arith)
            if hasattr(getattr(arith, n), "OPERATION_NAME")}
-    ops |= {o for o in _VECTORIZABLE_BODY_OPS if o.startswith("math.")}
+    ops |= {o for o in VECTORIZABLE_BODY_OPS if o.startswith("math.")}
     assert ops - ND_VECTOR_EXEMPT == set(ND_VECTOR_OPS), ops ^ set(ND_VECTOR_OPS)
 
 
@@ -596,8 +597,7 @@ def test_every_elementwise_op_lowers_on_nd_vectors() -> None:
     from mlir import ir
     from mlir.execution_engine import ExecutionEngine
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.cpu_schedules import LOWER_VECTORS
-    from mlir_autodiff.transforms.lower_to_cpu import TO_LLVM
+    from mlir_autodiff.transforms.cpu.to_llvm import LOWER_VECTORS, TO_LLVM
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     failed = {}

@@ -1,4 +1,4 @@
-"""Contraction schedules and CPU threads of `--autodiff-lower-to-cpu` (transforms/cpu_schedules.py).
+"""Contraction schedules and CPU threads of `--autodiff-lower-to-cpu` (transforms/cpu/).
 
 Contractions written as `linalg.generic` (vmap and reverse mode emit them:
 unit dims, batch dims, transposed or swapped operands, f32 and f64) are
@@ -22,12 +22,9 @@ import numpy as np
 import pytest
 from mlir_autodiff.errors import CompilationError
 from mlir_autodiff.runtime import CompiledModule
-from mlir_autodiff.transforms import cpu_schedules
-from mlir_autodiff.transforms.cpu_schedules import (
-    THREADS_ENV,
-    cpu_threads,
-    openmp_runtime_library,
-)
+from mlir_autodiff.transforms.cpu import classify, contraction, openmp, parameters, row_groups
+from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
+from mlir_autodiff.transforms.cpu.pipeline import THREADS_ENV, cpu_threads
 
 RNG = np.random.default_rng(11)
 LETTERS = "abcdefgh"
@@ -110,13 +107,13 @@ def test_contraction_generic(name: str, dt: str, np_dt: type, rtol: float) -> No
 def test_dim_groups() -> None:
     """Runs of loop dims indexed together everywhere collapse; others stay apart."""
     par, red = "parallel", "reduction"
-    assert cpu_schedules._dim_groups([[1, 2, 3], [0, 3], [0, 1, 2]],
+    assert contraction._dim_groups([[1, 2, 3], [0, 3], [0, 1, 2]],
                                      [par, par, par, red]) == [[0], [1, 2], [3]]
     # j, i in the other order in one operand: no run.
-    assert cpu_schedules._dim_groups([[2, 1, 3], [0, 3], [0, 1, 2]],
+    assert contraction._dim_groups([[2, 1, 3], [0, 3], [0, 1, 2]],
                                      [par, par, par, red]) == [[0], [1], [2], [3]]
     # a parallel and a reduced dim never merge.
-    assert cpu_schedules._dim_groups([[0, 1], [1], [0]], [par, red]) == [[0], [1]]
+    assert contraction._dim_groups([[0, 1], [1], [0]], [par, red]) == [[0], [1]]
 
 
 def test_small_contraction_keeps_scalar_loops() -> None:
@@ -266,7 +263,7 @@ def test_the_openmp_dependency_is_found() -> None:
 
 def test_threads_need_the_openmp_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without an OpenMP runtime, threads=2 is a compile error that says what is missing."""
-    monkeypatch.setattr(cpu_schedules, "openmp_runtime_library", lambda: None)
+    monkeypatch.setattr(openmp, "openmp_runtime_library", lambda: None)
     params = (RNG.standard_normal((256, 256)).astype(np.float32),
               RNG.standard_normal((256, 64)).astype(np.float32))
     x = RNG.standard_normal((256, 256)).astype(np.float32)
@@ -307,7 +304,7 @@ def _scheduled_ir(text: str, threads: int = 1) -> str:
     """The module after the schedule pass alone (tiled and vectorized, on tensors)."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.cpu_schedules import ScheduleLinalgForCpu
+    from mlir_autodiff.transforms.cpu.schedule_linalg import ScheduleLinalgForCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     ctx = ir.Context()
@@ -327,7 +324,7 @@ def test_large_matmul_reads_b_packed(maps: list[str], dt: str, np_dt: type,
     """512 x 384 x 512: above PACK_MIN_FLOPS, B is copied to [N / nr, K, nr] first."""
     ranges = [512, 512, 384]  # (m, n, k)
     text, dims = _contraction(ranges, maps, dt)
-    nr = cpu_schedules.matmul_schedule().nr // (int(dt[1:]) // 32)
+    nr = parameters.matmul_schedule().nr // (int(dt[1:]) // 32)
     assert f"tensor<{512 // nr}x384x{nr}x{dt}>" in _scheduled_ir(text)
     cm = CompiledModule(text)
     a, b = (RNG.standard_normal([ranges[d] for d in ds]).astype(np_dt) for ds in dims[:2])
@@ -336,7 +333,7 @@ def test_large_matmul_reads_b_packed(maps: list[str], dt: str, np_dt: type,
     np.testing.assert_allclose(cm["f"](a, b), want, rtol=rtol, atol=rtol * np.sqrt(384))
 
 
-@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+@pytest.mark.skipif(parameters.host_vector_bits() != 512,
                     reason="the split is chosen for 512-bit vectors (8 f64 lanes)")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vector_dim_splits_into_whole_registers_and_a_power_of_two_rest(threads: int) -> None:
@@ -356,7 +353,7 @@ def test_vector_dim_splits_into_whole_registers_and_a_power_of_two_rest(threads:
                                atol=1e-13 * np.sqrt(20))
 
 
-@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+@pytest.mark.skipif(parameters.host_vector_bits() != 512,
                     reason="the row count is chosen for 512-bit vectors (32 zmm registers)")
 @pytest.mark.parametrize("name,rows", [("gmm20_grad_n", 10), ("gmm_grad_n", 10),
                                        ("xt_g", 8)])
@@ -378,7 +375,7 @@ def test_register_rows_divide_m_up_to_ten(name: str, rows: int) -> None:
 def test_matmul_k_loop_is_unrolled(k: int) -> None:
     """The register tile's k loop does MATMUL_K_UNROLL rank-1 updates per
     iteration; the k % MATMUL_K_UNROLL last steps run in a remainder loop."""
-    unroll = cpu_schedules.MATMUL_K_UNROLL
+    unroll = parameters.MATMUL_K_UNROLL
     assert unroll > 1
     text, _ = _contraction([64, 64, k], ["d0,d2", "d2,d1", "d0,d1"], "f32")
     ir_text = _scheduled_ir(text)
@@ -450,7 +447,7 @@ func.func @f(%a: tensor<64x96xf32>, %b: tensor<96x64xf32>) -> (tensor<64x64xf32>
 def test_packed_matmul_starting_at_zero(k: int, threads: int) -> None:
     """1024 x 1024 x k (packed B; K below `packed_k`, so the whole k loop is
     inside the register tile): no zero fill, same product on one and two threads."""
-    assert k <= cpu_schedules.matmul_schedule().packed_k
+    assert k <= parameters.matmul_schedule().packed_k
     if threads > 1 and openmp_runtime_library() is None:
         pytest.skip("no OpenMP runtime is installed: threads > 1 cannot run")
     os.environ.setdefault("KMP_BLOCKTIME", "0")
@@ -492,7 +489,7 @@ def test_threads_do_not_split_a_vector_into_pieces() -> None:
     assert "scf.forall" not in _scheduled_ir(text, threads=2)
     wide, _ = _contraction([25, 1002, 32, 10], maps, "f64")
     assert "scf.forall" in _scheduled_ir(wide, threads=2)
-    if cpu_schedules.host_vector_bits() == 512:  # 10-row tiles
+    if parameters.host_vector_bits() == 512:  # 10-row tiles
         rows, _ = _contraction([25, 1000, 10, 10], maps, "f64")
         assert "[25, 500, 10] [1, 1, 1]" in _scheduled_ir(rows, threads=2)
     if openmp_runtime_library() is None:
@@ -543,14 +540,14 @@ ROW_CASES = {
 def _recording_row_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the member count of every row group the pipeline fuses."""
     found: list[int] = []
-    real = cpu_schedules.row_groups
+    real = row_groups.row_groups
 
     def record(module):
         groups = real(module)
         found.extend(len(g.members) for g in groups)
         return groups
 
-    monkeypatch.setattr(cpu_schedules, "row_groups", record)
+    monkeypatch.setattr(row_groups, "row_groups", record)
     return found
 
 
@@ -627,9 +624,9 @@ def test_row_loops_prefetch_the_next_tile_and_allocate_once(
     prefetch per cache line, read-only: the output it writes is not
     prefetched) and its per-tile intermediate is allocated once, outside the
     loop, not once per tile; the result still matches numpy."""
-    from mlir_autodiff.transforms import lower_to_cpu
+    from mlir_autodiff.transforms.cpu import row_groups as module
 
-    monkeypatch.setattr(lower_to_cpu, "PREFETCH_TILES_AHEAD", ahead)
+    monkeypatch.setattr(module, "PREFETCH_TILES_AHEAD", ahead)
     x = (RNG.standard_normal(shape) * 3).astype(np.float32)
     softmax = ROW_CASES["softmax"][0]
     text = ad.lower(softmax, x).as_text("autodiff")
@@ -674,7 +671,7 @@ def test_division_by_a_row_value_is_one_reciprocal_per_row() -> None:
     to within the one extra rounding."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.cpu_schedules import ReciprocalOfBroadcastDivisors
+    from mlir_autodiff.transforms.cpu.divisions import ReciprocalOfBroadcastDivisors
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     text = """
@@ -766,7 +763,7 @@ def _fused_ir(text: str, through: str = "SumBeforeContracting") -> str:
     the rewrite of summed contractions after it (or up to pass `through`)."""
     from mlir import ir
     from mlir_autodiff import dialects
-    from mlir_autodiff.transforms.lower_to_cpu import LowerToCpu
+    from mlir_autodiff.transforms.cpu.pipeline import LowerToCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     elements = list(LowerToCpu().expand())
@@ -784,9 +781,9 @@ def test_broadcast_producer_fuses_into_each_non_contraction_consumer(
         unshare: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """x - mu is recomputed inside the elementwise op and the sum over points
     (they read x and mu, not an 8 MB xc); the contraction reads it materialized."""
-    from mlir_autodiff.transforms import lower_to_cpu
+    from mlir_autodiff.transforms.cpu import fusion as module
 
-    monkeypatch.setattr(lower_to_cpu, "UNSHARE_BROADCASTS", unshare)
+    monkeypatch.setattr(module, "UNSHARE_BROADCASTS", unshare)
     ir_text = _fused_ir(BROADCAST_CONSUMERS)
     assert ir_text.count("arith.subf") == (3 if unshare else 1)
     lines = ir_text.splitlines()
@@ -879,7 +876,7 @@ func.func @f(%a: tensor<8x256x20xf64>, %b: tensor<8x256x20xf64>) -> tensor<8x20x
                                rtol=1e-13, atol=1e-13 * 16)
 
 
-@pytest.mark.skipif(cpu_schedules.host_vector_bits() != 512,
+@pytest.mark.skipif(parameters.host_vector_bits() != 512,
                     reason="the row length is chosen for 512-bit vectors (8 f64 lanes)")
 def test_short_elementwise_rows_are_one_vector() -> None:
     """[50, 1000, 20] f64 (GMM's scaled cotangent): one 20-lane vector per row,
@@ -986,14 +983,14 @@ def test_sibling_sums_over_points_merge_into_one_pass(
     flows into) added after; the sum that reads the first's result stays
     apart. Scheduled, the merged sums keep their rows in registers across the
     points, in power-of-two pieces (16 + 4 f64 lanes)."""
-    from mlir_autodiff.transforms import lower_to_cpu
+    from mlir_autodiff.transforms.cpu import reductions as module
 
-    monkeypatch.setattr(lower_to_cpu, "MERGE_SIBLING_REDUCTIONS", merge)
+    monkeypatch.setattr(module, "MERGE_SIBLING_REDUCTIONS", merge)
     fused = _fused_ir(SIBLING_SUMS, through="MergeSiblingReductions")
     assert _sum_result_counts(fused) == ([1, 3] if merge else [1, 1, 1, 1])
     scheduled = _scheduled_ir(fused)
     carried = set(re.findall(r"iter_args\([^)]*\) -> \((vector<\d+xf64>)", scheduled))
-    if merge and cpu_schedules.host_vector_bits() == 512:
+    if merge and parameters.host_vector_bits() == 512:
         assert {"vector<16xf64>", "vector<4xf64>"} <= carried, carried
     assert "vector<20xf64>" not in carried
     rng = np.random.default_rng(7)
@@ -1082,8 +1079,8 @@ def test_unvectorizable_reductions_keep_the_loops_and_the_rest_its_schedule() ->
     with ctx:
         module = ir.Module.parse(UNVECTORIZABLE_REDUCTIONS)
         ops = [o.operation for o in module.body.operations[0].regions[0].blocks[0].operations]
-        kinds = {o.name: cpu_schedules.classify(o) for o in ops if o.name.startswith("linalg.")}
-        reductions = [cpu_schedules.classify(o) for o in ops if o.name == "linalg.generic"]
+        kinds = {o.name: classify.classify(o) for o in ops if o.name.startswith("linalg.")}
+        reductions = [classify.classify(o) for o in ops if o.name == "linalg.generic"]
     assert reductions == [None, None] and kinds["linalg.matmul"].kind == "contraction"
     cm = CompiledModule(UNVECTORIZABLE_REDUCTIONS)
     assert "vector.contract" in _scheduled_ir(UNVECTORIZABLE_REDUCTIONS)
@@ -1145,9 +1142,9 @@ def test_recomputed_producer_is_not_written(unshare: bool,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """qx is recomputed inside both of its readers (each reads L (x - mu)), so
     no op writes it: one [8, 256, 20] result (the scaled cotangent), not two."""
-    from mlir_autodiff.transforms import lower_to_cpu
+    from mlir_autodiff.transforms.cpu import fusion as module
 
-    monkeypatch.setattr(lower_to_cpu, "UNSHARE_RECOMPUTED", unshare)
+    monkeypatch.setattr(module, "UNSHARE_RECOMPUTED", unshare)
     ir_text = _fused_ir(RECOMPUTED_PRODUCER)
     assert ir_text.count("} -> tensor<8x256x20xf64>") == (1 if unshare else 2)
     assert ir_text.count("arith.subf") == (2 if unshare else 1)
@@ -1251,9 +1248,9 @@ def test_sum_moves_in_front_of_the_contraction(enabled: bool,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The [8, 256, 20] contraction disappears from @f and @t (its operand g is
     summed over n instead, and a [8, 20, 20] one is added); @sq keeps it."""
-    from mlir_autodiff.transforms import lower_to_cpu
+    from mlir_autodiff.transforms.cpu import reductions as module
 
-    monkeypatch.setattr(lower_to_cpu, "SUM_BEFORE_CONTRACTING", enabled)
+    monkeypatch.setattr(module, "SUM_BEFORE_CONTRACTING", enabled)
     funcs = _functions(_fused_ir(SUMMED_CONTRACTIONS))
     for name in ("f", "t"):
         big = funcs[name].count("} -> tensor<8x256x20xf64>")  # generics' results
