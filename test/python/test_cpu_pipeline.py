@@ -619,3 +619,65 @@ def test_every_elementwise_op_lowers_on_nd_vectors() -> None:
             except (ir.MLIRError, RuntimeError) as err:
                 failed[name] = str(err).splitlines()[-1][:200]
     assert not failed, " ".join(sorted(failed))
+
+
+# -- options of --autodiff-lower-to-cpu -----------------------------------------------------------
+
+
+def test_tuning_switches_are_options_of_the_pipeline_and_its_passes() -> None:
+    """Each switch parses from the pipeline text and reaches the pass it controls."""
+    from mlir_autodiff.transforms.cpu.fusion import (
+        UnshareBroadcastProducers,
+        UnshareRecomputedProducers,
+    )
+    from mlir_autodiff.transforms.cpu.reductions import (
+        MergeSiblingReductions,
+        SumBeforeContracting,
+    )
+    from mlir_autodiff.transforms.cpu.row_groups import PrefetchRowTiles
+    from mlir_autodiff.transforms.cpu.schedule_linalg import ScheduleLinalgForCpu
+    from mlir_autodiff.transforms.pipeline import parse_pipeline
+
+    def steps(text: str) -> dict[type, object]:
+        (lower,) = parse_pipeline(text)
+        return {type(e): e for e in lower.expand() if not isinstance(e, str)}
+
+    default = steps("autodiff-lower-to-cpu")
+    assert "func.func(buffer-loop-hoisting)" in parse_pipeline(
+        "autodiff-lower-to-cpu")[0].expand()
+    for cls in (UnshareBroadcastProducers, UnshareRecomputedProducers, SumBeforeContracting,
+                MergeSiblingReductions):
+        assert default[cls].enabled
+    assert default[PrefetchRowTiles].tiles_ahead == 1
+    assert default[ScheduleLinalgForCpu].outer_reduction_threads
+    off = steps("autodiff-lower-to-cpu{unshare-broadcasts=false unshare-recomputed=false "
+                "sum-before-contracting=false merge-sibling-reductions=false "
+                "outer-reduction-threads=false prefetch-tiles-ahead=0}")
+    for cls in (UnshareBroadcastProducers, UnshareRecomputedProducers, SumBeforeContracting,
+                MergeSiblingReductions):
+        assert not off[cls].enabled
+    assert off[PrefetchRowTiles].tiles_ahead == 0
+    assert not off[ScheduleLinalgForCpu].outer_reduction_threads
+    (lower,) = parse_pipeline("autodiff-lower-to-cpu{hoist-loop-buffers=false}")
+    assert "func.func(buffer-loop-hoisting)" not in lower.expand()
+
+
+@pytest.mark.parametrize("env", [None, "1"])
+def test_strict_schedules_come_from_the_option_or_the_environment(
+        env: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AUTODIFF_STRICT_SCHEDULES=1 (read by the pipeline) or `strict=true`
+    makes the passes that apply transform scripts strict."""
+    from mlir_autodiff.transforms.cpu.pipeline import STRICT_ENV, LowerToCpu
+    from mlir_autodiff.transforms.cpu.reductions import GeneralizeReductions
+    from mlir_autodiff.transforms.cpu.row_groups import FuseRowGroups
+    from mlir_autodiff.transforms.cpu.schedule_linalg import ScheduleLinalgForCpu
+
+    if env is None:
+        monkeypatch.delenv(STRICT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STRICT_ENV, env)
+    for lower, strict in ((LowerToCpu(), env == "1"), (LowerToCpu(strict=True), True)):
+        flags = {type(e): e.strict for e in lower.expand()
+                 if isinstance(e, (GeneralizeReductions, FuseRowGroups, ScheduleLinalgForCpu))}
+        assert flags == {GeneralizeReductions: strict, FuseRowGroups: strict,
+                         ScheduleLinalgForCpu: strict}

@@ -311,7 +311,7 @@ def _scheduled_ir(text: str, threads: int = 1) -> str:
     dialects.load(ctx)
     with ctx:
         module = ir.Module.parse(text)
-        run_pipeline(module, [ScheduleLinalgForCpu(threads=threads)])
+        run_pipeline(module, [ScheduleLinalgForCpu(threads=threads, strict=True)])
         return str(module)
 
 
@@ -619,18 +619,15 @@ def _allocs_in_loops(text: str) -> int:
 @pytest.mark.parametrize("ahead", [0, 1])
 @pytest.mark.parametrize("shape", [(512, 1024), (4, 64, 384)])
 def test_row_loops_prefetch_the_next_tile_and_allocate_once(
-        shape: tuple[int, ...], ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        shape: tuple[int, ...], ahead: int) -> None:
     """Softmax's row loop prefetches the input rows of the next tile (one
     prefetch per cache line, read-only: the output it writes is not
     prefetched) and its per-tile intermediate is allocated once, outside the
     loop, not once per tile; the result still matches numpy."""
-    from mlir_autodiff.transforms.cpu import row_groups as module
-
-    monkeypatch.setattr(module, "PREFETCH_TILES_AHEAD", ahead)
     x = (RNG.standard_normal(shape) * 3).astype(np.float32)
     softmax = ROW_CASES["softmax"][0]
     text = ad.lower(softmax, x).as_text("autodiff")
-    lowered = _fused_ir(text, through="PrefetchRowTiles")
+    lowered = _fused_ir(text, through="PrefetchRowTiles", prefetch_tiles_ahead=ahead)
     prefetches = re.findall(r"memref\.prefetch (%\w+)\[[^\]]*\], (\w+)", lowered)
     assert prefetches == ([("%arg0", "read")] if ahead else []), prefetches
     if ahead:
@@ -758,15 +755,16 @@ func.func @f(%x: tensor<256x20xf64>, %mu: tensor<8x20xf64>, %g: tensor<8x256x20x
 """
 
 
-def _fused_ir(text: str, through: str = "SumBeforeContracting") -> str:
+def _fused_ir(text: str, through: str = "SumBeforeContracting", **options: object) -> str:
     """The module after the CPU pipeline's elementwise fusion (both rounds) and
-    the rewrite of summed contractions after it (or up to pass `through`)."""
+    the rewrite of summed contractions after it (or up to pass `through`),
+    with `options` of `--autodiff-lower-to-cpu`."""
     from mlir import ir
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.pipeline import LowerToCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
-    elements = list(LowerToCpu().expand())
+    elements = list(LowerToCpu(**options).expand())  # type: ignore[arg-type]
     end = next(i for i, e in enumerate(elements) if type(e).__name__ == through) + 1
     ctx = ir.Context()
     dialects.load(ctx)
@@ -778,13 +776,10 @@ def _fused_ir(text: str, through: str = "SumBeforeContracting") -> str:
 
 @pytest.mark.parametrize("unshare", [True, False])
 def test_broadcast_producer_fuses_into_each_non_contraction_consumer(
-        unshare: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        unshare: bool) -> None:
     """x - mu is recomputed inside the elementwise op and the sum over points
     (they read x and mu, not an 8 MB xc); the contraction reads it materialized."""
-    from mlir_autodiff.transforms.cpu import fusion as module
-
-    monkeypatch.setattr(module, "UNSHARE_BROADCASTS", unshare)
-    ir_text = _fused_ir(BROADCAST_CONSUMERS)
+    ir_text = _fused_ir(BROADCAST_CONSUMERS, unshare_broadcasts=unshare)
     assert ir_text.count("arith.subf") == (3 if unshare else 1)
     lines = ir_text.splitlines()
     contraction = next(line for line in lines
@@ -977,16 +972,13 @@ def _sibling_sums_reference(x, mu, g, w, xs):
 
 @pytest.mark.parametrize("merge", [True, False])
 def test_sibling_sums_over_points_merge_into_one_pass(
-        merge: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        merge: bool) -> None:
     """Three sums over points of g become one generic with three results (one
     pass over g), the third starting from +0 with its init (a sum the second
     flows into) added after; the sum that reads the first's result stays
     apart. Scheduled, the merged sums keep their rows in registers across the
     points, in power-of-two pieces (16 + 4 f64 lanes)."""
-    from mlir_autodiff.transforms.cpu import reductions as module
-
-    monkeypatch.setattr(module, "MERGE_SIBLING_REDUCTIONS", merge)
-    fused = _fused_ir(SIBLING_SUMS, through="MergeSiblingReductions")
+    fused = _fused_ir(SIBLING_SUMS, through="MergeSiblingReductions", merge_sibling_reductions=merge)
     assert _sum_result_counts(fused) == ([1, 3] if merge else [1, 1, 1, 1])
     scheduled = _scheduled_ir(fused)
     carried = set(re.findall(r"iter_args\([^)]*\) -> \((vector<\d+xf64>)", scheduled))
@@ -1138,14 +1130,10 @@ func.func @f(%diag: tensor<8x20xf64>, %x: tensor<256x20xf64>, %mu: tensor<8x20xf
 
 
 @pytest.mark.parametrize("unshare", [True, False])
-def test_recomputed_producer_is_not_written(unshare: bool,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recomputed_producer_is_not_written(unshare: bool) -> None:
     """qx is recomputed inside both of its readers (each reads L (x - mu)), so
     no op writes it: one [8, 256, 20] result (the scaled cotangent), not two."""
-    from mlir_autodiff.transforms.cpu import fusion as module
-
-    monkeypatch.setattr(module, "UNSHARE_RECOMPUTED", unshare)
-    ir_text = _fused_ir(RECOMPUTED_PRODUCER)
+    ir_text = _fused_ir(RECOMPUTED_PRODUCER, unshare_recomputed=unshare)
     assert ir_text.count("} -> tensor<8x256x20xf64>") == (1 if unshare else 2)
     assert ir_text.count("arith.subf") == (2 if unshare else 1)
 
@@ -1244,14 +1232,10 @@ def _functions(ir_text: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_sum_moves_in_front_of_the_contraction(enabled: bool,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sum_moves_in_front_of_the_contraction(enabled: bool) -> None:
     """The [8, 256, 20] contraction disappears from @f and @t (its operand g is
     summed over n instead, and a [8, 20, 20] one is added); @sq keeps it."""
-    from mlir_autodiff.transforms.cpu import reductions as module
-
-    monkeypatch.setattr(module, "SUM_BEFORE_CONTRACTING", enabled)
-    funcs = _functions(_fused_ir(SUMMED_CONTRACTIONS))
+    funcs = _functions(_fused_ir(SUMMED_CONTRACTIONS, sum_before_contracting=enabled))
     for name in ("f", "t"):
         big = funcs[name].count("} -> tensor<8x256x20xf64>")  # generics' results
         assert big == (0 if enabled else 1), funcs[name]

@@ -91,8 +91,6 @@ def _recomputes(consumer: ir.Operation, operand: int, producer: ir.Operation) ->
 #: `UnshareBroadcastProducers` clones a producer whose inputs each have at
 #: most this fraction of its output's elements (a broadcast by 8 or more).
 BROADCAST_MAX_INPUT_FRACTION = 1 / 8
-#: Off: a broadcast producer with several consumers is written once (measurements).
-UNSHARE_BROADCASTS = True
 
 
 def _cheap_elementwise(op: ir.Operation, max_ops: int) -> ir.RankedTensorType | None:
@@ -157,8 +155,11 @@ class UnshareBroadcastProducers(Pass):
     name = "autodiff-unshare-broadcast-producers"
     summary = "Clone cheap broadcast producers per consumer so that each can fuse them"
 
+    enabled: bool = dataclasses.field(default=True, metadata={
+        "help": "off: a broadcast producer with several consumers is written once"})
+
     def run(self, module: ir.Operation) -> None:
-        if not UNSHARE_BROADCASTS:
+        if not self.enabled:
             return
         for op in [o for o in post_order_ops(module) if _is_broadcast_producer(o)]:
             uses = [u for u in op.results[0].uses if _fusable_use(u)]
@@ -178,8 +179,6 @@ def _clone_per_use(op: ir.Operation, uses: Sequence[ir.OpOperand]) -> None:
 #: `UnshareRecomputedProducers`: at most this many ops (besides the yield) in
 #: a producer that each consumer recomputes.
 RECOMPUTE_MAX_BODY_OPS = 4
-#: Off: fused producers with several consumers are written once (measurements).
-UNSHARE_RECOMPUTED = True
 
 
 def _reads_whole(user: ir.Operation, index: int) -> bool:
@@ -230,8 +229,11 @@ class UnshareRecomputedProducers(Pass):
     name = "autodiff-unshare-recomputed-producers"
     summary = "Clone cheap fused producers per consumer so that each can fuse them again"
 
+    enabled: bool = dataclasses.field(default=True, metadata={
+        "help": "off: fused producers with several consumers are written once"})
+
     def run(self, module: ir.Operation) -> None:
-        if not UNSHARE_RECOMPUTED:
+        if not self.enabled:
             return
         for op in [o for o in post_order_ops(module) if _is_recomputed_producer(o)]:
             uses = list(op.results[0].uses)

@@ -20,7 +20,15 @@ OpenMP threads; the JIT must then load LLVM's OpenMP runtime (openmp.py).
 
 Environment (read here, nowhere else in the package):
 `AUTODIFF_CPU_THREADS` (`THREADS_ENV`) is `jit`'s default number of threads
-(`cpu_threads`).
+(`cpu_threads`); `AUTODIFF_STRICT_SCHEDULES=1` (`STRICT_ENV`) turns on the
+`strict` option: a transform script that fails to apply raises instead of
+leaving the ops on the plain loops (the test suite sets it).
+
+Tuning switches are options of `LowerToCpu` (and of the pass each one
+controls), all on by default: `unshare-broadcasts`, `unshare-recomputed`,
+`sum-before-contracting`, `merge-sibling-reductions`,
+`outer-reduction-threads`, `hoist-loop-buffers`, `prefetch-tiles-ahead=N`,
+e.g. `--autodiff-lower-to-cpu="merge-sibling-reductions=false"`.
 """
 
 from __future__ import annotations
@@ -100,14 +108,15 @@ class CheckCpuLowerable(Pass):
                 )
 
 
-#: Off: buffers allocated in a loop body (a row group's per-tile intermediates,
-#: a scan's per-step temporaries) are allocated and freed at every
-#: iteration: softmax over 4096 x 1024 f32 called malloc and free 4096 times
-#: per call. Measured (Zen 5, one thread, `benchmarks/run.py`'s interleaved
-#: timing, median of 9, ms), in the loop / hoisted: softmax 1.89 / 1.74;
-#: ADBench LSTM l2 c1024 gradient 1.69 / 1.30, objective 0.85 / 0.81.
-#: (Buffers a loop carries to its next iteration stay per-iteration.)
-HOIST_LOOP_BUFFERS = True
+#: Environment variable: "1" makes every CPU schedule that fails to apply an
+#: error (the test suite sets it) instead of leaving those ops on the plain
+#: loops. Read by `LowerToCpu` (its `strict` option), nowhere else.
+STRICT_ENV = "AUTODIFF_STRICT_SCHEDULES"
+
+
+def strict_schedules() -> bool:
+    """Whether the environment asks for strict schedules (`STRICT_ENV` is "1")."""
+    return os.environ.get(STRICT_ENV) == "1"
 
 
 @register
@@ -119,8 +128,28 @@ class LowerToCpu(Pass):
     threads: int = dataclasses.field(default=1, metadata={
         "help": "threads for large kernels (OpenMP; the JIT must load "
                 "openmp.openmp_runtime_library())"})
+    # Tuning switches (each turns one optimization off for comparison; the
+    # measurements behind the defaults: benchmarks/notes/cpu-schedules.md).
+    unshare_broadcasts: bool = dataclasses.field(default=True, metadata={
+        "help": "clone cheap broadcast producers per consumer (UnshareBroadcastProducers)"})
+    unshare_recomputed: bool = dataclasses.field(default=True, metadata={
+        "help": "clone cheap fused producers per consumer (UnshareRecomputedProducers)"})
+    sum_before_contracting: bool = dataclasses.field(default=True, metadata={
+        "help": "sum a contraction's operand instead of its result (SumBeforeContracting)"})
+    merge_sibling_reductions: bool = dataclasses.field(default=True, metadata={
+        "help": "merge outer reductions over one operand (MergeSiblingReductions)"})
+    outer_reduction_threads: bool = dataclasses.field(default=True, metadata={
+        "help": "split outer reductions over the threads (ScheduleLinalgForCpu)"})
+    hoist_loop_buffers: bool = dataclasses.field(default=True, metadata={
+        "help": "allocate loop-body buffers once, outside the loop (buffer-loop-hoisting)"})
+    prefetch_tiles_ahead: int = dataclasses.field(default=1, metadata={
+        "help": "row tiles a row group's loop prefetches ahead, 0: off (PrefetchRowTiles)"})
+    strict: bool = dataclasses.field(default=False, metadata={
+        "help": "a transform script that fails raises instead of leaving the ops "
+                f"unscheduled (also on with the environment's {STRICT_ENV}=1)"})
 
     def expand(self) -> Sequence[PipelineElement]:
+        strict = self.strict or strict_schedules()
         return [
             CheckCpuLowerable(),
             # A user function named like a routine the lowered code calls
@@ -143,27 +172,28 @@ class LowerToCpu(Pass):
             # K = 1 contractions (per-sample weight gradients) fuse as elementwise ops.
             OuterProductsToElementwise(),
             # Reductions as generics: their elementwise producers fuse into them.
-            GeneralizeReductions(),
+            GeneralizeReductions(strict=strict),
             # Before fusion: upstream fusion miscompiles producers that read their init.
             ElementwiseInitsToInputs(),
-            UnshareBroadcastProducers(),
+            UnshareBroadcastProducers(enabled=self.unshare_broadcasts),
             PinRecomputedProducers(),
             "func.func(linalg-fuse-elementwise-ops)",
             UnpinProducers(),
             "cse",  # copies of a broadcast producer that did not fuse
-            UnshareRecomputedProducers(),
+            UnshareRecomputedProducers(enabled=self.unshare_recomputed),
             PinRecomputedProducers(),
             "func.func(linalg-fuse-elementwise-ops)",
             UnpinProducers(),
             "cse",
-            SumBeforeContracting(),
-            MergeSiblingReductions(),
+            SumBeforeContracting(enabled=self.sum_before_contracting),
+            MergeSiblingReductions(enabled=self.merge_sibling_reductions),
             UpdateDonatedInPlace(),
             ReciprocalOfBroadcastDivisors(),
             # Softmax-like chains through row reductions: one loop over row tiles.
-            FuseRowGroups(threads=self.threads),
+            FuseRowGroups(threads=self.threads, strict=strict),
             # Tile + vectorize large ops (schedule_linalg.py).
-            ScheduleLinalgForCpu(threads=self.threads),
+            ScheduleLinalgForCpu(threads=self.threads, strict=strict,
+                                 outer_reduction_threads=self.outer_reduction_threads),
             NoteDonatedArguments(),
             UnshareEmptyTensors(),
             "eliminate-empty-tensors",
@@ -185,9 +215,9 @@ class LowerToCpu(Pass):
             "buffer-results-to-out-params{modify-public-functions}",
             "canonicalize",
             WriteResultsInPlace(),
-            *(("func.func(buffer-loop-hoisting)",) if HOIST_LOOP_BUFFERS else ()),
+            *(("func.func(buffer-loop-hoisting)",) if self.hoist_loop_buffers else ()),
             "buffer-deallocation-pipeline",
-            PrefetchRowTiles(),
+            PrefetchRowTiles(tiles_ahead=self.prefetch_tiles_ahead),
             *openmp_lowering(self.threads)[0],
             *LOWER_VECTORS,
             *TO_LLVM[:2],  # c wrappers, linalg to loops

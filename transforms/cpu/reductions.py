@@ -36,6 +36,9 @@ class GeneralizeReductions(Pass):
     name = "autodiff-generalize-reductions"
     summary = "Rewrite linalg.reduce as linalg.generic"
 
+    strict: bool = dataclasses.field(default=False, metadata={
+        "help": "raise when the transform script fails (else keep the unscheduled ops)"})
+
     def run(self, module: ir.Operation) -> None:
         with module.context, module.location:
             apply_quietly(module, named_sequence([
@@ -43,7 +46,7 @@ class GeneralizeReductions(Pass):
                  ": (!transform.any_op) -> !transform.any_op"),
                 ("%g = transform.structured.generalize %r "
                  ": (!transform.any_op) -> !transform.any_op"),
-            ]))
+            ]), self.strict)
 
 
 # -- sums of contractions ---------------------------------------------------------------------
@@ -54,9 +57,6 @@ class GeneralizeReductions(Pass):
 # read back) and then summed over n. Summing is linear, so the sum can move
 # to the operand that has the summed dim: L_k^T (sum_n dqx[k, n]) costs one
 # pass over dqx and a [50, 20, 20] contraction.
-
-#: Off: contractions that are summed over one of their output dims stay whole.
-SUM_BEFORE_CONTRACTING = True
 
 
 def _generic_maps(op: ir.Operation) -> list[list[int]] | None:
@@ -286,8 +286,11 @@ class SumBeforeContracting(Pass):
     name = "autodiff-sum-before-contracting"
     summary = "Sum a contraction's operand instead of its result where a reduction sums it"
 
+    enabled: bool = dataclasses.field(default=True, metadata={
+        "help": "off: contractions that are summed over one of their output dims stay whole"})
+
     def run(self, module: ir.Operation) -> None:
-        if not SUM_BEFORE_CONTRACTING:
+        if not self.enabled:
             return
         with module.context:
             for op in post_order_ops(module):
@@ -303,9 +306,6 @@ class SumBeforeContracting(Pass):
 # different factors (for the means, twice, and for the diagonal), three
 # passes over the same 8 MB. Merged into one generic with three results,
 # one pass reads it (see `_schedule_outer_reduction` for its schedule).
-
-#: Off: sibling outer reductions stay separate ops.
-MERGE_SIBLING_REDUCTIONS = True
 
 
 def _sibling_key(op: ir.Operation) -> tuple[str, str, str, int] | None:
@@ -525,8 +525,11 @@ class MergeSiblingReductions(Pass):
     name = "autodiff-merge-sibling-reductions"
     summary = "Merge outer reductions that read the same operand into one multi-result generic"
 
+    enabled: bool = dataclasses.field(default=True, metadata={
+        "help": "off: sibling outer reductions stay separate ops"})
+
     def run(self, module: ir.Operation) -> None:
-        if not MERGE_SIBLING_REDUCTIONS:
+        if not self.enabled:
             return
         with module.context:
             for op in post_order_ops(module):

@@ -239,6 +239,8 @@ class FuseRowGroups(Pass):
     summary = "Fuse reductions over rows with their producers and consumers (CPU)"
 
     threads: int = dataclasses.field(default=1, metadata={"help": "threads for large groups"})
+    strict: bool = dataclasses.field(default=False, metadata={
+        "help": "raise when the transform script fails (else keep the unscheduled ops)"})
 
     def run(self, module: ir.Operation) -> None:
         with module.context, module.location:
@@ -265,7 +267,7 @@ class FuseRowGroups(Pass):
                 "transform.apply_cse to %funcs : !transform.any_op",
             ]))
             for text in scripts:
-                apply_quietly(module, text)
+                apply_quietly(module, text, self.strict)
 
 
 def _own_empty_inits(op: ir.Operation) -> None:
@@ -291,14 +293,6 @@ def _own_empty_inits(op: ir.Operation) -> None:
 # run, nothing asks memory for the next tile, and the next max pass stalls.
 # Each iteration prefetches the tiles the next one reads.
 
-#: Row tiles ahead of the current one that each iteration prefetches (0:
-#: off). Measured (Zen 5, one thread, `benchmarks/run.py`'s interleaved
-#: timing, median of 9, ms), softmax over 4096 x 1024 f32 (4 KB tiles),
-#: 0 / 1 / 2 tiles ahead: 1.88 / 1.65 / 1.81; the MLP loss and step, the
-#: HVP and the LSTM gradient unchanged (within 0.5%). Prefetching the
-#: written tiles too (for writing) made no difference.
-PREFETCH_TILES_AHEAD = 1
-
 _CACHE_LINE = 64
 
 
@@ -315,9 +309,9 @@ def _only_read(view: ir.Value) -> bool:
     return True
 
 
-def _prefetch_tile(loop: ir.OpView, view: ir.OpView) -> None:
+def _prefetch_tile(loop: ir.OpView, view: ir.OpView, tiles_ahead: int) -> None:
     """At the top of `loop`'s body, prefetch the tile that subview `view`
-    reads PREFETCH_TILES_AHEAD iterations later (the last tile, past the end):
+    reads `tiles_ahead` iterations later (the last tile, past the end):
     one prefetch per cache line of each of its rows."""
     from mlir.dialects import arith, memref, scf
 
@@ -332,7 +326,7 @@ def _prefetch_tile(loop: ir.OpView, view: ir.OpView) -> None:
     width = max(1, bits // 8)
     index = ir.IndexType.get()
     with ir.InsertionPoint(loop.regions[0].blocks[0].operations[0]), view.location:
-        ahead = arith.minsi(arith.addi(iv, arith.constant(index, step * PREFETCH_TILES_AHEAD)),
+        ahead = arith.minsi(arith.addi(iv, arith.constant(index, step * tiles_ahead)),
                             arith.constant(index, upper - step))
         base: list[ir.Value] = []
         for o in ir.DenseI64ArrayAttr(view.attributes["static_offsets"]):
@@ -362,7 +356,7 @@ def _prefetch_tile(loop: ir.OpView, view: ir.OpView) -> None:
         emit([d for d, n in enumerate(sizes[:-1]) if n > 1], base)
 
 
-def _prefetch_row_loop(loop: ir.OpView) -> None:
+def _prefetch_row_loop(loop: ir.OpView, tiles_ahead: int) -> None:
     """Prefetch, in row-tile loop `loop`, the tiles of buffers from outside it
     that it only reads, sliced by the loop's index."""
     if any(int_constant(v) is None for v in (loop.lowerBound, loop.upperBound, loop.step)):
@@ -379,7 +373,7 @@ def _prefetch_row_loop(loop: ir.OpView) -> None:
                 or not _only_read(op.results[0])):
             continue  # (offsets computed in the body are not available at its top)
         seen.add(source)
-        _prefetch_tile(loop, op)
+        _prefetch_tile(loop, op, tiles_ahead)
 
 
 def _inside(v: ir.Value, loop: ir.OpView) -> bool:
@@ -397,10 +391,13 @@ class PrefetchRowTiles(Pass):
     name = "autodiff-prefetch-row-tiles"
     summary = "Prefetch the next row tile of each row group's loop"
 
+    tiles_ahead: int = dataclasses.field(default=1, metadata={
+        "help": "row tiles ahead of the current one that each iteration prefetches (0: off)"})
+
     def run(self, module: ir.Operation) -> None:
-        if not PREFETCH_TILES_AHEAD:
+        if not self.tiles_ahead:
             return
         with module.context:
             for op in post_order_ops(module):
                 if op.name == "scf.for" and ROW_LOOP_ATTR in op.attributes:
-                    _prefetch_row_loop(op.opview)
+                    _prefetch_row_loop(op.opview, self.tiles_ahead)

@@ -49,7 +49,11 @@ class ScheduleLinalgForCpu(Pass):
     summary = "Tile, vectorize and approximate transcendentals in large linalg ops"
 
     threads: int = dataclasses.field(
-        default=1, metadata={"help": "threads for large ops (> 1 needs OPENMP_LOWERING)"})
+        default=1, metadata={"help": "threads for large ops (> 1 needs the OpenMP lowering)"})
+    outer_reduction_threads: bool = dataclasses.field(default=True, metadata={
+        "help": "outer reductions whose first loop is parallel split it over the threads"})
+    strict: bool = dataclasses.field(default=False, metadata={
+        "help": "raise when the transform script fails (else keep the unscheduled ops)"})
 
     def run(self, module: ir.Operation) -> None:
         with module.context, module.location:
@@ -72,7 +76,8 @@ class ScheduleLinalgForCpu(Pass):
             if c.kind in ("elementwise", "reduction", "outer_reduction"):
                 approximate_f32_math(c.op)
         try:
-            apply_quietly(module, build_script(candidates, self.threads))
+            apply_quietly(module, build_script(candidates, self.threads,
+                                               self.outer_reduction_threads), self.strict)
             _start_tiles_at_zero(module)
         finally:
             _drop_tags(module)

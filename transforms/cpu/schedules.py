@@ -293,7 +293,7 @@ def _schedule_outer_reduction(s: Script, c: Candidate, tag: int) -> None:
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
     v = _outer_reduction_step(c.ranges[-1], lanes)
-    if OUTER_REDUCTION_THREADS and len(c.ranges) > 2 and 0 not in c.reduced:
+    if s.outer_reduction_threads and len(c.ranges) > 2 and 0 not in c.reduced:
         h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     sizes = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [v]
     if len(c.op.results) == 1 or not rows_stay_in_registers(c):
@@ -332,13 +332,6 @@ def _binary_pieces(n: int) -> list[int]:
     return [1 << b for b in range(n.bit_length() - 1, -1, -1) if n >> b & 1]
 
 
-#: Outer reductions whose first loop is parallel (GMM's sums over points,
-#: [K, N, D] -> [K, D]) split it over the threads. Measured, GMM d20
-#: gradient (f64), 2T, variants in one process, best of 15 (ms): serial
-#: 2.06, split 1.87 (objective 0.79); MLP step, HVP, LSTM within noise.
-OUTER_REDUCTION_THREADS = True
-
-
 def _outer_reduction_step(n: int, lanes: int) -> int:
     """The vector step along an outer reduction's contiguous last dim: the
     whole dim up to `lanes`, else the largest of a few divisors. Measured,
@@ -372,14 +365,17 @@ SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
 }
 
 
-def build_script(candidates: Sequence[Candidate], threads: int = 1) -> str:
+def build_script(candidates: Sequence[Candidate], threads: int = 1,
+                 outer_reduction_threads: bool = True) -> str:
     """The transform module scheduling `candidates` (tagged with their index).
 
     With `threads` > 1, large ops are distributed over that many threads
-    (`scf.forall`, later OpenMP; see `OPENMP_LOWERING`).
+    (`scf.forall`, later OpenMP; see openmp.py); `outer_reduction_threads`
+    False keeps outer reductions on one thread.
     """
     s = Script()
     s.threads = threads
+    s.outer_reduction_threads = outer_reduction_threads
     for i, c in enumerate(candidates):
         SCHEDULE_BUILDERS[c.kind](s, c, i)
     body = list(s.lines)

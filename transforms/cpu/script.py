@@ -8,7 +8,6 @@ way leaves valid, less optimized IR.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from mlir import ir
@@ -43,6 +42,8 @@ class Script:
         self.unroll: list[str] = []  # hoisted matmul k loops, unrolled by MATMUL_K_UNROLL
         self.n = 0
         self.threads = 1
+        #: outer reductions split their first parallel loop over the threads
+        self.outer_reduction_threads = True
 
     def forall(self, h: str, sizes: Sequence[int]) -> str:
         """Distribute `h` over threads: one `scf.forall` iteration per chunk of `sizes`."""
@@ -138,12 +139,13 @@ def named_sequence(lines: Sequence[str]) -> str:
     )
 
 
-def apply_quietly(module: ir.Operation, text: str) -> None:
+def apply_quietly(module: ir.Operation, text: str, strict: bool = False) -> None:
     """Apply a transform script; a failure leaves valid (less optimized) IR.
 
     Every transform step leaves valid IR, so a partly applied script still
-    lowers correctly. Diagnostics are kept from the pass manager;
-    AUTODIFF_STRICT_SCHEDULES=1 raises them.
+    lowers correctly. Diagnostics are kept from the pass manager; with
+    `strict` (the passes' `strict` option; `--autodiff-lower-to-cpu` sets it
+    from the environment, see pipeline.py) a failure raises them.
     """
     from mlir.dialects.transform import interpreter
 
@@ -158,7 +160,7 @@ def apply_quietly(module: ir.Operation, text: str) -> None:
     try:
         interpreter.apply_named_sequence(module, script.body.operations[0], script)
     except (ValueError, RuntimeError, ir.MLIRError) as err:
-        if os.environ.get("AUTODIFF_STRICT_SCHEDULES") == "1":
+        if strict:
             raise RuntimeError(f"CPU schedule failed: {err}: {messages}") from None
     finally:
         handler.detach()
