@@ -14,12 +14,10 @@ from collections.abc import Callable, Sequence
 
 from mlir import ir
 
-#: Bound on the error, in ulp of the float32 result, of each f32 approximation,
-#: asserted by test/python/test_cpu_pipeline.py against numpy's float64
-#: functions on every 4099th f32 bit pattern (all signs and exponents,
-#: subnormals included) plus special values. Measured maxima: exp 0.95,
-#: log 0.75, tanh 1.20 ulp (1.36 over every 7th f32 in [0.5, 10]);
-#: inf/nan/+-0/subnormal results as libm.
+#: Bound on the error, in ulp of the float32 result, of each f32 approximation, asserted by
+#: test/python/test_cpu_pipeline.py against numpy's float64 functions on every 4099th f32 bit
+#: pattern (all signs and exponents, subnormals included) plus special values;
+#: inf/nan/+-0/subnormal results as libm. (measurements: benchmarks/notes/cpu-schedules.md)
 APPROX_MAX_ULP = {"math.exp": 1.5, "math.log": 1.5, "math.tanh": 2.0}
 
 
@@ -139,14 +137,11 @@ def _exp_f32_small(u: ir.Value) -> ir.Value:
 def _tanh_f32(x: ir.Value) -> ir.Value:
     """Cephes tanhf: x + x^3 P(x^2) for |x| < 0.625, else sign(x) (1 - 2 / (exp(2|x|) + 1)).
 
-    Chosen over the Eigen/XLA rational approximation, which measured 4.2 ulp
-    (relative error, near |x| = 0.03 and 3.8) and saturates at 1 - 2^-22.
-    Both branches run on every lane, so the large one is kept cheap: 2|x|
-    is clamped to 18 (tanh(9) rounds to 1 in f32) and its exp needs no
-    range handling (`_exp_f32_small`): 33 instead of 45 vector
-    instructions per 16 lanes. tanh(x*y+z) on 4M f32, one thread, went from
-    0.74 to 0.62 ns per element (jax.jit 0.57 in the same process), where
-    the loop was bound by the two AVX-512 ALU ports, not by memory.
+    Chosen over the Eigen/XLA rational approximation (less accurate, and it
+    saturates early). Both branches run on every lane, so the large one is
+    kept cheap: 2|x| is clamped to 18 (tanh(9) rounds to 1 in f32) and its
+    exp needs no range handling (`_exp_f32_small`)
+    (measurements: benchmarks/notes/cpu-schedules.md).
     """
     from mlir.dialects import arith, math
 

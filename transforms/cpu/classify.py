@@ -170,8 +170,8 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
         # over the last loop; GMM's sums over points of ct * (x - mu), with
         # the broadcast fused in, over outer loops), and products of two
         # equally indexed inputs summed (a batched dot product, no
-        # contraction) are reductions. Vectorized, GMM d10's gradient went
-        # from 2.30 to 1.80 ms (1T, with `UnshareBroadcastProducers`).
+        # contraction) are reductions (vectorized: see
+        # benchmarks/notes/cpu-schedules.md).
         maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
         if is_mul_add(op):
             contraction = _contraction_candidate(op, maps)
@@ -182,9 +182,8 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
     # Inner reductions: the reduced dim is the last loop. Outer loops may reduce
     # too (a sum over a whole matrix, e.g. the weight decay sum(w * w)): they
     # become scalar loops around the vectorized last one. Left to the scalar
-    # loops, such a sum ran one dependent add per element: with sum(w * w)
-    # vectorized, the MLP loss (784-512-512-10, batch 128, f32, one thread)
-    # went from 2.33 to 1.78 ms (jax.jit 1.43 in the same process).
+    # loops, such a sum ran one dependent add per element
+    # (measurements: benchmarks/notes/cpu-schedules.md).
     if iters[-1].endswith("<reduction>"):
         reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
         return Candidate(op, "reduction", ranges, width, reduced, in_rows=in_rows)

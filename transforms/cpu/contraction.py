@@ -135,8 +135,8 @@ def collapse_contraction_dims(module: ir.Operation) -> None:
     become contractions over one loop per run, on reshaped (collapse_shape)
     operands: ADBench GMM's `einsum("ijp,kp->kij")` is a plain matmul
     (50 x 190 x 400) once i and j are one dim, which the matmul schedule
-    handles: 2.24 ms on scalar loops -> 0.16 ms (jax.jit: 0.17 ms), f64, one
-    core, d20 K50; its reverse (i, j both reduced) likewise."""
+    handles; its reverse (i, j both reduced) likewise
+    (measurements: benchmarks/notes/cpu-schedules.md)."""
     from mlir.dialects import tensor
 
     found: list[ir.Operation] = []

@@ -216,16 +216,15 @@ class WriteResultsInPlace(Pass):
     After `buffer-results-to-out-params` (run without `hoist-static-allocs`,
     which crashes on some modules in MLIR 22), each result is computed into
     a fresh `memref.alloc` and copied into its out-param at the end. For a
-    16 MB result that malloc + page faults + copy cost more than a vectorized
-    kernel itself (tanh(x*y+z) on 4M f32: 20 ms instead of 5). When the alloc
+    large result that malloc + page faults + copy cost more than a vectorized
+    kernel itself (measurements: benchmarks/notes/cpu-schedules.md). When the alloc
     sits in the function's entry block, has the out-param's type, and the
     out-param is used only by that copy, the alloc is replaced by the
     out-param and the copy dropped. The out-param is caller-allocated and
     never aliases an argument, so writing it early is safe. An alloc copied
     through a `memref.collapse_shape` (a fused elementwise op that kept unit
     dims, e.g. [64, 256, 1, 1, 128] for per-sample weight gradients) is
-    replaced by the out-param expanded to its shape: that 8 MB copy was
-    0.3-0.5 ms of the 2.8 ms MLP per-sample-gradient call. Likewise through
+    replaced by the out-param expanded to its shape. Likewise through
     a `memref.expand_shape` (a result with unit dims computed without them,
     after `linalg-fold-unit-extent-dims`), by the out-param collapsed.
     """

@@ -26,8 +26,8 @@ from .donation import public_definitions
 # the fused operand: the producer's body is then recomputed once per extra
 # iteration. `tanh(x @ W1 + b1) @ W2` under vmap became one contraction
 # generic computing tanh 10 times per element of the hidden layer (N = 10),
-# and the contraction, no longer `acc + a * b`, lost its matmul schedule:
-# 1.97 ms instead of 0.14 ms for the 64 x 256 x 128 x 10 per-sample loss.
+# and the contraction, no longer `acc + a * b`, lost its matmul schedule
+# (measurements: benchmarks/notes/cpu-schedules.md).
 # The pass's control function (fuse single-use producers) cannot be replaced
 # from Python, so such producers get a second use for the duration of the
 # pass: an extra result of their function, dropped again right after.
@@ -146,10 +146,7 @@ class UnshareBroadcastProducers(Pass):
     consumer recomputes it from its cache-resident inputs: one subtraction
     per element instead of 8 MB of memory traffic. Contractions keep the
     original (their register tiles need `acc + a * b`); copies fusion did
-    not take are merged again by CSE. Measured, ADBench GMM, f64, one
-    thread, variants in one process, best of 9 (ms), shared / unshared: d20
-    objective 2.40 / 2.17, gradient 9.22 / 8.91; d10 gradient 1.80 / 1.70;
-    MLP step and per-sample gradients unchanged, HVP 0.392 / 0.378.
+    not take are merged again by CSE. (measurements: benchmarks/notes/cpu-schedules.md)
     """
 
     name = "autodiff-unshare-broadcast-producers"
@@ -220,10 +217,7 @@ class UnshareRecomputedProducers(Pass):
     GMM's gradient writes qx = diag (x - mu) + L (x - mu) ([50, 1000, 20] f64,
     8 MB) for its two readers, the squared norms and the scaled cotangent.
     Recomputed in both, they read L (x - mu) instead, and qx is never
-    written. Measured, ADBench GMM gradient (f64), variants in one process,
-    best of 15 (ms), shared / recomputed: d20 1T 3.77 / 3.13 (objective
-    1.20), 2T 2.09 / 2.05; d10 1T 0.529 / 0.531. MLP step, HVP, LSTM
-    gradient unchanged within 1%.
+    written. (measurements: benchmarks/notes/cpu-schedules.md)
     """
 
     name = "autodiff-unshare-recomputed-producers"

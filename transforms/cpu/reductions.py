@@ -29,8 +29,7 @@ class GeneralizeReductions(Pass):
 
     Upstream elementwise fusion only fuses into generics: the weight decay
     sum(w * w) computed w * w into a temporary and summed it in a second
-    pass. Fused, it is one pass of FMAs: 784 x 512 f32, one thread, 155 us
-    -> 33 us (jax.jit 43 us).
+    pass. Fused, it is one pass of FMAs (measurements: benchmarks/notes/cpu-schedules.md).
     """
 
     name = "autodiff-generalize-reductions"
@@ -278,10 +277,7 @@ class SumBeforeContracting(Pass):
     """After elementwise fusion: `sum_n (out + s * (A . B)[..n..] + h)`, with n
     a dim of B but not of A, becomes `sum_n (out + h) + A . (sum_n s * B)`:
     the reduction moves in front of the contraction (see "sums of
-    contractions" above). Measured, ADBench GMM gradient (f64), variants in
-    one process, interleaved, best of 9 (ms), on / off: d20 1T 3.34 / 4.11
-    (objective 1.14), 2T 2.09 / 2.70; d10 1T 0.563 / 0.634. Results agree
-    to 1.5e-15 (relative)."""
+    contractions" above). (measurements: benchmarks/notes/cpu-schedules.md)"""
 
     name = "autodiff-sum-before-contracting"
     summary = "Sum a contraction's operand instead of its result where a reduction sums it"
@@ -516,11 +512,7 @@ class MergeSiblingReductions(Pass):
     """Outer reductions over the same loops that read one whole operand
     become one generic with several results: one pass over that operand.
     A sum whose init another of them flows into starts from +0 and has its
-    init added after. Measured, ADBench GMM gradient (f64; its three sums
-    over points of dqx become one), `benchmarks/run.py`'s interleaved
-    timing, median of 9 (ms), off / on: d20 1T 3.05 / 2.93, d10 1T 0.503 /
-    0.465 (objectives unchanged); best of 15, d20 2T 2.57 / 2.32. Results
-    agree to 1.5e-15 (relative)."""
+    init added after. (measurements: benchmarks/notes/cpu-schedules.md)"""
 
     name = "autodiff-merge-sibling-reductions"
     summary = "Merge outer reductions that read the same operand into one multi-result generic"

@@ -220,8 +220,7 @@ class FuseRowGroups(Pass):
     memory: for softmax over 4096 x 1024 f32, six passes of 16 MB. Groups
     of elementwise ops alone (at least `ELEMENTWISE_GROUP_MIN_OPS`: values
     with several consumers, which forward-over-reverse writes) are fused the
-    same way: the Hessian-vector product row (128 x 256) went from 0.45 to
-    0.42 ms, one thread.
+    same way.
 
     The sink is tiled over its row dims (`scf.forall` over the threads
     first, then `scf.for` over `_row_tile` rows) and the producers are fused
@@ -230,9 +229,7 @@ class FuseRowGroups(Pass):
     with two consumers creates, and `fold_tensor_empty` shrinks the
     intermediates to tiles. The members keep the `ROW_TAG` attribute, so
     `ScheduleLinalgForCpu` vectorizes their tiles however small, on the
-    loop's thread. Measured, softmax over 4096 x 1024 f32, best of 3
-    processes (with `ReciprocalOfBroadcastDivisors` and 64-lane reductions):
-    one thread 5.4 ms -> 3.3 ms, two threads 2.8 ms -> 2.1 ms.
+    loop's thread. (measurements: benchmarks/notes/cpu-schedules.md)
     """
 
     name = "autodiff-fuse-row-groups"

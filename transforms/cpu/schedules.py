@@ -39,8 +39,8 @@ def _register_tile(extent: int, preferred: int, multiple: int) -> int:
 
     Among divisors <= `preferred`, one that is a multiple of `multiple` (whole
     vector registers) and at least half of `preferred` wins; else the largest.
-    Measured: N = 10 (an MLP's output layer) ran at 17 GFLOP/s with 2-wide
-    tiles and the whole 10 columns make one (widened) vector.
+    An MLP's output layer (N = 10) runs as one (widened) 10-wide vector, not
+    2-wide tiles (measurements: benchmarks/notes/cpu-schedules.md).
     """
     if extent <= preferred:
         return extent
@@ -53,11 +53,8 @@ def _lane_tile(extent: int, preferred: int, lanes: int) -> int:
     """The register tile along the vector dim: `_register_tile`, except that a
     tile wider than one register must fill whole registers.
 
-    Measured (f64, AVX-512, C[k, n, j] += A[k, i, j] B[k, n, i] with
-    25 x 1000 x 10 x 10, GMM's shape): 10-wide tiles (vector<10xf64>, one
-    and a quarter registers) ran at 1.4-1.6 GFLOP/s, no faster than scalar
-    loops, while the same kernel in f32 (vector<10xf32>, one widened
-    register) ran at 20 GFLOP/s.
+    A tile of one and a quarter registers (10 f64 on AVX-512) ran no faster
+    than scalar loops (measurements: benchmarks/notes/cpu-schedules.md).
     """
     tile = _register_tile(extent, preferred, lanes // 2)
     if tile <= lanes or tile % lanes == 0:
@@ -120,7 +117,7 @@ def _schedule_contraction(s: Script, c: Candidate, tag: int) -> None:
     # Threads split the vector dim only into whole vectors: GMM d10's
     # [25, 1000, 10] f64 contraction split N = 10 into two 5-wide halves, and
     # the threads wrote alternate 40-byte pieces of the same cache lines; at
-    # 2T the objective took 0.54 ms against 0.28 ms on one thread.
+    # 2T the objective was slower than on one thread.
     lanes = host_vector_bits() // c.width
     par = _thread_split(s.threads, c, ranges[:n_outer] + ([m] if has_m else []) + [n],
                         [1] * n_outer + ([mr] if has_m else []) + [pymath.lcm(nr, lanes)],
@@ -160,15 +157,9 @@ def _lane_split(n: int, nr: int, lanes: int) -> int | None:
     (16 + 4; 190 = 184 + 6), else None (keep `nr`).
 
     The two parts share the cache tiles and get their own register tiles
-    (mr x 16 in two zmm per row, mr x 4 in one ymm). Measured, ADBench GMM
-    (f64, AVX-512), variants in one process, interleaved, best of 9 (ms), 5
-    wide / split: d20 K50 objective 2.66 / 2.38, gradient 9.65 / 8.35 (2T:
-    7.61 / 6.35); d10 K25 (8 + 2) objective 0.611 / 0.597, gradient 1.78 /
-    1.76. Whole 20-wide tiles (vector<20xf64>) ran the d20 gradient at 19 ms.
-    A rest that is not a power of two is split off too: GMM's gradient of the
-    packed lower triangle, [50, 400] x [400, 190] f64, ran 5 x 5 tiles; as
-    5 x 8 and 5 x 6 the gradient went (Zen 5, 1T, best of 15, ms) d20 3.56 ->
-    3.41, d10 0.603 -> 0.562.
+    (mr x 16 in two zmm per row, mr x 4 in one ymm). A rest that is not a
+    power of two is split off too (190 = 184 + 6)
+    (measurements: benchmarks/notes/cpu-schedules.md).
     """
     rest = n % lanes
     if nr >= lanes or not nr & (nr - 1) or not rest or n < lanes:
@@ -203,9 +194,8 @@ def _schedule_packed_matmul(s: Script, c: Candidate, tag: int) -> None:
 
 def _schedule_pack(s: Script, c: Candidate, tag: int) -> None:
     """The packing copy B[k, j1, j0] -> Bp[j1, k, j0]: one contiguous nr-vector per
-    (j1, k), the panels j1 split over the threads. On one thread the copy cost
-    2T matmuls about 8%: f32, best of 9 (ms), serial / split copy: 512^3 0.68 /
-    0.55-0.60, 1024^3 4.95-5.01 / 4.55-4.61 (jax.jit 4.58)."""
+    (j1, k), the panels j1 split over the threads. On one thread the copy slowed 2T
+    matmuls (measurements: benchmarks/notes/cpu-schedules.md)."""
     h = s.match(tag)
     h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     s.vectorize.append(s.tile(h, [1, 1, 0]))
@@ -270,25 +260,20 @@ def _schedule_outer_reduction(s: Script, c: Candidate, tag: int) -> None:
     """Loops in their natural order, the contiguous last dim by `lanes`.
 
     The accumulator row is re-read from L1 at each step. Putting the
-    reduction loops innermost (accumulators in registers) was measured
-    slower: column sums of 4096x1024 f32 ran at 10 GB/s that way (a new page
-    per step) against 27 GB/s in the natural order.
+    reduction loops innermost (accumulators in registers) was slower: a new
+    page per step (measurements: benchmarks/notes/cpu-schedules.md).
 
     Vectorized after `reduction_to_contract`, as inner reductions are: a sum
     of products (GMM's sum_n g[k, n, d] (x[n, d] - mu[k, d])) became a
     vector.contract over the unit reduced dim, which lowered to one scalar
-    add per lane. Measured, ADBench GMM gradient (f64), one thread, variants
-    in one process, best of 15 (ms), before / after: d20 3.75 / 3.51, d10
-    0.637 / 0.583 (objectives unchanged).
+    add per lane (measurements: benchmarks/notes/cpu-schedules.md).
 
     Single sums keep that order. Hoisting a single sum's row (GMM's sum over
     points, [50, 1000, 20] -> [50, 20]) out of its reduced innermost loop
-    was measured slower (Zen 5, f64, 1T, best of 30): as 16 + 4 pieces each
-    piece is one chain of dependent adds, 0.180 ms against 0.147 in this
-    order (a pure 8 MB read is about 0.13). Several sums merged into one op
-    (`MergeSiblingReductions`) carry one chain per result and are hoisted:
-    three sums over the same 8 MB operand took 0.19 ms so, against 0.33 as
-    three ops (`benchmarks/run.py`'s interleaved timing, median of 9).
+    was slower: as 16 + 4 pieces each piece is one chain of dependent adds.
+    Several sums merged into one op (`MergeSiblingReductions`) carry one
+    chain per result and are hoisted
+    (measurements: benchmarks/notes/cpu-schedules.md).
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
@@ -334,9 +319,8 @@ def _binary_pieces(n: int) -> list[int]:
 
 def _outer_reduction_step(n: int, lanes: int) -> int:
     """The vector step along an outer reduction's contiguous last dim: the
-    whole dim up to `lanes`, else the largest of a few divisors. Measured,
-    ADBench GMM d20 gradient (sums over points of [50, 1000, 20] f64), best
-    of 9, 1T: steps of 2 / 4 / 20 ran 10.80 / 10.54 / 10.50 ms."""
+    whole dim up to `lanes`, else the largest of a few divisors
+    (measurements: benchmarks/notes/cpu-schedules.md)."""
     if n <= lanes:
         return n
     return _largest_divisor(n, (lanes, lanes // 2, lanes // 4, 4, 2))
@@ -345,8 +329,8 @@ def _outer_reduction_step(n: int, lanes: int) -> int:
 def _schedule_transpose(s: Script, c: Candidate, tag: int) -> None:
     """Square blocks, transposed in registers (vector.transpose -> shuffles).
 
-    Naive loops read one operand with a stride of a whole row: a 512x512 f32
-    transpose took 330 us (6 GB/s).
+    Naive loops read one operand with a stride of a whole row
+    (measurements: benchmarks/notes/cpu-schedules.md).
     """
     h = s.match(tag)
     b = TRANSPOSE_BLOCK[c.width]
@@ -397,7 +381,7 @@ def build_script(candidates: Sequence[Candidate], threads: int = 1,
     if s.vectorize_late:
         # Reductions after `reduction_to_contract`: a sum of products
         # (sum(w * w)) would become a vector.contract over a unit dim, which
-        # lowers to per-lane code (0.42 ms instead of 0.16 for 784 x 512).
+        # lowers to per-lane code (slower; benchmarks/notes/cpu-schedules.md).
         body += [f"transform.structured.vectorize {h} : !transform.any_op"
                  for h in s.vectorize_late]
         body += [
