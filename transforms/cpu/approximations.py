@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 
 #: Bound on the error, in ulp of the float32 result, of each f32 approximation, asserted by
-#: test/python/test_cpu_pipeline.py against numpy's float64 functions on every 4099th f32 bit
+#: test/python/test_cpu_approximations.py against numpy's float64 functions on every 4099th f32 bit
 #: pattern (all signs and exponents, subnormals included) plus special values;
 #: inf/nan/+-0/subnormal results as libm. (measurements: benchmarks/notes/cpu-schedules.md)
 APPROX_MAX_ULP = {"math.exp": 1.5, "math.log": 1.5, "math.tanh": 2.0}

@@ -25,7 +25,7 @@ from ..passes import Pass
 #: 1-d vectors only: on an n-d vector they were left behind as
 #: `builtin.unrealized_conversion_cast`s that LLVM translation rejects.
 #: Vectorized Philox code (lower_rng.py) multiplies with `mului_extended`
-#: on a 512 x 32 draw's vector<1x16xi32> tiles. test_cpu_pipeline.py lowers
+#: on a 512 x 32 draw's vector<1x16xi32> tiles. test_cpu_to_llvm.py lowers
 #: every vectorizable op on n-d vectors.
 ONE_D_VECTOR_OPS = frozenset({
     "arith.mului_extended", "arith.mulsi_extended", "arith.addui_extended",
