@@ -28,6 +28,7 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-functionalize-rng": "functionalize_rng",
     "autodiff-lower-rng": "lower_rng",
     "autodiff-lower-to-cpu": "cpu.pipeline",
+    "autodiff-unshare-empty-tensors": "bufferize",
     "autodiff-fuse-row-groups": "cpu.row_groups",
     "autodiff-lower-to-gpu": "lower_to_gpu",
     "autodiff-verify": "verify",
