@@ -21,6 +21,8 @@ from .passes import Pass, register
 
 
 def post_order_ops(module: ir.Operation) -> list[ir.Operation]:
+    """Every op nested in `module` (itself included), in post-order: the order
+    the CPU passes visit ops in (`ad_support.walk_ops` is pre-order)."""
     ops: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
@@ -86,7 +88,7 @@ class ContextPass(Pass):
         raise NotImplementedError
 
 
-# -- step 0b': elementwise ops read inputs, not their inits ------------------------
+# -- before fusion: elementwise ops read inputs, not their inits ------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +173,7 @@ def _append(block: ir.Block, op: ir.Operation) -> None:
     block.append(op)
 
 
-# -- step 1b: i1 buffers hold one byte per element ------------------------------
+# -- after bufferization: i1 buffers hold one byte per element ------------------
 
 
 def _byte_memref(t: ir.Type) -> ir.Type | None:

@@ -15,11 +15,8 @@ from mlir import ir
 #: Discardable attribute naming each scheduled op in the transform script.
 SCHEDULE_TAG = "autodiff.cpu_schedule"
 
-
-# -- row fusion -------------------------------------------------------------------------------
-
+#: Discardable attribute naming each member of a row group (`FuseRowGroups`).
 ROW_TAG = "autodiff.cpu_row_group"
-
 
 #: A zero `linalg.fill` whose only reader is a contraction scheduled without a
 #: k loop outside its register tiles (see `_mark_zero_inits`).
