@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from adbench import gmm, lstm
+from adbench import data_file, gmm, lstm
 from adbench.xp import torch_namespace
 from frameworks import Skipped, configure_torch, ours_jit
 
@@ -41,24 +41,13 @@ def _jax_call(jax: Any, f: Callable[..., Any], argnums: tuple[int, ...], grad: b
     return lambda: jax.block_until_ready(fn(*args))
 
 
-def data_dir() -> Path | None:
-    """shared/data/adbench beside the checkout (or any parent of it)."""
-    for parent in Path(__file__).resolve().parents:
-        cand = parent / "shared" / "data" / "adbench"
-        if cand.is_dir():
-            return cand
-    return None
-
-
 _LOADED: dict[str, Any] = {}
 
 
 def _load(relative: str, loader: Callable[[Path], Any]) -> Any:
+    """`loader` applied to the shipped input `relative` (benchmarks/data/adbench), once."""
     if relative not in _LOADED:
-        root = data_dir()
-        if root is None or not (root / relative).is_file():
-            raise Skipped(f"ADBench data file {relative} not found (shared/data/adbench)")
-        _LOADED[relative] = loader(root / relative)
+        _LOADED[relative] = loader(data_file(relative))
     return _LOADED[relative]
 
 

@@ -30,10 +30,10 @@ The contract
   `autodiff.vjp` and `autodiff.vmap` are threaded too (see `_thread_use` for
   the exact operand layouts): seed and offset are extra trailing primal
   arguments with zero tangents / cotangents, and unbatched (axis -1) under
-  vmap, where the state after the op is always the offset the batched
-  function returns (with randomness = "different" a vmap pass may consume
-  more blocks than one call). So the transforms, run after this pass, see
-  functional code whose recomputation (checkpointing, the backward pass)
+  vmap. A vmap consumes what one call does, or B times that with
+  randomness = "different" (B lanes, consecutive ranges), so the state after
+  it is static when the callee's consumption is. So the transforms, run after
+  this pass, see functional code whose recomputation (checkpointing, the backward pass)
   replays exactly the forward's numbers.
 * `scf.for`: iteration k (k = (iv - lb) / step) draws at
   `start + k * B`, B the blocks one iteration consumes; after the loop the
@@ -56,6 +56,17 @@ The contract
   primal call and its separately emitted `autodiff.vjp` (Python's `vjp`
   inside a trace) agree on their draws. Its own draws become philox ops
   marked `keyed` (pure functions of the key; see `lower_rng`).
+* Pinning a key-rooted function to the stream: an `autodiff.random` draw of
+  a `tensor<2xi64>` with the attribute `autodiff.rng_pins = @g` (`g` key-rooted)
+  does not draw. It becomes the key `[seed, offset]` of the current state, and
+  the state advances by the blocks one call of `@g` consumes, so `@g` called
+  with that key draws exactly the numbers a stateful call at this point would
+  have drawn (keyed and stateful draws at the same (seed, offset) agree bit
+  for bit). Python's `vjp` inside a trace pins its function this way (see
+  `mlir_autodiff.random.pin_draws`): the primal call and every pullback replay
+  the draws of an ordinary call of the function. If `@g`'s consumption is not
+  static, the op stays an ordinary `bits` draw (a fresh key: the same
+  distribution, other numbers).
 
 Errors (at the op, naming the pass): a draw with a non-static shape or bad
 attributes; a draw reached through recursion (its offsets would not be
@@ -101,6 +112,8 @@ STATE_ATTR = "autodiff.rng_state"
 BLOCKS_ATTR = "autodiff.rng_blocks"
 #: On functions that take their RNG state from a key argument: its index.
 KEY_ATTR = "autodiff.rng_key"
+#: On an `autodiff.random` of a key: the key-rooted function it pins to the stream.
+PIN_ATTR = "autodiff.rng_pins"
 
 
 def _i64() -> ir.Type:
@@ -237,6 +250,9 @@ class _Functionalizer:
                 callee = _callee(op)
                 if callee in self.funcs:
                     edges[name].add(callee)
+                pinned = self._pinned(op)
+                if pinned is not None:
+                    edges[name].add(pinned)  # its consumption is needed first
         # Key-rooted functions are boundaries: they draw, but not from their callers' state.
         self.drawing = {n for n, d in direct.items() if d and n not in self.keyed}
         changed = True
@@ -257,6 +273,25 @@ class _Functionalizer:
             return
         for name in self._callee_first_order(edges):
             self.consumption[name] = self._region_consumption(self.funcs[name].regions[0])
+
+    def _pinned(self, op: ir.Operation) -> str | None:
+        """The key-rooted function an `autodiff.random` pins, if it has `PIN_ATTR`."""
+        if op.name != RANDOM or PIN_ATTR not in op.attributes:
+            return None
+        attr = op.attributes[PIN_ATTR]
+        key_type = ir.RankedTensorType.get([2], _i64())
+        name = ir.FlatSymbolRefAttr(attr).value if isinstance(attr, ir.FlatSymbolRefAttr) \
+            else None
+        if name not in self.keyed or op.results[0].type != key_type:
+            self.error(op, f"'{PIN_ATTR}' must be on a {key_type} draw and name a function "
+                           f"marked '{KEY_ATTR}', got {attr}")
+            return None
+        return name
+
+    def _pin_blocks(self, op: ir.Operation) -> int | None:
+        """For a pinning draw: the blocks its function consumes (None: not static)."""
+        name = ir.FlatSymbolRefAttr(op.attributes[PIN_ATTR]).value
+        return self.consumption.get(name, 0)
 
     def _key_arguments(self) -> dict[str, int]:
         """The key-rooted functions and their key argument's index (diagnosed if invalid)."""
@@ -374,10 +409,12 @@ class _Functionalizer:
 
     def _op_consumption(self, op: ir.Operation) -> int | None:
         if op.name == RANDOM:
+            if PIN_ATTR in op.attributes and self._pin_blocks(op) is not None:
+                return self._pin_blocks(op)
             return self.specs[op].blocks
         callee = _callee(op)
         if callee in self.drawing:
-            return self._use_consumption(op.name, callee)
+            return self._use_consumption(op, callee)
         if not op.regions or not self._draws(op):
             return 0
         if op.name in ("scf.if", "scf.execute_region"):
@@ -431,7 +468,15 @@ class _Functionalizer:
         if op.name == RANDOM:
             spec = self.specs[op]
             offset = state.value(ip)
-            attrs = {k: op.attributes[k] for k in op.attributes}
+            if PIN_ATTR in op.attributes:
+                blocks = self._pin_blocks(op)
+                if blocks is not None:
+                    with ip:
+                        key = tensor.from_elements(op.results[0].type, [self.seed, offset])
+                    op.results[0].replace_all_uses_with(key)
+                    op.erase()
+                    return state.advanced(blocks)
+            attrs = {k: op.attributes[k] for k in op.attributes if k != PIN_ATTR}
             if self.in_keyed:
                 attrs["keyed"] = ir.UnitAttr.get()
             new = ir.Operation.create(
@@ -511,17 +556,31 @@ class _Functionalizer:
         for old, i in zip(op.results, keep):
             old.replace_all_uses_with(new.results[i])
         op.erase()
-        used = self._use_consumption(op_name=new.name, callee=callee)
+        used = self._use_consumption(new, callee)
         if used is not None:
             return state.advanced(used)
         return _State(new.results[n_out if new.name in _TRANSFORMS else len(new_types) - 1])
 
-    def _use_consumption(self, op_name: str, callee: str) -> int | None:
-        # A batched function may draw once per lane (randomness = "different"), so
-        # the state after a vmap is always the offset it returns.
-        if op_name == "autodiff.vmap":
-            return None
-        return self.consumption[callee]
+    def _use_consumption(self, op: ir.Operation, callee: str) -> int | None:
+        """The blocks one use of a drawing function consumes (None: not static).
+
+        A vmap with randomness = "different" draws once per lane (B consecutive
+        ranges, see `--autodiff-vmap`); any other mode draws once for the batch.
+        """
+        once = self.consumption[callee]
+        if op.name != "autodiff.vmap" or once is None:
+            return once
+        mode = "error"
+        if "randomness" in op.attributes:
+            mode = ir.StringAttr(op.attributes["randomness"]).value
+        if mode != "different":
+            return once
+        axes = list(ir.DenseI64ArrayAttr(op.attributes["in_axes"]))
+        for v, a in zip(op.operands, axes):
+            if a >= 0 and isinstance(v.type, ir.RankedTensorType) and a < v.type.rank \
+                    and not ir.ShapedType.is_dynamic_size(v.type.shape[a]):
+                return v.type.shape[a] * once
+        return None
 
     def _thread_for(self, op: ir.Operation, state: _State, used: int | None) -> _State:
         i64 = _i64()

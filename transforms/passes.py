@@ -20,7 +20,9 @@ from typing import Any, ClassVar, Union
 from mlir import ir
 
 
-#: pass flag -> module (under mlir_autodiff.transforms) that defines it.
+#: pass flag -> module (under mlir_autodiff.transforms) that defines it: every
+#: project pass, so that its flag works in a fresh process (`register` refuses
+#: a project pass missing here; test_passes.py runs every listed flag).
 _PASS_MODULES: dict[str, str] = {
     "autodiff-jvp": "jvp",
     "autodiff-vjp": "vjp",
@@ -128,9 +130,24 @@ def _convert_option(pass_name: str, key: str, raw: str, field: dataclasses.Field
 
 
 def register(cls: type[Pass]) -> type[Pass]:
-    """Class decorator: make `cls` available by its `name`."""
+    """Class decorator: make `cls` available by its `name`.
+
+    A pass of this package must be declared in `_PASS_MODULES` with the module
+    that defines it: `lookup` imports pass modules by that table, so an
+    undeclared pass would be listed once its module happened to be imported
+    and unknown otherwise. (Passes defined elsewhere, e.g. by a test, register
+    as they are.)
+    """
     if not cls.name:
         raise TypeError(f"{cls.__name__} has no pass name")
+    if cls.__module__.startswith(f"{__package__}."):
+        declared = _PASS_MODULES.get(cls.name)
+        if declared is None or f"{__package__}.{declared}" != cls.__module__:
+            where = cls.__module__.removeprefix(f"{__package__}.")
+            raise TypeError(
+                f"pass '{cls.name}' ({cls.__qualname__} in {cls.__module__}) is not declared "
+                f"in passes._PASS_MODULES as defined by '{where}'"
+            )
     _REGISTRY[cls.name] = cls
     return cls
 

@@ -1,6 +1,6 @@
 """ADBench's Gaussian mixture model objective (Srajer, Kukelova, Fitzgibbon 2018).
 
-File layout (`../shared/data/adbench/gmm/*.txt`): `D K N`; K lines alpha;
+File layout (`benchmarks/data/adbench/gmm/*.txt`): `D K N`; K lines alpha;
 K lines of D means; K lines of icf (D log-diagonal entries q, then D(D-1)/2
 strictly-lower entries l, filled column by column); N lines of D points; the
 last line `gamma m`. The data files replicate one point N times when the

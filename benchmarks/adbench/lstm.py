@@ -1,6 +1,6 @@
 """ADBench's LSTM objective (Srajer, Kukelova, Fitzgibbon 2018).
 
-File layout (`../shared/data/adbench/lstm/lstm_l{l}_c{c}.txt`): `l c b`, then
+File layout (`benchmarks/data/adbench/lstm/lstm_l{l}_c{c}.txt`): `l c b`, then
 2l lines of 4b main parameters (weight, bias per layer), 3 lines of b extra
 parameters (input scale, output scale, output bias), 2l lines of b state
 values (hidden, cell per layer), c lines of b sequence values; blank lines

@@ -480,9 +480,11 @@ class _Executable:
             return
         try:
             self.compiled = _build(trial, context, "cpu", self.threads)
-        except (ir.MLIRError, ValueError, RuntimeError):
+        except ir.MLIRError:
             # Bufferization cannot honour every pairing (e.g. two donated
-            # arguments whose results read each other): fresh outputs instead.
+            # arguments whose results read each other) and says so in a
+            # diagnostic: fresh outputs instead. Anything else (a pass's
+            # InternalError, a JIT failure) is a bug and propagates.
             return
         result_args = self.compiled["main"].result_args
         self.in_place = {a: r for a, r in pairs.items() if result_args[r] == a}

@@ -391,10 +391,10 @@ def jacfwd(fun: Callable[..., Any], argnums: int = 0, *,
 def hessian(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
     """`jacfwd(jacrev(fun))`: forward-over-reverse, as JAX does.
 
-    A function that draws random numbers is refused for now: its reverse mode
-    inside a traced function does not yet replay the forward draws (issue 18).
+    A function that draws has the Hessian of the function its draws define:
+    every row and column replays the numbers one call of `fun` draws.
     """
-    return jacfwd(jacrev(fun, argnums), argnums, _randomness="error")
+    return jacfwd(jacrev(fun, argnums), argnums)
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "hessian",

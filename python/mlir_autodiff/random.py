@@ -195,6 +195,8 @@ _FOLD_STREAM = 0x666F6C64  # "fold"
 #: Function attribute of `--autodiff-functionalize-rng`: the index of the argument
 #: the function takes its RNG state from (see `pin_draws`).
 KEY_ATTR = "autodiff.rng_key"
+#: On the key draw of `pin_draws`: the function whose draws it pins to the stream.
+PIN_ATTR = "autodiff.rng_pins"
 
 
 def _as_i64(value: int) -> int:
@@ -686,17 +688,24 @@ def pin_draws(fn: TracedFunction) -> None:
 
     A traced function used twice (a primal call, then `autodiff.vjp` ops of
     it for pullbacks emitted later) would draw fresh numbers at each use, as
-    any two uses of a drawing function do. If `fn` draws, this draws one key
-    from the generator in the active trace (the trace `fn` was traced from),
-    adds it as a trailing parameter passed like a capture, and marks the
-    function `autodiff.rng_key`: `--autodiff-functionalize-rng` then threads
-    its draws from that key, so every use replays the same numbers. Does
-    nothing if `fn` does not draw.
+    any two uses of a drawing function do. If `fn` draws, this adds a key as
+    a trailing parameter passed like a capture and marks the function
+    `autodiff.rng_key`: `--autodiff-functionalize-rng` then threads its draws
+    from that key, so every use replays the same numbers. The key is emitted
+    here, in the active trace (the trace `fn` was traced from), as a draw
+    marked `autodiff.rng_pins = @fn`: the pass makes it the generator's state
+    `[seed, offset]` at this point and advances the state past what one call of
+    `fn` draws, so the replayed numbers are the ones a plain call of `fn` here
+    would draw (`vjp(f, x)[0]` inside `jit` equals `f(x)`, draw for draw).
+    Does nothing if `fn` does not draw.
     """
     func_op = fn.func_op.operation
     if not _draws_statefully(func_op):
         return
     k = _draw(KEY_SHAPE, KEY_DTYPE, "bits")
+    with func_op.context:
+        k.value.owner.attributes[PIN_ATTR] = ir.FlatSymbolRefAttr.get(
+            ir.StringAttr(func_op.attributes["sym_name"]).value)
     block = func_op.regions[0].blocks[0]
     with func_op.context, func_op.location:
         block.add_argument(k.value.type, func_op.location)

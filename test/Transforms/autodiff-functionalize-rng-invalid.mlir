@@ -173,3 +173,16 @@ func.func @bad_key_index(%k: tensor<2xi64>) -> tensor<4xf32> attributes {autodif
   %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+/// Check that `autodiff.rng_pins` must name a key-rooted function.
+
+func.func private @not_keyed(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+func.func @bad_pin(%x: tensor<4xf32>) -> tensor<2xi64> {
+  // expected-error@+1 {{autodiff-functionalize-rng: 'autodiff.rng_pins' must be on a tensor<2xi64> draw and name a function marked 'autodiff.rng_key', got @not_keyed}}
+  %k = "autodiff.random"() {distribution = "bits", autodiff.rng_pins = @not_keyed} : () -> tensor<2xi64>
+  return %k : tensor<2xi64>
+}

@@ -71,7 +71,9 @@ func.func @reverse_mode(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> (tensor<4xf32>
 // -----
 
 /// Check that autodiff.vmap of a drawing function passes (seed, offset)
-/// unbatched and continues from the offset the batched function returns.
+/// unbatched and continues past the blocks its lanes consume: one call's (1
+/// block) per lane with randomness = "different" (3 lanes), one call's with
+/// "same".
 
 func.func private @noisy(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
@@ -80,11 +82,18 @@ func.func private @noisy(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // CHECK-LABEL: func.func @batched
-// CHECK-SAME: (%[[B:.*]]: tensor<3x4xf32>, %[[SEED:.*]]: i64, %[[OFF:.*]]: i64) -> (tensor<3x4xf32>, tensor<4xf32>, i64)
+// CHECK-SAME: (%[[B:.*]]: tensor<3x4xf32>, %[[SEED:.*]]: i64, %[[OFF:.*]]: i64) -> (tensor<3x4xf32>, tensor<4xf32>, tensor<3x4xf32>, i64)
 // CHECK: %[[R:.*]]:2 = "autodiff.vmap"(%[[B]], %[[SEED]], %[[OFF]]) {fn = @noisy, in_axes = array<i64: 0, -1, -1>, out_axes = array<i64: 0, -1>, randomness = "different"}
-// CHECK: "autodiff.philox"(%[[SEED]], %[[R]]#1)
-func.func @batched(%b: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>) {
+// CHECK: %[[C3:.*]] = arith.constant 3 : i64
+// CHECK: %[[AFTER:.*]] = arith.addi %[[OFF]], %[[C3]] : i64
+// CHECK: "autodiff.philox"(%[[SEED]], %[[AFTER]])
+// CHECK: "autodiff.vmap"(%[[B]], %[[SEED]], %{{.*}}) {fn = @noisy, in_axes = array<i64: 0, -1, -1>, out_axes = array<i64: 0, -1>, randomness = "same"}
+// CHECK: %[[C5:.*]] = arith.constant 5 : i64
+// CHECK: %[[END:.*]] = arith.addi %[[OFF]], %[[C5]] : i64
+// CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %[[END]]
+func.func @batched(%b: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>, tensor<3x4xf32>) {
   %v = "autodiff.vmap"(%b) {fn = @noisy, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "different"} : (tensor<3x4xf32>) -> tensor<3x4xf32>
   %after = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
-  return %v, %after : tensor<3x4xf32>, tensor<4xf32>
+  %w = "autodiff.vmap"(%b) {fn = @noisy, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "same"} : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %v, %after, %w : tensor<3x4xf32>, tensor<4xf32>, tensor<3x4xf32>
 }

@@ -446,3 +446,65 @@ func.func @stateful_caller(%x: tensor<4xf32>) -> tensor<4xf32> {
   %a = func.call @keyed(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// -----
+
+/// Check that a key draw marked `autodiff.rng_pins = @g` becomes the state
+/// [seed, offset] at its position, and the state then skips the blocks one
+/// call of @g consumes (4 normal f32 = 1 block, 8 uniform f32 = 2 blocks):
+/// @g called with that key draws what a stateful call there would draw, and
+/// the draw after it starts where a stateful call would have left the state.
+
+// CHECK-LABEL: func.func private @pinned
+// CHECK-SAME: attributes {autodiff.rng_key = 1 : i64}
+// CHECK-LABEL: func.func @pins
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>, %[[S:.*]]: i64, %[[O:.*]]: i64) -> (tensor<4xf32>, tensor<4xf32>, i64)
+// CHECK: %[[KEY:.*]] = tensor.from_elements %[[S]], %[[O]] : tensor<2xi64>
+// CHECK: call @pinned(%[[X]], %[[KEY]])
+// CHECK: call @pinned(%[[X]], %[[KEY]])
+// CHECK: %[[C3:.*]] = arith.constant 3 : i64
+// CHECK: %[[AFTER:.*]] = arith.addi %[[O]], %[[C3]] : i64
+// CHECK: "autodiff.philox"(%[[S]], %[[AFTER]]) {distribution = "uniform"} : (i64, i64) -> tensor<4xf32>
+// CHECK: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK: %[[END:.*]] = arith.addi %[[O]], %[[C4]] : i64
+// CHECK: return %{{.*}}, %{{.*}}, %[[END]]
+func.func private @pinned(%x: tensor<4xf32>, %k: tensor<2xi64>) -> tensor<4xf32>
+    attributes {autodiff.rng_key = 1 : i64} {
+  %r = "autodiff.random"() {distribution = "normal"} : () -> tensor<4xf32>
+  %u = "autodiff.random"() {distribution = "uniform"} : () -> tensor<8xf32>
+  %y = arith.addf %x, %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+func.func @pins(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %k = "autodiff.random"() {distribution = "bits", autodiff.rng_pins = @pinned} : () -> tensor<2xi64>
+  %a = func.call @pinned(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  %b = func.call @pinned(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  %n = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  %c = arith.addf %b, %n : tensor<4xf32>
+  return %a, %c : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+/// Check that a pinned function whose consumption is not static (a draw in a
+/// loop of dynamic trip count) keeps the key an ordinary bits draw.
+
+// CHECK-LABEL: func.func @pins_dynamic
+// CHECK: %[[KEY:.*]] = "autodiff.philox"(%{{.*}}, %{{.*}}) {distribution = "bits"} : (i64, i64) -> tensor<2xi64>
+// CHECK: call @pinned_dynamic(%{{.*}}, %{{.*}}, %[[KEY]])
+func.func private @pinned_dynamic(%x: tensor<4xf32>, %n: index, %k: tensor<2xi64>) -> tensor<4xf32>
+    attributes {autodiff.rng_key = 2 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %x) -> (tensor<4xf32>) {
+    %u = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+    %s = arith.addf %acc, %u : tensor<4xf32>
+    scf.yield %s : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+func.func @pins_dynamic(%x: tensor<4xf32>, %n: index) -> tensor<4xf32> {
+  %k = "autodiff.random"() {distribution = "bits", autodiff.rng_pins = @pinned_dynamic} : () -> tensor<2xi64>
+  %a = func.call @pinned_dynamic(%x, %n, %k) : (tensor<4xf32>, index, tensor<2xi64>) -> tensor<4xf32>
+  return %a : tensor<4xf32>
+}

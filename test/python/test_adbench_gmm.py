@@ -19,16 +19,9 @@ import mlir_autodiff.numpy as anp
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from adbench import gmm  # noqa: E402
+from adbench import data_file, gmm  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "adbench" / "gmm"
-if not DATA.is_dir():  # a clone elsewhere: look beside the checkout's parents
-    DATA = next((p / "shared" / "data" / "adbench" / "gmm" for p in ROOT.parents
-                 if (p / "shared" / "data" / "adbench" / "gmm").is_dir()), DATA)
-needs_data = pytest.mark.skipif(not DATA.is_dir(),
-                                reason=f"ADBench data not found at {DATA}")
-
-#: ADBench's published objective on gmm/test.txt.
+#: ADBench's published objective on gmm/test.txt (benchmarks/data/README.md).
 PUBLISHED_F = 8.07380408004975791
 
 
@@ -42,9 +35,8 @@ def make_loss(inp: gmm.GmmInput):
     return loss
 
 
-@needs_data
 def test_objective_matches_published_value_and_gradient_matches_fd():
-    inp = gmm.load(DATA / "test.txt")
+    inp = gmm.load(data_file("gmm/test.txt"))
     loss = make_loss(inp)
     value, grads = ad.value_and_grad(loss, argnums=(0, 1, 2))(
         inp.alphas, inp.means, inp.icf, inp.x)
@@ -68,12 +60,11 @@ def test_objective_matches_published_value_and_gradient_matches_fd():
         np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
 
 
-@needs_data
 def test_gradient_matches_jax_on_d10_k25():
     jax = pytest.importorskip("jax", reason="jax is the oracle for this test")
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
-    inp = gmm.load(DATA / "1k" / "gmm_d10_K25.txt")
+    inp = gmm.load(data_file("gmm/1k/gmm_d10_K25.txt"))
     selector = gmm.lower_selector(inp.d)
     const = gmm.constant_terms(inp)
     value, grads = ad.jit(ad.value_and_grad(make_loss(inp), argnums=(0, 1, 2)))(

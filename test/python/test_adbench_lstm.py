@@ -21,15 +21,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from adbench import lstm
+from adbench import data_file, lstm
 
-DATA = next((p / "shared" / "data" / "adbench" / "lstm" for p in ROOT.parents
-             if (p / "shared" / "data" / "adbench" / "lstm").is_dir()),
-            ROOT.parent / "shared" / "data" / "adbench" / "lstm")
-FILE = DATA / "lstm_l2_c1024.txt"
-needs_data = pytest.mark.skipif(not FILE.is_file(), reason=f"ADBench data not found at {FILE}")
+FILE = data_file("lstm/lstm_l2_c1024.txt")
 
-#: ADBench's published objective on lstm_l2_c1024 (8 digits, shared/data/README.md).
+#: ADBench's published objective on lstm_l2_c1024 (8 digits, benchmarks/data/README.md).
 PUBLISHED_F = 0.66666518
 
 #: Sequence elements of the finite-difference and unrolled-loop tests.
@@ -49,7 +45,6 @@ def full() -> lstm.LstmInput:
     return lstm.load(FILE)
 
 
-@needs_data
 def test_loader_reads_the_layout(full):
     assert (full.layers, full.steps, full.width) == (2, 1024, 14)
     assert full.main.shape == (4, 56)
@@ -65,28 +60,24 @@ def test_loader_rejects_a_short_file(tmp_path):
         lstm.load(bad)
 
 
-@needs_data
 def test_objective_matches_published_value_and_loop_reference(full):
     value = float(lstm.objective(np, *_args(full)))
     assert round(value, 8) == PUBLISHED_F
     np.testing.assert_allclose(lstm.reference(full), value, rtol=1e-13)
 
 
-@needs_data
 def test_traced_objective_matches_numpy_on_a_slice(full):
     inp = lstm.truncated(full, SLICE)
     value = ad.jit(_loss)(*_args(inp))
     np.testing.assert_allclose(value, lstm.reference(inp), rtol=1e-12)
 
 
-@needs_data
 def test_traced_full_objective_matches_published_value(full):
     value = float(ad.jit(_loss)(*_args(full)))
     assert round(value, 8) == PUBLISHED_F
     np.testing.assert_allclose(value, lstm.reference(full), rtol=1e-12)
 
 
-@needs_data
 def test_full_gradient_matches_jax(full):
     jax = pytest.importorskip("jax", reason="jax is the oracle for this test")
     jax.config.update("jax_enable_x64", True)
@@ -102,7 +93,6 @@ def test_full_gradient_matches_jax(full):
     assert np.abs(grads[0]).max() > 1e-3
 
 
-@needs_data
 def test_scan_and_unrolled_loop_agree_on_a_slice(full):
     inp = lstm.truncated(full, SLICE)
 
@@ -123,7 +113,6 @@ def our_gradient(full):
     return inp, value, grads
 
 
-@needs_data
 def test_gradient_matches_central_differences(our_gradient):
     inp, value, (g_main, g_extra) = our_gradient
     np.testing.assert_allclose(value, lstm.reference(inp), rtol=1e-12)
@@ -141,7 +130,6 @@ def test_gradient_matches_central_differences(our_gradient):
     assert np.abs(g_main).max() > 1e-3  # the check above compares something
 
 
-@needs_data
 def test_gradient_matches_jax_loop_and_scan(our_gradient):
     jax = pytest.importorskip("jax", reason="jax is the oracle for this test")
     jax.config.update("jax_enable_x64", True)

@@ -7,9 +7,11 @@ themselves (and jax/torch) are for `./dev bench`.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ RUN = ROOT / "benchmarks" / "run.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import adbench_cases
 import run
+from adbench import DATA as ADBENCH_DATA
 
 
 def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
@@ -39,15 +42,31 @@ def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
     for key, row in rows.items():
         problems = {fw: msg for fw, msg in row["problems"].items() if "not cross-checked" not in msg}
         assert not problems, (key, problems)
-        if "ours" in row["skipped"] and adbench_cases.data_dir() is None:
-            # A checkout without shared/data beside it (a clone elsewhere) skips
-            # the ADBench rows, saying so; the data's own tests skip the same way.
-            assert "not found" in row["skipped"]["ours"], key
-            continue
+        assert not row["skipped"], (key, row["skipped"])  # the ADBench inputs ship too
         assert row["seconds"]["ours"] > 0, key
         assert row["first_call"]["ours"] >= row["seconds"]["ours"], key
     assert "== 1 thread(s) ==" in proc.stdout
     assert "time(grad f) / time(f)" in proc.stdout
+
+
+def test_every_adbench_row_reads_an_input_that_ships_unchanged():
+    """Every ADBench row, quick or full, loads its input from benchmarks/data
+    (no row can be skipped for want of a file), and the shipped files are
+    exactly the ones benchmarks/data/README.md lists, with its digests."""
+    rows = [c for c in run.CASES if c.name.startswith("ADBench")]
+    assert {c.size for c in rows} >= {"test.txt", "d10 K25 n1000", "d20 K50 n1000", "l2 c1024"}
+    for case in rows:
+        inputs = case.inputs(np.random.default_rng(0))
+        assert inputs and all(np.isfinite(a).all() for a in inputs), case.key
+    readme = (ADBENCH_DATA.parent / "README.md").read_text()
+    listed = {path.removeprefix("adbench/"): digest for digest, path
+              in re.findall(r"^([0-9a-f]{64})  (adbench/\S+)$", readme, re.MULTILINE)}
+    shipped = {p.relative_to(ADBENCH_DATA).as_posix() for p in ADBENCH_DATA.rglob("*")
+               if p.is_file() and p.name != "LICENSE.txt"}
+    assert set(adbench_cases._LOADED) == shipped == set(listed)
+    for relative, digest in listed.items():
+        assert hashlib.sha256((ADBENCH_DATA / relative).read_bytes()).hexdigest() == digest
+    assert "MIT License" in (ADBENCH_DATA / "LICENSE.txt").read_text()
 
 
 def _column(threads: int, peak: float, times: dict[str, dict[str, float]]) -> run.Column:

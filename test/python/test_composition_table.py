@@ -34,25 +34,10 @@ jax.config.update("jax_enable_x64", True)
 CHECKS = ("value", "deriv")
 
 #: (cell id, check) -> why it is wrong today. Every entry is a strict xfail.
-VJP_RNG = ("ad.vjp of a function that draws (nn.dropout) inside jit: the pullback uses a "
-           "different mask than the forward draw (grad is right)")
-JAC_RNG = ("hessian of a function that draws is refused (its jacrev would not replay the "
-           "draws, see VJP_RNG) with a message about a vmap randomness mode")
 RULE_RNG = ("a custom rule (custom_vjp/custom_jvp/Function) whose function draws: "
             "autodiff-functionalize-rng rejects the rule functions gaining RNG state")
 
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    **{(f"{o}-dropout", "deriv"): VJP_RNG
-       for o in ("jit", "grad", "jvp", "vjp", "vmap", "checkpoint", "jacrev", "scan",
-                 "fori_loop", "where")},
-    **{(f"dropout-{i}", "deriv"): VJP_RNG
-       for i in ("jit", "grad", "jvp", "vjp", "vmap", "checkpoint", "jacfwd", "jacrev",
-                 "custom_vjp", "custom_jvp", "Function", "scan", "fori_loop",
-                 "while_loop", "where", "dropout")},
-    ("vjp-dropout", "value"): VJP_RNG,
-    ("jacrev-dropout", "value"): VJP_RNG,
-    ("jacfwd-dropout", "deriv"): VJP_RNG,
-    ("hessian-dropout", "value"): JAC_RNG,
     ("custom_vjp-dropout", "deriv"): RULE_RNG,
     ("custom_jvp-dropout", "deriv"): RULE_RNG,
     ("Function-dropout", "value"): RULE_RNG,
