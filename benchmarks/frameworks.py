@@ -156,7 +156,7 @@ def measure_fma_peak(repeats: int = 15) -> tuple[float, int]:
     "% of peak" compares our kernels with what the same JIT can reach.
     """
     from mlir_autodiff.runtime import CompiledModule
-    from mlir_autodiff.transforms.cpu_schedules import host_vector_bits
+    from mlir_autodiff.transforms.cpu.parameters import host_vector_bits
 
     bits = host_vector_bits()
     lanes = bits // 32

@@ -114,8 +114,15 @@ from mlir.dialects import memref as memref_d
 from mlir.dialects import tensor as tensor_d
 
 from .ad_support import int_constant
+from .bufferize import (
+    BUFFERIZE,
+    BoolBuffersToBytes,
+    ElementwiseInitsToInputs,
+    UnshareEmptyTensors,
+)
+from .bufferize import ContextPass as _Step
+from .cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
 from .diagnostics import fail
-from .lower_to_cpu import BUFFERIZE, UnshareEmptyTensors
 from .passes import Pass, PipelineElement, register
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -201,19 +208,6 @@ def _new_parallel(lbs: Sequence[ir.Value], ubs: Sequence[ir.Value],
     with ir.InsertionPoint(body):
         term = scf.ReduceOp([], 0)
     return loop.operation, body, term.operation
-
-
-@dataclasses.dataclass(frozen=True)
-class _Step(Pass):
-    """A Python step of the pipeline; `apply` runs with the module's context active
-    (drivers run passes without a default context)."""
-
-    def run(self, module: ir.Operation) -> None:
-        with module.context, ir.Location.unknown(module.context):
-            self.apply(module)
-
-    def apply(self, module: ir.Operation) -> None:
-        raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,91 +336,6 @@ class SplatsToFills(_Step):
             op.erase()
 
 
-# -- step 0b': elementwise ops read inputs, not their inits ------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ElementwiseInitsToInputs(_Step):
-    """An all-parallel linalg.generic that reads its `outs` value gets it as an input.
-
-    `dx = acc + contribution` (how derivative code accumulates into a zero
-    fill) reads its init. When `linalg-fuse-elementwise-ops` fuses such a
-    producer into a consumer with extra loops (a contraction), the fused op
-    keeps the producer's init as one of its outputs, indexed without those
-    loops, and the producer's read of it sees the value the previous
-    iteration wrote: `contribution` is added once per extra iteration (a
-    wrong GMM gradient, found by the CPU run of the parallel stage). Passed as
-    an input, the init is a plain value: recomputing the producer per
-    iteration is idempotent, the fusion is correct, and the fill fuses away.
-    """
-
-    name = "autodiff-gpu-elementwise-inits-to-inputs"
-    summary = "Turn out-operand reads of elementwise linalg.generic ops into inputs"
-
-    def apply(self, module: ir.Operation) -> None:
-        for op in list(_walk(module)):
-            if op.name == "linalg.generic":
-                _inits_to_inputs(op)
-
-
-def _inits_to_inputs(op: ir.Operation) -> None:
-    view = op.opview
-    if not all("parallel" in str(a) for a in op.attributes["iterator_types"]):
-        return
-    ins, outs = list(view.inputs), list(view.outputs)
-    if not outs or not all(isinstance(o.type, ir.RankedTensorType) for o in outs):
-        return
-    body = op.regions[0].blocks[0]
-    out_args = list(body.arguments)[len(ins):]
-    read = [k for k, arg in enumerate(out_args) if len(list(arg.uses)) > 0]
-    if not read:
-        return
-    maps = list(op.attributes["indexing_maps"])
-    in_maps, out_maps = maps[: len(ins)], maps[len(ins):]
-    new_ins = ins + [outs[k] for k in read]
-    with ir.InsertionPoint(op), op.location:
-        new_outs = []
-        for k, o in enumerate(outs):
-            if k not in read:
-                new_outs.append(o)
-                continue
-            t = o.type
-            dyn = [tensor_d.dim(o, _index_const(i)) for i in range(t.rank) if t.is_dynamic_dim(i)]
-            new_outs.append(tensor_d.EmptyOp(t.shape, t.element_type, dynamic_sizes=dyn).result
-                            if dyn else tensor_d.EmptyOp(t.shape, t.element_type).result)
-        attrs = {name: op.attributes[name] for name in _attribute_names(op)}
-        attrs["indexing_maps"] = ir.ArrayAttr.get(in_maps + [out_maps[k] for k in read] + out_maps)
-        attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([len(new_ins), len(new_outs)])
-        new = ir.Operation.create(
-            "linalg.generic", results=[r.type for r in op.results],
-            operands=new_ins + new_outs, attributes=attrs, regions=1, loc=op.location,
-        )
-    arg_types = [a.type for a in body.arguments]
-    new_types = (arg_types[: len(ins)] + [arg_types[len(ins) + k] for k in read]
-                 + arg_types[len(ins):])
-    new_body = ir.Block.create_at_start(new.regions[0], new_types,
-                                        [op.location] * len(new_types))
-    new_args = list(new_body.arguments)
-    for i in range(len(ins)):
-        body.arguments[i].replace_all_uses_with(new_args[i])
-    for j, k in enumerate(read):
-        out_args[k].replace_all_uses_with(new_args[len(ins) + j])
-    for o in _ops_of(body):
-        _append(new_body, o)
-    for old, res in zip(op.results, new.results):
-        old.replace_all_uses_with(res)
-    op.erase()
-
-
-def _attribute_names(op: ir.Operation) -> list[str]:
-    return [a if isinstance(a, str) else a.name for a in op.attributes]
-
-
-def _append(block: ir.Block, op: ir.Operation) -> None:
-    op.detach_from_parent()
-    block.append(op)
-
-
 # -- step 0c: reduction dimensions innermost --------------------------------------
 
 
@@ -488,97 +397,6 @@ class CopiesToLinalg(_Step):
             with ir.InsertionPoint(op), op.location:
                 linalg.copy(src, outs=[dst])
             op.erase()
-
-
-# -- step 1b: i1 buffers hold one byte per element ------------------------------
-
-
-def _byte_memref(t: ir.Type) -> ir.Type | None:
-    """memref<...xi1> -> memref<...xi8> (same shape, layout, memory space), else None."""
-    if not isinstance(t, ir.MemRefType):
-        return None
-    elem = t.element_type
-    if not (isinstance(elem, ir.IntegerType) and elem.width == 1):
-        return None
-    return ir.MemRefType.get(t.shape, ir.IntegerType.get_signless(8), t.layout, t.memory_space)
-
-
-def _int_value(x: object) -> int:
-    """An element of a dense integer attribute: an IntegerAttr or already an int/bool."""
-    if isinstance(x, ir.Attribute):
-        return ir.IntegerAttr(x).value
-    return int(x)  # type: ignore[call-overload]
-
-
-def _bytes_attr(attr: ir.Attribute) -> ir.Attribute:
-    """A dense i1 initializer as the equivalent dense i8 one."""
-    if not isinstance(attr, ir.DenseElementsAttr):
-        return attr  # uninitialized globals
-    t = attr.type
-    i8 = ir.IntegerType.get_signless(8)
-    new_t = ir.RankedTensorType.get(t.shape, i8)
-    if attr.is_splat:
-        return ir.DenseElementsAttr.get_splat(
-            new_t, ir.IntegerAttr.get(i8, int(bool(_int_value(attr.get_splat_value()))))
-        )
-    count = 1
-    for d in t.shape:
-        count *= d
-    values = [ir.IntegerAttr.get(i8, int(bool(_int_value(attr[i])))) for i in range(count)]
-    return ir.DenseElementsAttr.get(values, type=new_t)
-
-
-@dataclasses.dataclass(frozen=True)
-class BoolBuffersToBytes(_Step):
-    """Store i1 buffers as bytes (numpy's bool layout): `memref<Nxi1>` -> `memref<Nxi8>`.
-
-    The LLVM lowering of memref.load/store rejects sub-byte element types
-    (it asserts in this MLIR build), and they appear as soon as a program keeps
-    a boolean tensor (a relu mask) or deallocation needs ownership flags.
-    Loads truncate to i1, stores zero-extend.
-    """
-
-    name = "autodiff-bool-buffers-to-bytes"
-    summary = "Rewrite memref<...xi1> into memref<...xi8> with trunci/extui at loads/stores"
-
-    def apply(self, module: ir.Operation) -> None:
-        i1 = ir.IntegerType.get_signless(1)
-        for op in list(_walk(module))[1:]:
-            if op.name == "memref.global":
-                t = op.attributes["type"].value
-                new = _byte_memref(t)
-                if new is not None:
-                    op.attributes["type"] = ir.TypeAttr.get(new)
-                    if "initial_value" in op.attributes:
-                        op.attributes["initial_value"] = _bytes_attr(
-                            op.attributes["initial_value"])
-                continue
-            if op.name in ("func.func", "gpu.func"):
-                ftype = op.attributes["function_type"].value
-                ins = [_byte_memref(t) or t for t in ftype.inputs]
-                outs = [_byte_memref(t) or t for t in ftype.results]
-                op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ins, outs))
-            for region in op.regions:
-                for block in region.blocks:
-                    for arg in block.arguments:
-                        new = _byte_memref(arg.type)
-                        if new is not None:
-                            arg.set_type(new)
-            for res in op.results:
-                new = _byte_memref(res.type)
-                if new is not None:
-                    res.set_type(new)
-        for op in list(_walk(module)):
-            if op.name == "memref.load" and op.results[0].type == i1:
-                res = op.results[0]
-                res.set_type(ir.IntegerType.get_signless(8))
-                with ir.InsertionPoint.after(op), op.location:
-                    bit = arith.trunci(i1, res)
-                res.replace_all_uses_except(bit, bit.owner.operation)
-            elif op.name == "memref.store" and op.operands[0].type == i1:
-                with ir.InsertionPoint(op), op.location:
-                    byte = arith.extui(ir.IntegerType.get_signless(8), op.operands[0])
-                op.operands[0] = byte
 
 
 # -- step 2: tiling parallel loops into blocks x threads -----------------------
@@ -1018,7 +836,7 @@ class LowerToGpu(Pass):
             "func.func(scf-parallel-loop-fusion)",
             # Hoisting (no copy kernel per result) is safe here: calls are
             # inlined first, and the upstream crash seen on the CPU path
-            # (lower_to_cpu.py) needs private functions returning buffers.
+            # (cpu/pipeline.py) needs private functions returning buffers.
             DistinctReturnBuffers(),
             "buffer-results-to-out-params{hoist-static-allocs modify-public-functions}",
             "canonicalize",
@@ -1062,8 +880,6 @@ class LowerToGpu(Pass):
         target = f"nvvm-attach-target{{chip={self.chip} O={self.opt_level}"
         if self.features:
             target += f" features={self.features}"
-        from .lower_to_cpu import ExpandFloatClassTests
-
         return [
             # No NVVM lowering for these (as on the CPU): clampf by upstream's
             # expansion, isinf/isnormal as comparisons of |x|.
@@ -1103,6 +919,4 @@ def parallel_stage_on_cpu_pipeline(**options: object) -> list[PipelineElement]:
     the CPU pipeline's LLVM steps, so tests compare it against numpy.
     `options` are further LowerToGpu options (e.g. block_size=64).
     """
-    from .lower_to_cpu import TO_LLVM
-
     return [LowerToGpu(stage="parallel", **options), *TO_LLVM]  # type: ignore[arg-type]

@@ -29,9 +29,9 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-vmap": "vmap",
     "autodiff-functionalize-rng": "functionalize_rng",
     "autodiff-lower-rng": "lower_rng",
-    "autodiff-lower-to-cpu": "lower_to_cpu",
-    "autodiff-unshare-empty-tensors": "lower_to_cpu",
-    "autodiff-fuse-row-groups": "cpu_schedules",
+    "autodiff-lower-to-cpu": "cpu.pipeline",
+    "autodiff-unshare-empty-tensors": "bufferize",
+    "autodiff-fuse-row-groups": "cpu.row_groups",
     "autodiff-lower-to-gpu": "lower_to_gpu",
     "autodiff-verify": "verify",
 }

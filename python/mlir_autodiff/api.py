@@ -54,7 +54,7 @@ from .tracing import (
     current_trace,
     storage_dtype,
 )
-from .transforms.cpu_schedules import cpu_pipeline, cpu_threads
+from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
 from .transforms.passes import lookup
 from .transforms.pipeline import PipelineError, run_pipeline

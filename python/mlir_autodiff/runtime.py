@@ -9,7 +9,7 @@ nested lists, and return numpy arrays (tensor results) or numpy scalars
     cm = CompiledModule(text)
     z = cm["add"](x, y)            # one result: the array; several: a tuple; none: None
 
-Calling convention (see transforms/lower_to_cpu.py): every tensor result is
+Calling convention (see transforms/cpu/pipeline.py): every tensor result is
 written into a numpy array the runtime allocates before the call
 (destination passing via upstream `buffer-results-to-out-params`), so the
 compiled code never hands back memory that needs freeing and repeated calls
@@ -55,9 +55,9 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_autodiff import dialects
-from mlir_autodiff.transforms.cpu_schedules import openmp_shared_libs
+from mlir_autodiff.transforms.cpu.openmp import openmp_shared_libs
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
-from mlir_autodiff.transforms.lower_to_cpu import RESULT_ARGS
+from mlir_autodiff.transforms.cpu.donation import RESULT_ARGS
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
 from mlir_autodiff.transforms.reserved_symbols import renamed_symbols

@@ -2,10 +2,10 @@
 
 // Contractions written as linalg.generic (what vmap and reverse mode emit:
 // unit dims, batch dims, transposed or swapped operands) get the matmul
-// schedule of transforms/cpu_schedules.py: a register tile of vector FMAs,
+// schedule of transforms/cpu/schedules.py: a register tile of vector FMAs,
 // each k step one broadcast scalar times a row of the operand whose
 // innermost dim is C's. Lanes follow the host (16 f32 on AVX2, 32 on
-// AVX-512; f64 half). Numerical results: test/python/test_cpu_schedules.py.
+// AVX-512; f64 half). Numerical results: test/python/test_cpu_contraction.py.
 
 /// Check that a batched vector-matrix product with a unit dim (vmap of
 /// `x @ w` over rows of x) is computed as a matmul without the unit dim:

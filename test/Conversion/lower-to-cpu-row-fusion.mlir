@@ -1,9 +1,9 @@
 // RUN: autodiff-opt %s --split-input-file --autodiff-fuse-row-groups | filecheck %s
 
-// Row groups (FuseRowGroups in transforms/cpu_schedules.py): an elementwise
+// Row groups (FuseRowGroups in transforms/cpu/row_groups.py): an elementwise
 // op over rows and the ops computing its operands row by row through inner
 // reductions run as one loop over tiles of rows. Numerical results are
-// checked in test/python/test_cpu_schedules.py.
+// checked in test/python/test_cpu_row_groups.py.
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>

@@ -1,8 +1,8 @@
 // RUN: autodiff-opt %s --split-input-file --autodiff-lower-to-cpu | filecheck %s
 
-// The performance schedules of --autodiff-lower-to-cpu (transforms/cpu_schedules.py):
+// The performance schedules of --autodiff-lower-to-cpu (transforms/cpu/):
 // large static linalg ops are tiled and vectorized; small ones keep the
-// scalar loops. Numerical results are checked in test/python/test_cpu_pipeline.py.
+// scalar loops. Numerical results are checked in test/python/test_cpu_schedules.py.
 
 /// Check that a large f32 matmul becomes a register tile of vector FMAs,
 /// each k step one broadcast of A times a row of B (rows of 16 f32 on AVX2

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-from mlir_autodiff.transforms import lower_to_cpu
+from mlir_autodiff.transforms.cpu import donation
 from mlir_autodiff.transforms.diagnostics import fail
 from mlir_autodiff.transforms.pipeline import InternalError
 
@@ -24,13 +24,13 @@ def _sgd(w, g):
 def _fail_when_donating(monkeypatch, error):
     """Make the CPU pipeline's donation bookkeeping raise `error(func)` on donating
     modules only (a donation-specific code path: the non-donating build is unaffected)."""
-    note = lower_to_cpu.NoteDonatedArguments
+    note = donation.NoteDonatedArguments
     original = note.run
 
     def run(self, module):
         original(self, module)
         for op in module.regions[0].blocks[0].operations:
-            if op.operation.name == "func.func" and lower_to_cpu.DONATED_ARGS in op.attributes:
+            if op.operation.name == "func.func" and donation.DONATED_ARGS in op.attributes:
                 raise error(op)
 
     monkeypatch.setattr(note, "run", run)

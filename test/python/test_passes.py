@@ -73,8 +73,8 @@ def test_an_undeclared_project_pass_cannot_register():
         return passes.register(cls)
 
     with pytest.raises(TypeError, match="not declared in passes._PASS_MODULES"):
-        define("mlir_autodiff.transforms.lower_to_cpu", "autodiff-not-in-the-table")
+        define("mlir_autodiff.transforms.cpu.pipeline", "autodiff-not-in-the-table")
     with pytest.raises(TypeError, match="not declared in passes._PASS_MODULES"):
         define("mlir_autodiff.transforms.vmap", "autodiff-unshare-empty-tensors")
     assert passes.lookup("autodiff-not-in-the-table") is None
-    assert passes.lookup("autodiff-unshare-empty-tensors").__module__.endswith("lower_to_cpu")
+    assert passes.lookup("autodiff-unshare-empty-tensors").__module__.endswith("bufferize")

@@ -226,7 +226,7 @@ def test_library_names_as_user_functions() -> None:
 @pytest.mark.parametrize("threads", [4])
 def test_library_names_with_openmp(threads: int) -> None:
     """The same with threads: OpenMP's entry points (`__kmpc_*`, `omp_*`) as names too."""
-    from mlir_autodiff.transforms.cpu_schedules import openmp_runtime_library
+    from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 
     if openmp_runtime_library() is None:
         pytest.skip("no OpenMP runtime")

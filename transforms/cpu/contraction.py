@@ -1,0 +1,310 @@
+"""Contractions rewritten into the canonical forms the matmul schedule handles.
+
+`collapse_contraction_dims` merges runs of loop dims that every operand
+indexes together; `drop_unit_dims` removes unit parallel dims, transposes a
+vector operand whose lanes are strided and orders the inputs lhs/rhs;
+`pack_rhs` makes large matmuls read B as contiguous panels.
+`OuterProductsToElementwise` turns contractions over unit reduction dims
+(outer products) into elementwise generics before fusion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math as pymath
+from collections.abc import Sequence
+
+from mlir import ir
+
+from ..passes import Pass
+from .classify import (
+    Candidate,
+    contraction_dims,
+    contraction_maps,
+    float_width,
+    is_mul_add,
+    map_dims,
+    ranges_from_maps,
+    unit_parallel_dims,
+    without,
+)
+from .parameters import PACK_MIN_FLOPS, matmul_schedule
+
+
+def _collapse(v: ir.Value, dims: Sequence[int], drop: Sequence[int]
+              ) -> tuple[ir.Value, list[list[int]]]:
+    """`v` without its unit dims that index loops in `drop` (tensor.collapse_shape)."""
+    from mlir.dialects import tensor
+
+    kept = [p for p, d in enumerate(dims) if d not in drop]
+    groups: list[list[int]] = []
+    start = 0
+    for n, p in enumerate(kept):
+        end = len(dims) if n == len(kept) - 1 else p + 1
+        groups.append(list(range(start, end)))
+        start = end
+    if len(kept) == len(dims):
+        return v, groups
+    t = v.type
+    new_t = ir.RankedTensorType.get([t.shape[p] for p in kept], t.element_type)
+    return tensor.collapse_shape(new_t, v, groups), groups
+
+
+def _rewrite_without(op: ir.Operation, dims: Sequence[Sequence[int]], ranges: Sequence[int],
+                     drop: Sequence[int],
+                     relayout: tuple[int, tuple[int, ...]] | None = None,
+                     swap: bool = False) -> ir.Operation:
+    """Replace contraction `op` by a generic `acc + a * b` without the unit loop dims `drop`.
+
+    Operands lose the corresponding unit dims (tensor.collapse_shape) and the
+    result gets them back (tensor.expand_shape). `relayout` (input index,
+    permutation, in the dims without `drop`) transposes that input first;
+    `swap` exchanges the two inputs.
+    """
+    from mlir.dialects import linalg, tensor
+
+    new_dims, new_ranges = without(dims, ranges, drop)
+    n = len(new_ranges)
+    with ir.InsertionPoint(op), op.location:
+        (a, _), (b, _), (init, groups) = (
+            _collapse(v, ds, drop) for v, ds in zip(op.operands, dims))
+        if relayout is not None:
+            i, perm = relayout
+            ins = [a, b]
+            t = ins[i].type
+            empty = tensor.empty([t.shape[p] for p in perm], t.element_type)
+            ins[i] = linalg.transpose(ins[i], outs=[empty], permutation=list(perm)).results[0]
+            new_dims[i] = [new_dims[i][p] for p in perm]
+            a, b = ins
+        if swap:
+            a, b = b, a
+            new_dims[0], new_dims[1] = new_dims[1], new_dims[0]
+        return _replace_by_mul_add(op, a, b, init, new_dims, n, groups)
+
+
+def _replace_by_mul_add(op: ir.Operation, a: ir.Value, b: ir.Value, init: ir.Value,
+                        dims: Sequence[Sequence[int]], n: int,
+                        groups: Sequence[Sequence[int]]) -> ir.Operation:
+    """Replace `op` by the generic `init + a * b` over `n` loops with operand
+    dims `dims` (C's dims parallel, the others reduced); its result reshaped
+    to `op`'s by `groups` (tensor.expand_shape) if it differs. Call at an
+    insertion point before `op`."""
+    from mlir.dialects import arith, linalg, tensor
+
+    new_maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in ds]) for ds in dims]
+    iters = [linalg.IteratorType.parallel if d in dims[2] else linalg.IteratorType.reduction
+             for d in range(n)]
+    gen = linalg.GenericOp_([a, b], [init], new_maps, iters)
+    with ir.InsertionPoint(gen.regions[0].blocks[0]):
+        p, q, acc = gen.regions[0].blocks[0].arguments
+        linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
+    out_t = op.results[0].type
+    res = gen.results[0]
+    if res.type != out_t:
+        res = tensor.expand_shape(out_t, res, groups, [], list(out_t.shape))
+    op.results[0].replace_all_uses_with(res)
+    op.erase()
+    return gen.operation
+
+
+def _dim_groups(dims: Sequence[Sequence[int]], iters: Sequence[str]) -> list[list[int]]:
+    """Runs of loop dims that every operand indexes together, adjacent and in
+    the same order (or not at all), with one iterator type: each run can be
+    one loop. Every dim is in exactly one run; runs are ordered by first dim."""
+    def together(x: int, y: int) -> bool:
+        return iters[x] == iters[y] and all(
+            (x in ds) == (y in ds) and (x not in ds or ds.index(y) == ds.index(x) + 1)
+            for ds in dims)
+
+    nxt = {x: y for ds in dims for x, y in itertools.pairwise(ds) if together(x, y)}
+    followers = set(nxt.values())
+    runs = []
+    for d in range(len(iters)):
+        if d in followers:
+            continue
+        run = [d]
+        while run[-1] in nxt:
+            run.append(nxt[run[-1]])
+        runs.append(run)
+    return runs
+
+
+def collapse_contraction_dims(module: ir.Operation) -> None:
+    """Contractions `acc + a * b` whose loop dims come in runs (`_dim_groups`)
+    become contractions over one loop per run, on reshaped (collapse_shape)
+    operands: ADBench GMM's `einsum("ijp,kp->kij")` is a plain matmul
+    (50 x 190 x 400) once i and j are one dim, which the matmul schedule
+    handles; its reverse (i, j both reduced) likewise
+    (measurements: benchmarks/notes/cpu-schedules.md)."""
+    from mlir.dialects import tensor
+
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "linalg.generic" and len(op.operands) == 3 and is_mul_add(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in found:
+        maps = contraction_maps(op)
+        dims = map_dims(maps)
+        if dims is None or float_width(op) is None or ranges_from_maps(maps, op) is None:
+            continue
+        iters = ["reduction" if "reduction" in str(a) else "parallel"
+                 for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        runs = _dim_groups(dims, iters)
+        if len(runs) == len(iters):
+            continue
+        run_of = {d: r for r, run in enumerate(runs) for d in run}
+        new_dims, reassoc = [], []
+        for ds in dims:
+            nd: list[int] = []
+            re: list[list[int]] = []
+            for pos, d in enumerate(ds):
+                if nd and nd[-1] == run_of[d]:
+                    re[-1].append(pos)
+                else:
+                    nd.append(run_of[d])
+                    re.append([pos])
+            new_dims.append(nd)
+            reassoc.append(re)
+        with ir.InsertionPoint(op), op.location:
+            vals = []
+            for v, re in zip(op.operands, reassoc):
+                t = v.type
+                if len(re) != t.rank:
+                    shape = [pymath.prod(t.shape[p] for p in grp) for grp in re]
+                    v = tensor.collapse_shape(ir.RankedTensorType.get(shape, t.element_type),
+                                              v, re)
+                vals.append(v)
+            _replace_by_mul_add(op, *vals, new_dims, len(runs), reassoc[2])
+
+
+def drop_unit_dims(c: Candidate) -> Candidate:
+    """Rewrite a contraction with unit parallel dims (vmap of a matvec gives
+    [B, 1, N] x [K, N]) or a strided vector operand as a generic without them.
+
+    Vectorized with the unit dims, the register tile's vector.contract
+    carried them between its vector dims; the vector patterns then turned
+    it into transposes and dot products (or, before this schedule existed,
+    vectors LLVM translation rejected). The new op is a plain generic
+    (`acc + a * b`) between reshapes, with the vector operand transposed
+    when `ContractionDims.relayout` says so.
+    """
+    dims = map_dims(contraction_maps(c.op))
+    assert dims is not None and c.contraction is not None
+    unit = unit_parallel_dims(dims, c.ranges)
+    relayout, swap = c.contraction.relayout, c.contraction.swap
+    if not unit and relayout is None and not swap:
+        return c
+    gen = _rewrite_without(c.op, dims, c.ranges, unit, relayout, swap)
+    new_dims, new_ranges = without(dims, c.ranges, unit)
+    if relayout is not None:
+        i, perm = relayout
+        new_dims[i] = [new_dims[i][p] for p in perm]
+    if swap:
+        new_dims[0], new_dims[1] = new_dims[1], new_dims[0]
+    roles = contraction_dims(new_dims, new_ranges)
+    assert roles is not None and roles.relayout is None and not roles.swap
+    return Candidate(gen, c.kind, new_ranges, c.width, contraction=roles)
+
+
+@dataclasses.dataclass(frozen=True)
+class OuterProductsToElementwise(Pass):
+    """Rewrite contractions whose every reduced dim has extent 1 as elementwise generics.
+
+    Per-sample weight gradients (vmap of `x.T @ dy`) are batch_matmuls with
+    K = 1: outer products, memory-bound. As contractions they are not fused
+    with the elementwise op that consumes them (the weight-decay term),
+    and each pass over the result (64 x 256 x 128 f32 = 8 MB in the MLP
+    per-sample gradients) costs its write and read again. Run before
+    `linalg-fuse-elementwise-ops`, which then fuses the product into its
+    consumer and folds a zero init away.
+    """
+
+    name = "autodiff-outer-products-to-elementwise"
+    summary = "Rewrite contractions over unit reduction dims as elementwise linalg.generic ops"
+
+    def run(self, module: ir.Operation) -> None:
+        found: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit)
+        for op in found:
+            _outer_product_to_elementwise(op)
+
+
+def _outer_product_to_elementwise(op: ir.Operation) -> None:
+    if float_width(op) is None or len(op.results) != 1:
+        return
+    if op.name == "linalg.generic" and (len(op.operands) != 3 or not is_mul_add(op)):
+        return
+    maps = contraction_maps(op)
+    dims = map_dims(maps) if len(maps) == 3 else None
+    ranges = ranges_from_maps(maps, op) if dims else None
+    if not dims or not ranges:
+        return
+    k = [d for d in range(len(ranges)) if d not in dims[2]]
+    if not k or any(ranges[d] != 1 for d in k):
+        return
+    with op.context, op.location:
+        _rewrite_without(op, dims, ranges, k)
+
+
+def pack_rhs(c: Candidate) -> list[Candidate]:
+    """Rewrite a large canonical matmul to read B packed as [N / nr, K, nr] (see
+    `PACK_MIN_FLOPS`); returns the candidates replacing `c` (the packing
+    transpose and a "packed_matmul"), or [c] unchanged.
+
+    C is computed through its free [M, N / nr, nr] view, by a generic with
+    loops (i, j1, j0, k): no unit dim sits in front of the register tile's
+    vector dims, so it vectorizes to one clean vector.contract.
+    """
+    from mlir.dialects import arith, linalg, tensor
+
+    d = c.contraction
+    if (d is None or c.kind != "contraction" or d.outer or d.mr_dim is None
+            or 2 * pymath.prod(c.ranges) < PACK_MIN_FLOPS):
+        return [c]
+    dims = map_dims(contraction_maps(c.op))
+    m_dim, n_dim, (k_dim,) = d.mr_dim, d.nr_dim, d.k
+    if dims is None or dims[1] != [k_dim, n_dim] or dims[2] != [m_dim, n_dim]:
+        return [c]
+    m, n, k = c.ranges[m_dim], c.ranges[n_dim], c.ranges[k_dim]
+    sched = matmul_schedule()
+    nr, mr = sched.nr // (c.width // 32), sched.mr
+    if n % nr or m % mr or n == nr:
+        return [c]
+    op = c.op
+    a_val, b_val, init = op.operands[:3]
+    et = b_val.type.element_type
+    with ir.InsertionPoint(op), op.location:
+        be = tensor.expand_shape(ir.RankedTensorType.get([k, n // nr, nr], et), b_val,
+                                 [[0], [1, 2]], [], [k, n // nr, nr])
+        empty = tensor.empty([n // nr, k, nr], et)
+        packed = linalg.transpose(be, outs=[empty], permutation=[1, 0, 2]).results[0]
+        cv = tensor.expand_shape(ir.RankedTensorType.get([m, n // nr, nr], et), init,
+                                 [[0], [1, 2]], [], [m, n // nr, nr])
+        loops = [ir.AffineDimExpr.get(i) for i in range(4)]  # (i, j1, j0, k)
+        i, j1, j0, kk = loops
+        a_map = [i, kk] if dims[0] == [m_dim, k_dim] else [kk, i]
+        maps = [ir.AffineMap.get(4, 0, a_map), ir.AffineMap.get(4, 0, [j1, kk, j0]),
+                ir.AffineMap.get(4, 0, [i, j1, j0])]
+        par, red = linalg.IteratorType.parallel, linalg.IteratorType.reduction
+        gen = linalg.GenericOp_([a_val, packed], [cv], maps, [par, par, par, red])
+        block = gen.regions[0].blocks[0]
+        with ir.InsertionPoint(block):
+            p, q, acc = block.arguments
+            linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
+        res = tensor.collapse_shape(op.results[0].type, gen.results[0], [[0], [1, 2]])
+    op.results[0].replace_all_uses_with(res)
+    op.erase()
+    pack = Candidate(packed.owner, "pack", [n // nr, k, nr], c.width)
+    return [pack, Candidate(gen.operation, "packed_matmul", [m, n // nr, nr, k], c.width,
+                            tiles=(mr, nr))]
