@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -506,16 +507,46 @@ class _VmapSpec:
     level: Any  # batching.VmapLevel
     flags: list[bool]
     call: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+    #: the user's rule (for error messages)
+    rule: Callable[..., Any] | None = None
+
+
+def _rule_site(rule: Callable[..., Any] | None) -> str:
+    """` (the rule is defined at file:line)` for a user's rule function, or nothing."""
+    code = getattr(getattr(rule, "__wrapped__", rule), "__code__", None)
+    return "" if code is None else \
+        f" (the rule is defined at {code.co_filename}:{code.co_firstlineno})"
+
+
+def _out_dims_leaves(out_dims: Any, tree: pytree.TreeDef, who: str, site: str
+                     ) -> list[int | None]:
+    """`out_dims` (an int or None per output, a prefix of the outputs' structure)
+    broadcast to the output leaves; anything else is an error naming the rule."""
+    from .batching import _prefix_leaves
+
+    ok = all(d is None or (isinstance(d, (int, np.integer)) and not isinstance(d, bool))
+             for d in pytree.tree_leaves(out_dims))
+    try:
+        if ok:
+            return _prefix_leaves(out_dims, tree, "out_dims", out_dims)
+    except ValueError:
+        pass
+    raise ValueError(f"{who}: out_dims {out_dims!r} is not a tree prefix of the outputs "
+                     f"(structure {tree}) with an int or None per output{site}")
 
 
 def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
                      ) -> tuple[TracedFunction, list[int]]:
     """Trace the user's batching rule on batched arguments into a function
     (leaves, batched where `spec.flags` says, batch at axis 0) -> output leaves,
-    each with its batch axis (-1: unbatched), checked against the primal's outputs."""
-    from .batching import _prefix_leaves, peeled
+    each with its batch axis (-1: unbatched), checked against the primal's outputs:
+    the structure, each output's shape and dtype with its out_dims, and no output
+    computed from a batched argument declared unbatched (out_dims None). Errors
+    name the rule and where it is defined."""
+    from .batching import peeled
+    from .transforms.vmap import batched_outputs
 
-    who = f"{name}.vmap"
+    who, site = f"{name}.vmap", _rule_site(spec.rule)
     size = spec.level.size
     avals = [ShapedArray((size, *a.shape), a.dtype) if f else a.strong()
              for a, f in zip(p.avals, spec.flags)]
@@ -527,28 +558,46 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
             r = spec.call(tuple(diff), tuple(dims))
         if not isinstance(r, (tuple, list)) or len(r) != 2:
             raise TypeError(f"{who}: the vmap staticmethod must return a pair "
-                            "(outputs, out_dims)")
+                            f"(outputs, out_dims), got {type(r).__name__}{site}")
         out, out_dims = r
         leaves, tree = pytree.tree_flatten(out)
         if tree != p.fn.out_tree:
             raise TypeError(f"{who}: the vmap staticmethod returned outputs of structure "
-                            f"{tree}, but forward returns {p.fn.out_tree}")
-        dims_flat = _prefix_leaves(out_dims, tree, "out_dims", out_dims)
+                            f"{tree}, but forward returns {p.fn.out_tree}{site}")
+        dims_flat = _out_dims_leaves(out_dims, tree, who, site)
         outs = []
         for j, (x, d, a) in enumerate(zip(leaves, dims_flat, p.fn.out_avals)):
             t = as_tracer(x)
-            if d is not None and d < 0:
-                d += t.ndim
+            if d is not None:
+                d = int(d)
+                d0 = d + a.ndim + 1 if d < 0 else d
+                if not 0 <= d0 <= a.ndim:
+                    raise ValueError(f"{who}: out_dims {d} is out of range for output {j} "
+                                     f"(forward's output has rank {a.ndim}, so its batched "
+                                     f"value has rank {a.ndim + 1}){site}")
+                d = d0
             want = a.shape if d is None else (*a.shape[:d], size, *a.shape[d:])
-            if d is not None and not 0 <= d <= a.ndim or t.shape != want:
+            if t.shape != want:
+                where = "unbatched" if d is None else f"the batch size {size} at dim {d}"
                 raise ValueError(f"{who}: output {j} has shape {t.shape} with out_dims "
-                                 f"{d}, expected {want} (forward's output shape {a.shape} "
-                                 f"with the batch size {size} at dim {d})")
-            outs.append(_leaf_like(t, ShapedArray(want, a.dtype), who, f"output {j}"))
+                                 f"{'None' if d is None else d}, expected {want} "
+                                 f"(forward's output shape {a.shape}, {where}){site}")
+            try:
+                outs.append(_leaf_like(t, ShapedArray(want, a.dtype), who, f"output {j}"))
+            except TypeError as e:
+                raise TypeError(f"{e}{site}") from None
             axes.append(-1 if d is None else d)
         return outs
 
-    return trace_function(vmap_flat, avals, p.in_tree, name=f"{name}_vmap_rule"), axes
+    fn = trace_function(vmap_flat, avals, p.in_tree, name=f"{name}_vmap_rule")
+    depends = batched_outputs(fn.func_op.operation,
+                              list(spec.flags) + [False] * len(fn.captures))
+    for j, (a, dep) in enumerate(zip(axes, depends)):
+        if a < 0 and dep:
+            raise ValueError(f"{who}: output {j} depends on the batched arguments but its "
+                             "out_dims is None (an unbatched output must be the same for "
+                             f"every element of the batch){site}")
+    return fn, axes
 
 
 def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedFunction,
@@ -695,6 +744,50 @@ def _ctx_tracers(ctx: FunctionCtx) -> tuple[list[str], list[Any]]:
     return keys, vals
 
 
+_ARRAY_TYPES = (Tracer, np.ndarray, np.generic)
+
+
+def _static_positions(args: tuple[Any, ...], who: str) -> tuple[int, ...]:
+    """Positions of `Function.apply`'s non-array arguments (passed to the rules as
+    they are). An array, or a container (pytree) of arrays only, is differentiable;
+    a container mixing arrays with other values is an error (its arrays would get
+    no gradient)."""
+    static = []
+    for i, a in enumerate(args):
+        leaves = pytree.tree_leaves(a)
+        arrays = [isinstance(x, _ARRAY_TYPES) for x in leaves]
+        if leaves and all(arrays):
+            continue
+        if any(arrays):
+            raise TypeError(f"{who}: argument {i} ({type(a).__name__}) mixes arrays with "
+                            "other values; pass the arrays (differentiable inputs) and the "
+                            "Python values (passed to forward as they are) as separate "
+                            "arguments")
+        static.append(i)
+    return tuple(static)
+
+
+#: Function class -> static positions -> the jit that runs `apply` outside a trace
+_EAGER_FUNCTIONS: weakref.WeakKeyDictionary[type, dict[tuple[int, ...], JitFunction]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _function_eager(cls: type, args: tuple[Any, ...], static: tuple[int, ...]) -> Any:
+    """`cls.apply(*args)` outside a trace: `jit` with the non-array arguments static
+    (a new value traces new code, as each value is new code in torch), cached per
+    class; unhashable Python arguments are bound into an uncached jit."""
+    try:
+        hash(tuple(args[i] for i in static))
+    except TypeError:
+        _, _, merge = _split_args(args, static)
+        return JitFunction(lambda *d: cls.apply(*merge(d)))(
+            *[a for i, a in enumerate(args) if i not in static])
+    jits = _EAGER_FUNCTIONS.setdefault(cls, {})
+    if static not in jits:
+        jits[static] = JitFunction(lambda *a: cls.apply(*a), static_argnums=static)
+    return jits[static](*args)
+
+
 class Function:
     """A differentiable operation with user rules, as `torch.autograd.Function`.
 
@@ -717,9 +810,14 @@ class Function:
         y = Exp.apply(x)
 
     `forward(ctx, *args)` without `setup_context` works too. `backward` returns
-    one gradient per input (a single value for one input; None = zero);
-    non-array inputs (Python numbers, strings...) are static and get None.
-    Without `jvp`, forward mode differentiates `forward`'s body.
+    one gradient per input (a single value for one input; None = zero).
+    Inputs that are not arrays (Python ints, floats, bools, strings, None...)
+    reach forward, setup_context, jvp and vmap as the Python objects, as in
+    torch: backward returns None for them (anything else is an error), `jvp`
+    gets None as their tangent and `vmap` None as their in_dim; each value
+    traces its own code (like a static argument of `jit`).
+    Without `jvp`, forward mode differentiates `forward`'s body. The rules may
+    call `apply` of their own class or of other Functions.
 
     Under `vmap` (torch.func semantics) the class needs one of:
 
@@ -773,13 +871,17 @@ class Function:
 
     @classmethod
     def apply(cls, *args: Any) -> Any:
-        """Run the function (differentiable with the class's rules)."""
+        """Run the function (differentiable with the class's rules).
+
+        Arrays (traced values, numpy arrays and scalars, or containers holding
+        only arrays) are the differentiable inputs; every other argument (a
+        Python int, float, bool, string, None, ...) reaches forward,
+        setup_context, jvp and vmap as the Python object itself, and its
+        gradient in backward's result must be None (torch's semantics)."""
         name = cls.__name__ if cls.__name__.isidentifier() else "fn"
-        static = tuple(i for i, a in enumerate(args)
-                       if not (isinstance(a, (Tracer, np.ndarray, np.generic, float))
-                               or (isinstance(a, int) and not isinstance(a, bool))))
+        static = _static_positions(args, f"{name}.apply")
         if current_trace() is None:
-            return _EagerCache(lambda *a: cls.apply(*a))(args, static)
+            return _function_eager(cls, args, static)
         ctx_box: dict[str, Any] = {}
         n_diff = len(args) - len(static)
 
@@ -803,7 +905,14 @@ class Function:
                 grads = (grads,)
             if len(grads) != len(args):
                 raise TypeError(f"{name}.backward returned {len(grads)} gradient(s), "
-                                f"expected {len(args)} (one per input to forward)")
+                                f"expected {len(args)} (one per input to forward)"
+                                f"{_rule_site(cls.backward)}")
+            for i in static:
+                if grads[i] is not None:
+                    raise TypeError(
+                        f"{name}.backward returned a gradient different than None at "
+                        f"position {i}, but the corresponding forward input was not an "
+                        f"array ({type(args[i]).__name__}){_rule_site(cls.backward)}")
             return tuple(g for i, g in enumerate(grads) if i not in static)
 
         jvp = None
@@ -812,11 +921,11 @@ class Function:
                 primals, tangents = rest[-2], rest[-1]
                 it, itt = iter(primals), iter(tangents)
                 full = [args[i] if i in static else next(it) for i in range(len(args))]
+                # one tangent per input of forward, None for a non-array one (torch)
                 tfull = [None if i in static else next(itt) for i in range(len(args))]
                 ctx = FunctionCtx(tuple(i not in static for i in range(len(args))))
                 out = cls._run_forward(ctx, full)
-                tout = cls.jvp(ctx, *[t for i, t in enumerate(tfull) if i not in static]) \
-                    if n_diff else None
+                tout = cls.jvp(ctx, *tfull) if n_diff else None
                 return out, tout
 
         vmap = cls._vmap_spec(args, static, name)
@@ -870,7 +979,7 @@ class Function:
             dims = tuple(None if i in static else next(itd) for i in range(len(args)))
             return cls.vmap(info, dims, *full)
 
-        return _VmapSpec(level, [f is not False for f in found], call)
+        return _VmapSpec(level, [f is not False for f in found], call, cls.vmap)
 
 
 # --------------------------------------------------------------------------- checkpoint
