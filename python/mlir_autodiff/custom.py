@@ -160,12 +160,50 @@ class _Primal:
     loc: ir.Location
 
 
-def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str) -> _Primal:
+#: The custom functions whose primal is being traced: (key, in_tree, avals, static);
+#: None where the tracing of some function's rules began (see `_tracing_rules`).
+_IN_PRIMAL: list[tuple[Any, pytree.TreeDef, list[ShapedArray], list[Any]] | None] = []
+
+
+def _user_function(key: Any, name: str) -> tuple[str, Callable[..., Any] | None]:
+    """How to name a custom function's primal in errors, and the user's function."""
+    if isinstance(key, type):  # a Function subclass
+        return f"{name}.forward", getattr(key, "forward", None)
+    return name, getattr(key, "fun", None)
+
+
+def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str,
+                  key: Any = None, static: Sequence[Any] = ()) -> _Primal:
+    """Trace the primal of a custom function. With `key`, a call of the same custom
+    function with the same argument types and static values while its primal is
+    traced, with no rules traced in between (a recursion that can never end: rules
+    end theirs by calling the traced primal, `_reentrant_call`), is an error naming
+    the user's function."""
     trace = require_trace(name)
     leaves, in_tree = pytree.tree_flatten(diff_args)
     tracers = [as_tracer(x) for x in leaves]
     avals = [t.aval for t in tracers]
-    fn = trace_function(fun, avals, in_tree, name=name)
+    if key is not None:
+        strong = [a.strong() for a in avals]
+        for entry in reversed(_IN_PRIMAL):
+            if entry is None:
+                break
+            k, tree, av, st = entry
+            if k is key and tree == in_tree and av == strong and _same_static(st, static):
+                what, user = _user_function(key, name)
+                types = ", ".join(a.str_short() for a in avals) or "no arrays"
+                raise RecursionError(
+                    f"{what} calls {name if what == name else name + '.apply'} again with "
+                    f"arguments of the same types ({types}) and the same non-array values "
+                    "while it is being traced: this recursion never ends (a recursive "
+                    "custom function must change a non-array argument, such as a depth "
+                    f"count, on each call){_rule_site(user)}")
+        _IN_PRIMAL.append((key, in_tree, strong, list(static)))
+    try:
+        fn = trace_function(fun, avals, in_tree, name=name)
+    finally:
+        if key is not None:
+            _IN_PRIMAL.pop()
     with trace.context:
         loc = function_location(fun, trace.context)
     return _Primal(trace, fn, tracers, avals, in_tree, loc)
@@ -366,9 +404,11 @@ def _tracing_rules(key: Any, p: _Primal, static: list[Any]) -> Iterator[None]:
     if stack is None:
         stack = _IN_RULES[key] = _RuleStack([], _nesting(p.trace))
     stack.frames.append(_RuleFrame(p, list(static)))
+    _IN_PRIMAL.append(None)
     try:
         yield
     finally:
+        _IN_PRIMAL.pop()
         stack.frames.pop()
         if not stack.frames:
             del _IN_RULES[key]
@@ -419,7 +459,7 @@ def _reentrant_call(key: Any, fun: Callable[..., Any], args: tuple[Any, ...],
             return pytree.tree_unflatten(p.fn.out_tree, outs)
     if len(stack.frames) <= stack.budget:
         return None
-    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name, key, static)
     return pytree.tree_unflatten(p.fn.out_tree, emit_call(p.fn, p.tracers))
 
 
@@ -432,7 +472,7 @@ def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
     if again is not None:
         return again
     diff, static, merge = _split_args(args, nondiff)
-    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name, key, static)
     with _tracing_rules(key, p, static):
         return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp, vmap)
 
@@ -512,10 +552,9 @@ class _VmapSpec:
 
 
 def _rule_site(rule: Callable[..., Any] | None) -> str:
-    """` (the rule is defined at file:line)` for a user's rule function, or nothing."""
+    """` (defined at file:line)` for a user's function, or nothing."""
     code = getattr(getattr(rule, "__wrapped__", rule), "__code__", None)
-    return "" if code is None else \
-        f" (the rule is defined at {code.co_filename}:{code.co_firstlineno})"
+    return "" if code is None else f" (defined at {code.co_filename}:{code.co_firstlineno})"
 
 
 def _out_dims_leaves(out_dims: Any, tree: pytree.TreeDef, who: str, site: str
@@ -694,7 +733,7 @@ class custom_jvp:
         if again is not None:
             return again
         diff, static, merge = _split_args(args, nondiff)
-        p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name)
+        p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name, self, static)
         with _tracing_rules(self, p, static):
             jvp_fn = _trace_jvp_rule(p, self.jvp, static, name)
         caps = _unique_captures(p.fn, jvp_fn)
