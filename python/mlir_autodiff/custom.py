@@ -77,6 +77,11 @@ def _nums(nums: int | Sequence[int], n: int, who: str) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
+#: What counts as an array argument of a custom function (everything else is a
+#: Python value passed through as it is).
+_ARRAY_TYPES = (Tracer, np.ndarray, np.generic)
+
+
 def _is_float(dtype: np.dtype) -> bool:
     return np.issubdtype(dtype, np.floating)
 
@@ -286,19 +291,38 @@ def _split_args(args: tuple[Any, ...], nondiff: tuple[int, ...]
     return diff, static, merge
 
 
+def _has_array(x: Any) -> bool:
+    return any(isinstance(leaf, _ARRAY_TYPES) for leaf in pytree.tree_leaves(x))
+
+
+def _eager_jit(cache: dict[tuple[int, ...], JitFunction], fun: Callable[..., Any],
+               args: tuple[Any, ...], static: tuple[int, ...]) -> Any:
+    """`fun(*args)` outside a trace: `jit` with the arguments at `static` static (each
+    new value traces new code), cached in `cache` per static positions; unhashable
+    static values are bound into an uncached jit."""
+    try:
+        hash(tuple(args[i] for i in static))
+    except TypeError:
+        _, _, merge = _split_args(args, static)
+        return JitFunction(lambda *d: fun(*merge(d)))(
+            *[a for i, a in enumerate(args) if i not in static])
+    if static not in cache:
+        cache[static] = JitFunction(fun, static_argnums=static)
+    return cache[static](*args)
+
+
 class _EagerCache:
-    """Run a custom function outside a trace: `jit` with non-array nondiff args static."""
+    """Run a custom function outside a trace: `jit` with the non-array nondiff
+    arguments static, so they reach the function as the Python values they are
+    (as under an enclosing trace, where nondiff arguments are never traced)."""
 
     def __init__(self, fun: Callable[..., Any]) -> None:
         self.fun = fun
         self.jits: dict[tuple[int, ...], JitFunction] = {}
 
     def __call__(self, args: tuple[Any, ...], nondiff: tuple[int, ...]) -> Any:
-        static = tuple(i for i in nondiff
-                       if not isinstance(args[i], (np.ndarray, np.generic, float, int)))
-        if static not in self.jits:
-            self.jits[static] = JitFunction(self.fun, static_argnums=static)
-        return self.jits[static](*args)
+        static = tuple(i for i in nondiff if not _has_array(args[i]))
+        return _eager_jit(self.jits, self.fun, args, static)
 
 
 def _grads_tree(g: Any, diff: tuple[Any, ...], avals: list[ShapedArray], who: str
@@ -783,9 +807,6 @@ def _ctx_tracers(ctx: FunctionCtx) -> tuple[list[str], list[Any]]:
     return keys, vals
 
 
-_ARRAY_TYPES = (Tracer, np.ndarray, np.generic)
-
-
 def _static_positions(args: tuple[Any, ...], who: str) -> tuple[int, ...]:
     """Positions of `Function.apply`'s non-array arguments (passed to the rules as
     they are). An array, or a container (pytree) of arrays only, is differentiable;
@@ -814,17 +835,9 @@ _EAGER_FUNCTIONS: weakref.WeakKeyDictionary[type, dict[tuple[int, ...], JitFunct
 def _function_eager(cls: type, args: tuple[Any, ...], static: tuple[int, ...]) -> Any:
     """`cls.apply(*args)` outside a trace: `jit` with the non-array arguments static
     (a new value traces new code, as each value is new code in torch), cached per
-    class; unhashable Python arguments are bound into an uncached jit."""
-    try:
-        hash(tuple(args[i] for i in static))
-    except TypeError:
-        _, _, merge = _split_args(args, static)
-        return JitFunction(lambda *d: cls.apply(*merge(d)))(
-            *[a for i, a in enumerate(args) if i not in static])
-    jits = _EAGER_FUNCTIONS.setdefault(cls, {})
-    if static not in jits:
-        jits[static] = JitFunction(lambda *a: cls.apply(*a), static_argnums=static)
-    return jits[static](*args)
+    class."""
+    return _eager_jit(_EAGER_FUNCTIONS.setdefault(cls, {}), lambda *a: cls.apply(*a), args,
+                      static)
 
 
 class Function:
@@ -1074,7 +1087,7 @@ def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool
     def wrapped(*args: Any) -> Any:
         nums = _nums(static_argnums, len(args), f"checkpoint({name})")
         if current_trace() is None:
-            return _EagerCache(wrapped)(args, nums)
+            return eager(args, nums)
         diff, _, merge = _split_args(args, nums)
         p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
         trace = p.trace
@@ -1090,6 +1103,7 @@ def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool
         outs = [trace.wrap(v, a) for v, a in zip(op.results, p.fn.out_avals)]
         return pytree.tree_unflatten(p.fn.out_tree, outs)
 
+    eager = _EagerCache(wrapped)
     return wrapped
 
 

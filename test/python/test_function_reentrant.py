@@ -779,3 +779,82 @@ def test_endless_recursion_through_apply_is_a_clear_error():
         assert "maximum recursion depth" not in str(info.value)
         assert f"(defined at {__file__}:" in str(info.value), str(info.value)
     np.testing.assert_allclose(ad.jit(lambda x: Power.apply(x, 2))(X[0]), X[0] ** 2, rtol=1e-12)
+
+
+class PairDot(ad.Function):
+    """k * <x, y> along the last axis for a pair (x, y) (a container of arrays: both
+    differentiable) and a Python number k."""
+
+    @staticmethod
+    def forward(pair, k):
+        x, y = pair
+        return anp.sum(x * y, axis=-1) * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[0])
+        ctx.k = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        g = anp.expand_dims(g, -1) * ctx.k
+        return (g * y, g * x), None
+
+    @staticmethod
+    def vmap(info, in_dims, pair, k):
+        SEEN.append(("PairDot.vmap", in_dims))
+        x, y = (v if d is not None else anp.broadcast_to(v, (info.batch_size, *v.shape))
+                for v, d in zip(pair, in_dims[0]))
+        return PairDot.apply((x, y), k), 0
+
+
+def test_container_of_arrays_is_differentiable_and_mixed_container_is_an_error():
+    x, y = X[0], W[0]
+    np.testing.assert_allclose(PairDot.apply((x, y), 2), 2.0 * x @ y, rtol=1e-12)
+    gx, gy = ad.grad(lambda x, y: PairDot.apply((x, y), 2), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(gx, 2.0 * y, rtol=1e-12)
+    np.testing.assert_allclose(gy, 2.0 * x, rtol=1e-12)
+    SEEN.clear()
+    out = ad.vmap(lambda x, y: PairDot.apply((x, y), 2), in_axes=(None, 0))(x, W)
+    np.testing.assert_allclose(out, 2.0 * W @ x, rtol=1e-12)
+    assert SEEN == [("PairDot.vmap", ((None, 0), None))]
+    for bad in ((x, 3), [x, "y"]):
+        with pytest.raises(TypeError, match=r"PairDot.apply: argument 0 \((tuple|list)\) mixes "
+                                            "arrays with other values"):
+            ad.jit(lambda x: PairDot.apply(bad, 2))(x)
+
+
+def test_python_values_of_custom_vjp_jvp_and_checkpoint_stay_python_values_eagerly():
+    """nondiff / static arguments reach the function as Python values whether it is
+    called eagerly or inside a trace (eagerly they used to be traced into arrays)."""
+    from functools import partial
+
+    kinds: list[str] = []
+
+    @partial(ad.custom_vjp, nondiff_argnums=(1,))
+    def pw(x, n):
+        kinds.append(type(n).__name__)
+        return x ** n if n else anp.ones_like(x)
+
+    pw.defvjp(lambda x, n: (pw(x, n), x), lambda n, x, g: (g * n * x ** (n - 1),))
+
+    @partial(ad.custom_jvp, nondiff_argnums=(1,))
+    def sc(x, k):
+        kinds.append(type(k).__name__)
+        return x * k if k > 0 else -x
+
+    sc.defjvp(lambda k, p, t: (sc(p[0], k), t[0] * k))
+
+    def body(x, k):
+        kinds.append(type(k).__name__)
+        return anp.sin(x) * k if k > 0 else x
+
+    ck = ad.checkpoint(body, static_argnums=(1,))
+    x = X[0]
+    np.testing.assert_allclose(pw(x, 3), x ** 3, rtol=1e-12)
+    np.testing.assert_allclose(sc(x, 2.5), 2.5 * x, rtol=1e-12)
+    np.testing.assert_allclose(ck(x, 2), 2.0 * np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(ad.grad(lambda x: anp.sum(pw(x, 3)))(x), 3.0 * x ** 2,
+                               rtol=1e-12)
+    assert set(kinds) <= {"int", "float"}, kinds
