@@ -936,6 +936,8 @@ class Function:
             return _function_eager(cls, args, static)
         ctx_box: dict[str, Any] = {}
         n_diff = len(args) - len(static)
+        if not n_diff:  # nothing to differentiate or batch: forward, inline
+            return cls._run_forward(FunctionCtx((False,) * len(args)), args)
 
         def fun(*a: Any) -> Any:
             return cls._run_forward(FunctionCtx(), a)
@@ -977,8 +979,7 @@ class Function:
                 tfull = [None if i in static else next(itt) for i in range(len(args))]
                 ctx = FunctionCtx(tuple(i not in static for i in range(len(args))))
                 out = cls._run_forward(ctx, full)
-                tout = cls.jvp(ctx, *tfull) if n_diff else None
-                return out, tout
+                return out, cls.jvp(ctx, *tfull)
 
         vmap = cls._vmap_spec(args, static, name)
         return _custom_vjp_call(fun, fwd, bwd, args, static, name, jvp, key=cls, vmap=vmap)

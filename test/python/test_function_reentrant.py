@@ -858,3 +858,30 @@ def test_python_values_of_custom_vjp_jvp_and_checkpoint_stay_python_values_eager
     np.testing.assert_allclose(ad.grad(lambda x: anp.sum(pw(x, 3)))(x), 3.0 * x ** 2,
                                rtol=1e-12)
     assert set(kinds) <= {"int", "float"}, kinds
+
+
+def test_function_without_array_arguments():
+    class Const(ad.Function):
+        @staticmethod
+        def forward(n, v):
+            return anp.ones((n,)) * v
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return None, None
+
+        @staticmethod
+        def jvp(ctx, tn, tv):
+            raise AssertionError("nothing to differentiate")
+
+    x = X[0]
+    np.testing.assert_allclose(Const.apply(3, 2.0), np.full(3, 2.0))
+    np.testing.assert_allclose(ad.grad(lambda x: anp.sum(x * Const.apply(3, 2.0)))(x),
+                               np.full(3, 2.0))
+    _, tan = ad.jvp(lambda x: x * Const.apply(3, 2.0), (x,), (np.ones(3),))
+    np.testing.assert_allclose(tan, np.full(3, 2.0))
+    np.testing.assert_allclose(ad.vmap(lambda x: x * Const.apply(3, -1.0))(X), -X)
