@@ -885,3 +885,56 @@ def test_function_without_array_arguments():
     _, tan = ad.jvp(lambda x: x * Const.apply(3, 2.0), (x,), (np.ones(3),))
     np.testing.assert_allclose(tan, np.full(3, 2.0))
     np.testing.assert_allclose(ad.vmap(lambda x: x * Const.apply(3, -1.0))(X), -X)
+
+
+class MarkedSin(ad.Function):
+    """sin whose jvp is 2 cos and backward 3 cos (deliberately): every transform of
+    the reentrant vmap rule shows which rule it used."""
+
+    @staticmethod
+    def forward(x):
+        return anp.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3.0 * g * anp.cos(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return 2.0 * t * anp.cos(x)
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return MarkedSin.apply(anp.moveaxis(x, in_dims[0], 0)), 0
+
+
+ONES = np.ones_like(X)
+MARKED = {
+    "jvp(vmap)": (lambda x: ad.jvp(ad.vmap(MarkedSin.apply), (x,), (ONES,))[1], 2.0),
+    "vmap(jvp)": (lambda x: ad.vmap(lambda x, t: ad.jvp(MarkedSin.apply, (x,), (t,))[1])(
+        x, ONES), 2.0),
+    "grad(vmap)": (ad.grad(lambda x: ad.vmap(MarkedSin.apply)(x).sum()), 3.0),
+    "vmap(grad)": (ad.vmap(ad.grad(lambda x: MarkedSin.apply(x).sum())), 3.0),
+    "vmap(vmap(grad))": (ad.vmap(ad.vmap(ad.grad(MarkedSin.apply))), 3.0),
+    "grad(vmap(vmap))": (ad.grad(lambda x: ad.vmap(ad.vmap(MarkedSin.apply))(x).sum()), 3.0),
+    "jacfwd(vmap)": (lambda x: np.einsum("abab->ab", ad.jacfwd(ad.vmap(MarkedSin.apply))(x)),
+                     2.0),
+    "jacrev(vmap)": (lambda x: np.einsum("abab->ab", ad.jacrev(ad.vmap(MarkedSin.apply))(x)),
+                     3.0),
+    "vmap(jacrev)": (lambda x: np.einsum("abb->ab", ad.vmap(ad.jacrev(MarkedSin.apply))(x)),
+                     3.0),
+    "vmap(jacfwd)": (lambda x: np.einsum("abb->ab", ad.vmap(ad.jacfwd(MarkedSin.apply))(x)),
+                     2.0),
+}
+
+
+@pytest.mark.parametrize("name", list(MARKED))
+def test_reentrant_vmap_rule_keeps_the_derivative_rules(name):
+    f, scale = MARKED[name]
+    np.testing.assert_allclose(f(X), scale * np.cos(X), rtol=1e-12)
