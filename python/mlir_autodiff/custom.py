@@ -867,7 +867,9 @@ class Function:
     reach forward, setup_context, jvp and vmap as the Python objects, as in
     torch: backward returns None for them (anything else is an error), `jvp`
     gets None as their tangent and `vmap` None as their in_dim; each value
-    traces its own code (like a static argument of `jit`).
+    traces its own code (like a static argument of `jit`), so a number that
+    changes from call to call (or needs a gradient) should be an array
+    (`np.float64(v)`, `anp.asarray(v)`).
     Without `jvp`, forward mode differentiates `forward`'s body. The rules may
     call `apply` of their own class or of other Functions.
 

@@ -167,7 +167,7 @@ class Centered(ad.Function):
         return Centered.apply(x) * 0.0 + x - total / x.shape[-1], 0
 
 
-# --------------------------------------------------------------------------- vmap rules calling apply
+# --------------------------------------------------------------------------- vmap rules: apply
 
 
 @pytest.mark.parametrize("in_axes", [0, 1, -1])
@@ -303,8 +303,8 @@ def test_reentrant_vmap_rule_matches_jax():
     jr = ad.jacrev(lambda x: ad.vmap(RowNorm.apply)(x)[0])(X[:2])
     jj = jax.jacrev(lambda x: jax.vmap(jrownorm)(x)[0])(X[:2])
     np.testing.assert_allclose(jr, jj, rtol=1e-10, atol=1e-14)
-    # forward mode has no jvp rule for RowNorm: the body's derivative, as in jax's
-    # jvp of ... the true derivative (jax cannot jvp a custom_vjp; compare with the plain fn)
+    # RowNorm has no jvp rule: forward mode differentiates forward's body (jax cannot
+    # jvp a custom_vjp function, so the oracle is jax's jvp of the plain function)
     plain = lambda x: (x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True)))
     t = RNG.normal(size=X.shape)
     _, tan = ad.jvp(lambda x: ad.vmap(RowNorm.apply)(x)[0], (X,), (t,))
