@@ -520,7 +520,13 @@ def test_wrong_vmap_rule_is_a_clear_error(dims, shape_fn, message):
     msg = str(info.value)
     assert msg.startswith("Reentrant.vmap: "), msg
     assert f"(defined at {_rule_line(F)})" in msg, msg
-    # the failure leaves nothing behind: the same Function works with a good rule
+    # the failure leaves nothing behind: no rule bookkeeping, vmap level or trace
+    # stays active, and a Function with a good rule works
+    from mlir_autodiff import batching, custom, tracing
+
+    assert not custom._IN_RULES and not custom._IN_PRIMAL
+    assert not batching._LEVELS.stack and not batching._LEVELS.peeled
+    assert not tracing._STATE.stack
     good = _reentrant(0)
     np.testing.assert_allclose(ad.vmap(good.apply)(X), X.sum(-1, keepdims=True) * X,
                                rtol=1e-12)
