@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ from .tracing import (
     trace_function,
 )
 from .transforms.autodiff_common import residual_report
+from .transforms.vmap import batched_outputs
 
 # --------------------------------------------------------------------------- helpers
 
@@ -77,6 +79,11 @@ def _nums(nums: int | Sequence[int], n: int, who: str) -> tuple[int, ...]:
             raise ValueError(f"{who}: argnum {i} is out of range for {n} positional arguments")
         out.append(j)
     return tuple(sorted(set(out)))
+
+
+#: What counts as an array argument of a custom function (everything else is a
+#: Python value passed through as it is).
+_ARRAY_TYPES = (Tracer, np.ndarray, np.generic)
 
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -160,12 +167,50 @@ class _Primal:
     loc: ir.Location
 
 
-def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str) -> _Primal:
+#: The custom functions whose primal is being traced: (key, in_tree, avals, static);
+#: None where the tracing of some function's rules began (see `_tracing_rules`).
+_IN_PRIMAL: list[tuple[Any, pytree.TreeDef, list[ShapedArray], list[Any]] | None] = []
+
+
+def _user_function(key: Any, name: str) -> tuple[str, Callable[..., Any] | None]:
+    """How to name a custom function's primal in errors, and the user's function."""
+    if isinstance(key, type):  # a Function subclass
+        return f"{name}.forward", getattr(key, "forward", None)
+    return name, getattr(key, "fun", None)
+
+
+def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str,
+                  key: Any = None, static: Sequence[Any] = ()) -> _Primal:
+    """Trace the primal of a custom function. With `key`, a call of the same custom
+    function with the same argument types and static values while its primal is
+    traced, with no rules traced in between (a recursion that can never end: rules
+    end theirs by calling the traced primal, `_reentrant_call`), is an error naming
+    the user's function."""
     trace = require_trace(name)
     leaves, in_tree = pytree.tree_flatten(diff_args)
     tracers = [as_tracer(x) for x in leaves]
     avals = [t.aval for t in tracers]
-    fn = trace_function(fun, avals, in_tree, name=name)
+    if key is not None:
+        strong = [a.strong() for a in avals]
+        for entry in reversed(_IN_PRIMAL):
+            if entry is None:
+                break
+            k, tree, av, st = entry
+            if k is key and tree == in_tree and av == strong and _same_static(st, static):
+                what, user = _user_function(key, name)
+                types = ", ".join(a.str_short() for a in avals) or "no arrays"
+                raise RecursionError(
+                    f"{what} calls {name if what == name else name + '.apply'} again with "
+                    f"arguments of the same types ({types}) and the same non-array values "
+                    "while it is being traced: this recursion never ends (a recursive "
+                    "custom function must change a non-array argument, such as a depth "
+                    f"count, on each call){_rule_site(user)}")
+        _IN_PRIMAL.append((key, in_tree, strong, list(static)))
+    try:
+        fn = trace_function(fun, avals, in_tree, name=name)
+    finally:
+        if key is not None:
+            _IN_PRIMAL.pop()
     with trace.context:
         loc = function_location(fun, trace.context)
     return _Primal(trace, fn, tracers, avals, in_tree, loc)
@@ -248,19 +293,38 @@ def _split_args(args: tuple[Any, ...], nondiff: tuple[int, ...]
     return diff, static, merge
 
 
+def _has_array(x: Any) -> bool:
+    return any(isinstance(leaf, _ARRAY_TYPES) for leaf in pytree.tree_leaves(x))
+
+
+def _eager_jit(cache: dict[tuple[int, ...], JitFunction], fun: Callable[..., Any],
+               args: tuple[Any, ...], static: tuple[int, ...]) -> Any:
+    """`fun(*args)` outside a trace: `jit` with the arguments at `static` static (each
+    new value traces new code), cached in `cache` per static positions; unhashable
+    static values are bound into an uncached jit."""
+    try:
+        hash(tuple(args[i] for i in static))
+    except TypeError:
+        _, _, merge = _split_args(args, static)
+        return JitFunction(lambda *d: fun(*merge(d)))(
+            *[a for i, a in enumerate(args) if i not in static])
+    if static not in cache:
+        cache[static] = JitFunction(fun, static_argnums=static)
+    return cache[static](*args)
+
+
 class _EagerCache:
-    """Run a custom function outside a trace: `jit` with non-array nondiff args static."""
+    """Run a custom function outside a trace: `jit` with the non-array nondiff
+    arguments static, so they reach the function as the Python values they are
+    (as under an enclosing trace, where nondiff arguments are never traced)."""
 
     def __init__(self, fun: Callable[..., Any]) -> None:
         self.fun = fun
         self.jits: dict[tuple[int, ...], JitFunction] = {}
 
     def __call__(self, args: tuple[Any, ...], nondiff: tuple[int, ...]) -> Any:
-        static = tuple(i for i in nondiff
-                       if not isinstance(args[i], (np.ndarray, np.generic, float, int)))
-        if static not in self.jits:
-            self.jits[static] = JitFunction(self.fun, static_argnums=static)
-        return self.jits[static](*args)
+        static = tuple(i for i in nondiff if not _has_array(args[i]))
+        return _eager_jit(self.jits, self.fun, args, static)
 
 
 def _grads_tree(g: Any, diff: tuple[Any, ...], avals: list[ShapedArray], who: str
@@ -366,9 +430,11 @@ def _tracing_rules(key: Any, p: _Primal, static: list[Any]) -> Iterator[None]:
     if stack is None:
         stack = _IN_RULES[key] = _RuleStack([], _nesting(p.trace))
     stack.frames.append(_RuleFrame(p, list(static)))
+    _IN_PRIMAL.append(None)
     try:
         yield
     finally:
+        _IN_PRIMAL.pop()
         stack.frames.pop()
         if not stack.frames:
             del _IN_RULES[key]
@@ -419,7 +485,7 @@ def _reentrant_call(key: Any, fun: Callable[..., Any], args: tuple[Any, ...],
             return pytree.tree_unflatten(p.fn.out_tree, outs)
     if len(stack.frames) <= stack.budget:
         return None
-    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name, key, static)
     return pytree.tree_unflatten(p.fn.out_tree, emit_call(p.fn, p.tracers))
 
 
@@ -432,7 +498,7 @@ def _custom_vjp_call(fun: Callable[..., Any], fwd: Callable[..., Any],
     if again is not None:
         return again
     diff, static, merge = _split_args(args, nondiff)
-    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
+    p = _trace_primal(lambda *d: fun(*merge(d)), diff, name, key, static)
     with _tracing_rules(key, p, static):
         return _custom_vjp_rules(p, fwd, bwd, static, merge, diff, name, who, jvp, vmap)
 
@@ -507,14 +573,41 @@ class _VmapSpec:
     level: Any  # batching.VmapLevel
     flags: list[bool]
     call: Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+    #: the user's rule (for error messages)
+    rule: Callable[..., Any] | None = None
+
+
+def _rule_site(rule: Callable[..., Any] | None) -> str:
+    """` (defined at file:line)` for a user's function, or nothing."""
+    code = getattr(getattr(rule, "__wrapped__", rule), "__code__", None)
+    return "" if code is None else f" (defined at {code.co_filename}:{code.co_firstlineno})"
+
+
+def _out_dims_leaves(out_dims: Any, tree: pytree.TreeDef, who: str, site: str
+                     ) -> list[int | None]:
+    """`out_dims` (an int or None per output, a prefix of the outputs' structure)
+    broadcast to the output leaves; anything else is an error naming the rule."""
+
+    ok = all(d is None or (isinstance(d, (int, np.integer)) and not isinstance(d, bool))
+             for d in pytree.tree_leaves(out_dims))
+    try:
+        if ok:
+            return _prefix_leaves(out_dims, tree, "out_dims", out_dims)
+    except ValueError:
+        pass
+    raise ValueError(f"{who}: out_dims {out_dims!r} is not a tree prefix of the outputs "
+                     f"(structure {tree}) with an int or None per output{site}")
 
 
 def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
                      ) -> tuple[TracedFunction, list[int]]:
     """Trace the user's batching rule on batched arguments into a function
     (leaves, batched where `spec.flags` says, batch at axis 0) -> output leaves,
-    each with its batch axis (-1: unbatched), checked against the primal's outputs."""
-    who = f"{name}.vmap"
+    each with its batch axis (-1: unbatched), checked against the primal's outputs:
+    the structure, each output's shape and dtype with its out_dims, and no output
+    computed from a batched argument declared unbatched (out_dims None). Errors
+    name the rule and where it is defined."""
+    who, site = f"{name}.vmap", _rule_site(spec.rule)
     size = spec.level.size
     avals = [ShapedArray((size, *a.shape), a.dtype) if f else a.strong()
              for a, f in zip(p.avals, spec.flags)]
@@ -526,28 +619,46 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
             r = spec.call(tuple(diff), tuple(dims))
         if not isinstance(r, (tuple, list)) or len(r) != 2:
             raise TypeError(f"{who}: the vmap staticmethod must return a pair "
-                            "(outputs, out_dims)")
+                            f"(outputs, out_dims), got {type(r).__name__}{site}")
         out, out_dims = r
         leaves, tree = pytree.tree_flatten(out)
         if tree != p.fn.out_tree:
             raise TypeError(f"{who}: the vmap staticmethod returned outputs of structure "
-                            f"{tree}, but forward returns {p.fn.out_tree}")
-        dims_flat = _prefix_leaves(out_dims, tree, "out_dims", out_dims)
+                            f"{tree}, but forward returns {p.fn.out_tree}{site}")
+        dims_flat = _out_dims_leaves(out_dims, tree, who, site)
         outs = []
         for j, (x, d, a) in enumerate(zip(leaves, dims_flat, p.fn.out_avals)):
             t = as_tracer(x)
-            if d is not None and d < 0:
-                d += t.ndim
+            if d is not None:
+                d = int(d)
+                d0 = d + a.ndim + 1 if d < 0 else d
+                if not 0 <= d0 <= a.ndim:
+                    raise ValueError(f"{who}: out_dims {d} is out of range for output {j} "
+                                     f"(forward's output has rank {a.ndim}, so its batched "
+                                     f"value has rank {a.ndim + 1}){site}")
+                d = d0
             want = a.shape if d is None else (*a.shape[:d], size, *a.shape[d:])
-            if d is not None and not 0 <= d <= a.ndim or t.shape != want:
+            if t.shape != want:
+                where = "unbatched" if d is None else f"the batch size {size} at dim {d}"
                 raise ValueError(f"{who}: output {j} has shape {t.shape} with out_dims "
-                                 f"{d}, expected {want} (forward's output shape {a.shape} "
-                                 f"with the batch size {size} at dim {d})")
-            outs.append(_leaf_like(t, ShapedArray(want, a.dtype), who, f"output {j}"))
+                                 f"{'None' if d is None else d}, expected {want} "
+                                 f"(forward's output shape {a.shape}, {where}){site}")
+            try:
+                outs.append(_leaf_like(t, ShapedArray(want, a.dtype), who, f"output {j}"))
+            except TypeError as e:
+                raise TypeError(f"{e}{site}") from None
             axes.append(-1 if d is None else d)
         return outs
 
-    return trace_function(vmap_flat, avals, p.in_tree, name=f"{name}_vmap_rule"), axes
+    fn = trace_function(vmap_flat, avals, p.in_tree, name=f"{name}_vmap_rule")
+    depends = batched_outputs(fn.func_op.operation,
+                              list(spec.flags) + [False] * len(fn.captures))
+    for j, (a, dep) in enumerate(zip(axes, depends)):
+        if a < 0 and dep:
+            raise ValueError(f"{who}: output {j} depends on the batched arguments but its "
+                             "out_dims is None (an unbatched output must be the same for "
+                             f"every element of the batch){site}")
+    return fn, axes
 
 
 def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedFunction,
@@ -644,7 +755,7 @@ class custom_jvp:
         if again is not None:
             return again
         diff, static, merge = _split_args(args, nondiff)
-        p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name)
+        p = _trace_primal(lambda *d: self.fun(*merge(d)), diff, name, self, static)
         with _tracing_rules(self, p, static):
             jvp_fn = _trace_jvp_rule(p, self.jvp, static, name)
         caps = _unique_captures(p.fn, jvp_fn)
@@ -694,6 +805,39 @@ def _ctx_tracers(ctx: FunctionCtx) -> tuple[list[str], list[Any]]:
     return keys, vals
 
 
+def _static_positions(args: tuple[Any, ...], who: str) -> tuple[int, ...]:
+    """Positions of `Function.apply`'s non-array arguments (passed to the rules as
+    they are). An array, or a container (pytree) of arrays only, is differentiable;
+    a container mixing arrays with other values is an error (its arrays would get
+    no gradient)."""
+    static = []
+    for i, a in enumerate(args):
+        leaves = pytree.tree_leaves(a)
+        arrays = [isinstance(x, _ARRAY_TYPES) for x in leaves]
+        if leaves and all(arrays):
+            continue
+        if any(arrays):
+            raise TypeError(f"{who}: argument {i} ({type(a).__name__}) mixes arrays with "
+                            "other values; pass the arrays (differentiable inputs) and the "
+                            "Python values (passed to forward as they are) as separate "
+                            "arguments")
+        static.append(i)
+    return tuple(static)
+
+
+#: Function class -> static positions -> the jit that runs `apply` outside a trace
+_EAGER_FUNCTIONS: weakref.WeakKeyDictionary[type, dict[tuple[int, ...], JitFunction]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _function_eager(cls: type, args: tuple[Any, ...], static: tuple[int, ...]) -> Any:
+    """`cls.apply(*args)` outside a trace: `jit` with the non-array arguments static
+    (a new value traces new code, as each value is new code in torch), cached per
+    class."""
+    return _eager_jit(_EAGER_FUNCTIONS.setdefault(cls, {}), lambda *a: cls.apply(*a), args,
+                      static)
+
+
 class Function:
     """A differentiable operation with user rules, as `torch.autograd.Function`.
 
@@ -716,9 +860,16 @@ class Function:
         y = Exp.apply(x)
 
     `forward(ctx, *args)` without `setup_context` works too. `backward` returns
-    one gradient per input (a single value for one input; None = zero);
-    non-array inputs (Python numbers, strings...) are static and get None.
-    Without `jvp`, forward mode differentiates `forward`'s body.
+    one gradient per input (a single value for one input; None = zero).
+    Inputs that are not arrays (Python ints, floats, bools, strings, None...)
+    reach forward, setup_context, jvp and vmap as the Python objects, as in
+    torch: backward returns None for them (anything else is an error), `jvp`
+    gets None as their tangent and `vmap` None as their in_dim; each value
+    traces its own code (like a static argument of `jit`), so a number that
+    changes from call to call (or needs a gradient) should be an array
+    (`np.float64(v)`, `anp.asarray(v)`).
+    Without `jvp`, forward mode differentiates `forward`'s body. The rules may
+    call `apply` of their own class or of other Functions.
 
     Under `vmap` (torch.func semantics) the class needs one of:
 
@@ -772,15 +923,21 @@ class Function:
 
     @classmethod
     def apply(cls, *args: Any) -> Any:
-        """Run the function (differentiable with the class's rules)."""
+        """Run the function (differentiable with the class's rules).
+
+        Arrays (traced values, numpy arrays and scalars, or containers holding
+        only arrays) are the differentiable inputs; every other argument (a
+        Python int, float, bool, string, None, ...) reaches forward,
+        setup_context, jvp and vmap as the Python object itself, and its
+        gradient in backward's result must be None (torch's semantics)."""
         name = cls.__name__ if cls.__name__.isidentifier() else "fn"
-        static = tuple(i for i, a in enumerate(args)
-                       if not (isinstance(a, (Tracer, np.ndarray, np.generic, float))
-                               or (isinstance(a, int) and not isinstance(a, bool))))
+        static = _static_positions(args, f"{name}.apply")
         if current_trace() is None:
-            return _EagerCache(lambda *a: cls.apply(*a))(args, static)
+            return _function_eager(cls, args, static)
         ctx_box: dict[str, Any] = {}
         n_diff = len(args) - len(static)
+        if not n_diff:  # nothing to differentiate or batch: forward, inline
+            return cls._run_forward(FunctionCtx((False,) * len(args)), args)
 
         def fun(*a: Any) -> Any:
             return cls._run_forward(FunctionCtx(), a)
@@ -802,7 +959,14 @@ class Function:
                 grads = (grads,)
             if len(grads) != len(args):
                 raise TypeError(f"{name}.backward returned {len(grads)} gradient(s), "
-                                f"expected {len(args)} (one per input to forward)")
+                                f"expected {len(args)} (one per input to forward)"
+                                f"{_rule_site(cls.backward)}")
+            for i in static:
+                if grads[i] is not None:
+                    raise TypeError(
+                        f"{name}.backward returned a gradient different than None at "
+                        f"position {i}, but the corresponding forward input was not an "
+                        f"array ({type(args[i]).__name__}){_rule_site(cls.backward)}")
             return tuple(g for i, g in enumerate(grads) if i not in static)
 
         jvp = None
@@ -811,12 +975,11 @@ class Function:
                 primals, tangents = rest[-2], rest[-1]
                 it, itt = iter(primals), iter(tangents)
                 full = [args[i] if i in static else next(it) for i in range(len(args))]
+                # one tangent per input of forward, None for a non-array one (torch)
                 tfull = [None if i in static else next(itt) for i in range(len(args))]
                 ctx = FunctionCtx(tuple(i not in static for i in range(len(args))))
                 out = cls._run_forward(ctx, full)
-                tout = cls.jvp(ctx, *[t for i, t in enumerate(tfull) if i not in static]) \
-                    if n_diff else None
-                return out, tout
+                return out, cls.jvp(ctx, *tfull)
 
         vmap = cls._vmap_spec(args, static, name)
         return _custom_vjp_call(fun, fwd, bwd, args, static, name, jvp, key=cls, vmap=vmap)
@@ -867,7 +1030,7 @@ class Function:
             dims = tuple(None if i in static else next(itd) for i in range(len(args)))
             return cls.vmap(info, dims, *full)
 
-        return _VmapSpec(level, [f is not False for f in found], call)
+        return _VmapSpec(level, [f is not False for f in found], call, cls.vmap)
 
 
 # --------------------------------------------------------------------------- checkpoint
@@ -923,7 +1086,7 @@ def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool
     def wrapped(*args: Any) -> Any:
         nums = _nums(static_argnums, len(args), f"checkpoint({name})")
         if current_trace() is None:
-            return _EagerCache(wrapped)(args, nums)
+            return eager(args, nums)
         diff, _, merge = _split_args(args, nums)
         p = _trace_primal(lambda *d: fun(*merge(d)), diff, name)
         trace = p.trace
@@ -939,6 +1102,7 @@ def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool
         outs = [trace.wrap(v, a) for v, a in zip(op.results, p.fn.out_avals)]
         return pytree.tree_unflatten(p.fn.out_tree, outs)
 
+    eager = _EagerCache(wrapped)
     return wrapped
 
 
