@@ -850,7 +850,7 @@ def _lane0(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
 
 def _sum_lanes(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
     """The sum over the lanes of batched `v`, of per-lane type `t`."""
-    from .rules.linalg import sum_to
+    from .rules.structured import sum_to
 
     s = sum_to(b, v, list(range(1, v.type.rank)))
     return s if is_tensor(t) else b.create("tensor.extract", [s], [t]).result
@@ -867,7 +867,7 @@ def _zeros(b: Builder, t: ir.Type) -> ir.Value:
 
 def _lane_offsets(b: Builder, offset: ir.Value, size: int, blocks: int) -> ir.Value:
     """tensor<B x i64> of `offset + l * blocks`: lane l's start in the Philox counter space."""
-    from .rules.linalg import make_generic
+    from .rules.structured import make_generic
 
     t = offset.type
     init = b.empty(ir.RankedTensorType.get([size], t))

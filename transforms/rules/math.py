@@ -1,4 +1,6 @@
-"""Derivative rules of the `math` dialect (elementwise: one partial per operand).
+"""Rules of the `math` dialect: jvp and vjp per op (elementwise: one partial per
+operand), and batching: every math op is elementwise (ElementwiseMappable),
+registered with `defvectorized` below.
 
 `b.ans` is the primal result, reused where the derivative is a function of
 it (exp, tanh, sqrt ...), as JAX's rules do.
@@ -7,7 +9,20 @@ it (exp, tanh, sqrt ...), as JAX's rules do.
 from __future__ import annotations
 
 from ..ad_support import LN2, LN10, TWO_OVER_SQRT_PI
+from .batching import defvectorized
 from .registry import defjvp, defjvp_rule, defvjp, defzero
+
+defvectorized(
+    "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.log10",
+    "math.sin", "math.cos", "math.tan", "math.tanh", "math.sinh", "math.cosh", "math.atan",
+    "math.asin", "math.acos", "math.atan2", "math.asinh", "math.acosh", "math.atanh",
+    "math.sincos", "math.sqrt", "math.rsqrt", "math.cbrt", "math.powf", "math.fpowi",
+    "math.absf", "math.erf", "math.erfc", "math.copysign", "math.fma", "math.clampf",
+    "math.floor", "math.ceil", "math.round", "math.roundeven", "math.trunc",
+    # integer results or operands
+    "math.absi", "math.ctlz", "math.ctpop", "math.cttz", "math.ipowi", "math.isfinite",
+    "math.isinf", "math.isnan", "math.isnormal",
+)
 
 
 def _one_plus(b, x):

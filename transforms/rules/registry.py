@@ -104,6 +104,16 @@ def load_all() -> None:
     global _LOADED
     if _LOADED:
         return
-    from . import arith, autodiff, func, linalg, math, scf, tensor  # noqa: F401
+    from . import (  # noqa: F401
+        arith,
+        autodiff,
+        func,
+        linalg,
+        linalg_generic,
+        math,
+        scf,
+        scf_while,
+        tensor,
+    )
 
     _LOADED = True
