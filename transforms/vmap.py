@@ -6,9 +6,10 @@ B and, per argument, `b` (batched) or `u` (unbatched). Inside a batched
 function every batched value carries the batch dimension at axis 0: the op's
 replacement moves each argument's batch axis to the front with a
 `linalg.transpose` before the call and each result's batch axis to its
-`out_axes` position after it, so per-op rules (`rules/batching.py`) only
-ever see axis 0. Unbatched values keep their types and are never broadcast,
-except where a value must vary per lane (a loop carry or a destination).
+`out_axes` position after it, so per-op batching rules (`rules/<dialect>.py`,
+beside their jvp and vjp rules) only ever see axis 0. Unbatched values keep
+their types and are never broadcast, except where a value must vary per lane
+(a loop carry or a destination).
 
 Results of `@f_batched_*` are batched only if they depend on a batched
 argument; an unbatched result with `out_axes[j] >= 0` is broadcast at the

@@ -20,7 +20,8 @@ Each dialect module registers, side by side, an op's forward-mode rule
 Shared modules, imported by the dialect modules (never the other way round):
 
     registry.py    the jvp/vjp registries, their combinators (`defjvp`, `deflinear`,
-                   `defzero` ...) and `load_all`
+                   `defzero` ...), `USES_RESULT` (filled by `defjvp(...,
+                   uses_result=True)`) and `load_all`
     batching.py    the batching registry (`defbatch`, `rule_for`: no default rule),
                    `BatchBuilder` and the combinators `defvectorized`, `defstructured`
     structured.py  indexing maps and iterators of linalg ops, `make_generic`, sums,

@@ -40,6 +40,7 @@ defjvp(
     "arith.divf",
     lambda b, g, x, y: b.divf(g, y),
     lambda b, g, x, y: b.negf(b.mulf(g, b.divf(b.ans, y))),
+    uses_result=True,
 )
 defjvp("arith.negf", lambda b, g, x: b.negf(g))
 

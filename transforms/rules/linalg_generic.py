@@ -8,8 +8,8 @@
   reductions, accumulating), and whose body recomputes the primal body and
   runs the scalar reverse rules over it, seeded with the output cotangents.
   Where the body yields the result of an op whose rule is written with its
-  own result (`USES_RESULT`: exp, tanh, sqrt ...), the primal result is read
-  back instead of recomputing the op.
+  own result (`defjvp(..., uses_result=True)`: exp, tanh, x / y ...), the
+  primal result is read back instead of recomputing the op.
   Reductions (the body reads its output as an accumulator): see
   `linalg_reductions.py`.
 * Indexing maps that are not projected permutations (flips `n-1-i`, repeated
@@ -44,7 +44,7 @@ from .linalg_reductions import (
     weighted_jvp,
 )
 from .regions import move_ops
-from .registry import defjvp_rule, defvjp
+from .registry import USES_RESULT, defjvp_rule, defvjp
 from .structured import (
     PAR,
     RED,
@@ -98,12 +98,6 @@ def _generic_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     append_tangents(ad, list(nb.operations)[-1], fl_out,
                     lambda vals, loc, ip: linalg.YieldOp(vals, loc=loc, ip=ip))
     return tangent_results(ad, op, gen.results, n_out, fl_out)
-
-#: Scalar ops whose derivative rule (rules/math.py) is written with the op's
-#: result: a linalg.generic yielding one reads its result in reverse mode.
-USES_RESULT = frozenset(("math.exp", "math.exp2", "math.expm1", "math.tan", "math.tanh",
-                         "math.sqrt", "math.rsqrt", "math.cbrt"))
-
 
 def _drop_unused_inputs(b: Builder, gen: ir.Operation) -> ir.Operation:
     """`gen` without the inputs its body does not read (a reverse-mode generic

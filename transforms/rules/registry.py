@@ -11,7 +11,9 @@ Combinators keep most rules to one line:
   returning `g * d op / d x_i` (None: the operand has no derivative). For an
   elementwise op such a partial is linear and self-adjoint in `g`, so the same
   functions give the reverse rule (`ct_i = partial_i(b, ct, *xs)`), the way
-  JAX transposes `defjvp` rules of elementwise primitives.
+  JAX transposes `defjvp` rules of elementwise primitives. A partial written
+  with the op's value (`b.ans`: exp, tanh, x / y ...) is declared with
+  `uses_result=True` (see `USES_RESULT`).
 * `deflinear(name)`: the op applied to tangents is its own JVP.
 * `defzero(name)`: the derivative is zero (floor, sign, comparisons...).
 """
@@ -32,14 +34,29 @@ VJP_RULES: dict[str, VjpRule] = {}
 #: Reverse mode, before the sweep: `augment(ad, op)` may rewrite an active op's
 #: forward code, e.g. make an scf.for record a tape of its carried values.
 FORWARD_AUGMENT: dict[str, Callable[[Any, ir.Operation], None]] = {}
+#: Ops whose derivative rule is written with the op's value (`b.ans`) where it
+#: would otherwise recompute the op (d exp = g exp(x), d(x / y)/dy = -g (x / y) / y):
+#: where reverse mode recomputes the op (a linalg.generic body), it reads the
+#: saved result back instead. Filled by `defjvp(..., uses_result=True)`. The
+#: max/min and clampf rules also read the result, only to find which operand
+#: equals it (ties): they do not declare it, as recomputing a max is one
+#: instruction while reading the result back costs one more tensor read beside
+#: the operands they need anyway.
+USES_RESULT: set[str] = set()
 
 
 def _operands(op: ir.Operation) -> list[ir.Value]:
     return list(op.operation.operands)
 
 
-def defjvp(name: str, *partials: Callable[..., Value] | None, vjp: bool = True) -> None:
-    """Register an elementwise op by per-operand partials `partial(b, g, *xs)`."""
+def defjvp(name: str, *partials: Callable[..., Value] | None, vjp: bool = True,
+           uses_result: bool = False) -> None:
+    """Register an elementwise op by per-operand partials `partial(b, g, *xs)`.
+
+    `uses_result`: some partial reads the op's value `b.ans` (`USES_RESULT`).
+    """
+    if uses_result:
+        USES_RESULT.add(name)
 
     def jvp(b: Any, op: ir.Operation, tangents: list[Value]) -> list[Value]:
         xs = _operands(op)
