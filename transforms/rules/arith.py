@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..ad_support import element_type
 from .batching import defvectorized
-from .registry import JVP_RULES, VJP_RULES, defjvp, defjvp_rule, defvjp, defzero
+from .registry import JVP_RULES, VJP_RULES, defjvp, defjvp_rule, deflinear, defvjp, defzero
 
 defvectorized(
     # float
@@ -83,18 +83,8 @@ for _name in ("arith.fptosi", "arith.fptoui", "arith.cmpf", "arith.sitofp", "ari
     defzero(_name)
 
 
-def _extf_jvp(b, op, ts):
-    (t,) = ts
-    return [None if t is None else b.cast("arith.extf", t, op.results[0].type)]
-
-
-def _truncf_jvp(b, op, ts):
-    (t,) = ts
-    return [None if t is None else b.cast("arith.truncf", t, op.results[0].type)]
-
-
-defjvp_rule("arith.extf", _extf_jvp)
-defjvp_rule("arith.truncf", _truncf_jvp)
+deflinear("arith.extf")
+deflinear("arith.truncf")
 # The transpose of a widening cast is the narrowing one and vice versa.
 defvjp("arith.extf", lambda b, op, cts: [
     None if cts[0] is None else b.cast("arith.truncf", cts[0], element_type(op.operands[0].type))

@@ -22,7 +22,7 @@ from ..ad_support import Builder, op_name
 from .batching import BatchBuilder, Batched, defbatch, defstructured, structured_rule, unbatch_type
 from .linalg_generic import _generic_jvp
 from .regions import move_ops
-from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
+from .registry import FORWARD_AUGMENT, defjvp_rule, deflinear, defvjp
 from .structured import (
     PAR,
     identity_map,
@@ -37,7 +37,6 @@ from .structured import (
     transpose,
     value_of,
 )
-
 
 # -- batching helpers: keep a named op's own form when every input is batched ------
 
@@ -123,12 +122,6 @@ defstructured(*ELEMENTWISE_NAMED)
 # ----------------------------------------------------------------------------
 
 
-def _fill_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [b.fill(list(op.operands)[1], ts[0])]
-
-
 def _fill_vjp(b, op, cts):
     return [sum_all(b, cts[0]), None]
 
@@ -145,14 +138,6 @@ def _perm(op) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
 
 
-def _transpose_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    x, init = list(op.operands)
-    with b.loc, b.ip:
-        return [value_of(linalg.transpose(ts[0], outs=[init], permutation=_perm(op)))]
-
-
 def _transpose_vjp(b, op, cts):
     perm = _perm(op)
     inv = [perm.index(i) for i in range(len(perm))]
@@ -161,14 +146,6 @@ def _transpose_vjp(b, op, cts):
 
 def _bcast_dims(op) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-
-
-def _broadcast_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    x, init = list(op.operands)
-    with b.loc, b.ip:
-        return [value_of(linalg.broadcast(ts[0], outs=[init], dimensions=_bcast_dims(op)))]
 
 
 def _broadcast_vjp(b, op, cts):
@@ -207,16 +184,17 @@ def _copy_batch(b, op, vals, batched):
     return _renamed(b, op, vals, batched)
 
 
-defjvp_rule("linalg.fill", _fill_jvp)
+# linear in the filled value; the destination is overwritten
+deflinear("linalg.fill", 0)
 defvjp("linalg.fill", _fill_vjp)
 defbatch("linalg.fill", _fill_batch)
-defjvp_rule("linalg.copy", _copy_jvp)
+defjvp_rule("linalg.copy", _copy_jvp)  # the tangent itself (no copy)
 defvjp("linalg.copy", _copy_vjp)
 defbatch("linalg.copy", _copy_batch)
-defjvp_rule("linalg.transpose", _transpose_jvp)
+deflinear("linalg.transpose", 0)
 defvjp("linalg.transpose", _transpose_vjp)
 defbatch("linalg.transpose", _transpose_batch)
-defjvp_rule("linalg.broadcast", _broadcast_jvp)
+deflinear("linalg.broadcast", 0)
 defvjp("linalg.broadcast", _broadcast_vjp)
 defbatch("linalg.broadcast", _broadcast_batch)
 

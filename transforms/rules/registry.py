@@ -14,7 +14,10 @@ Combinators keep most rules to one line:
   JAX transposes `defjvp` rules of elementwise primitives. A partial written
   with the op's value (`b.ans`: exp, tanh, x / y ...) is declared with
   `uses_result=True` (see `USES_RESULT`).
-* `deflinear(name)`: the op applied to tangents is its own JVP.
+* `deflinear(name, *linear)`: an op linear in the operands `linear` (all by
+  default): the op applied to their tangents is its own JVP (data movement:
+  casts, slices, reshapes, transposes...). Its reverse rule is the adjoint
+  movement, registered with `defvjp`.
 * `defzero(name)`: the derivative is zero (floor, sign, comparisons...).
 """
 
@@ -84,16 +87,29 @@ def defjvp(name: str, *partials: Callable[..., Value] | None, vjp: bool = True,
         VJP_RULES[name] = vjp_rule
 
 
-def deflinear(name: str) -> None:
-    """An op linear in all its operands: its JVP is the op applied to the tangents."""
+def deflinear(name: str, *linear: int) -> None:
+    """An op linear in its operands at `linear` (default: all of them).
+
+    Its JVP is the op applied to their tangents, with its other operands
+    (indices, sizes, a destination it overwrites) as they are; a symbolic zero
+    among the linear operands is materialized only when another one is not zero.
+    """
 
     def jvp(b: Any, op: ir.Operation, tangents: list[Value]) -> list[Value]:
         xs = _operands(op)
-        if all(t is None for t in tangents):
+        lin = linear or range(len(xs))
+        if all(tangents[i] is None for i in lin):
             return [None] * len(op.results)
-        ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
-        new = b.create(op.operation.name, ts, [r.type for r in op.results],
-                       {k: op.operation.attributes[k] for k in op.operation.attributes})
+        operands = list(xs)
+        for i in lin:
+            operands[i] = b.materialize(tangents[i], xs[i])
+        if op.regions:  # (a linalg op: its body comes with the clone)
+            new = op.operation.clone(ip=b.ip)
+            for i in lin:
+                new.operands[i] = operands[i]
+        else:
+            new = b.create(op.operation.name, operands, [r.type for r in op.results],
+                           {k: op.operation.attributes[k] for k in op.operation.attributes})
         return list(new.results)
 
     JVP_RULES[name] = jvp

@@ -26,7 +26,7 @@ from mlir.dialects import linalg, scf
 from ..ad_support import Builder, captured_values, element_type, is_inside
 from .batching import BatchBuilder, Batched, defbatch, loop_index
 from .regions import clone_ops, marker_op, sweep_recomputed
-from .registry import defjvp_rule, defvjp
+from .registry import defjvp_rule, deflinear, defvjp
 from .structured import (
     PAR,
     attrs_of,
@@ -57,23 +57,10 @@ def _static_array(op: ir.Operation, key: str) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes[key]))
 
 
-def _extract_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
-
-
 def _extract_vjp(b, op, cts):
     src, *idx = list(op.operands)
     z = b.zeros_like(src)
     return [b.create("tensor.insert", [cts[0], z, *idx], [src.type]).result] + [None] * len(idx)
-
-
-def _insert_jvp(b, op, ts):
-    s, dest, *idx = list(op.operands)
-    if ts[0] is None and ts[1] is None:
-        return [None]
-    return [_same_op(b, op, [b.materialize(ts[0], s), b.materialize(ts[1], dest), *idx])]
 
 
 def _insert_vjp(b, op, cts):
@@ -150,10 +137,10 @@ def _insert_batch(b, op, vals, batched):
     return [(gen.result, True)]
 
 
-defjvp_rule("tensor.extract", _extract_jvp)
+deflinear("tensor.extract", 0)
 defvjp("tensor.extract", _extract_vjp)
 defbatch("tensor.extract", _extract_batch)
-defjvp_rule("tensor.insert", _insert_jvp)
+deflinear("tensor.insert", 0, 1)
 defvjp("tensor.insert", _insert_vjp)
 defbatch("tensor.insert", _insert_batch)
 
@@ -161,21 +148,8 @@ defbatch("tensor.insert", _insert_batch)
 # -- splat / from_elements -----------------------------------------------------
 
 
-def _splat_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
-
-
 def _splat_vjp(b, op, cts):
     return [sum_all(b, cts[0])] + [None] * (len(op.operands) - 1)
-
-
-def _from_elements_jvp(b, op, ts):
-    xs = list(op.operands)
-    if all(t is None for t in ts):
-        return [None]
-    return [_same_op(b, op, [b.materialize(t, x) for t, x in zip(ts, xs)])]
 
 
 def _from_elements_vjp(b, op, cts):
@@ -223,21 +197,15 @@ def _from_elements_batch(b, op, vals, batched):
     return [(reshape_batched(b, flat, op.results[0].type), True)]
 
 
-defjvp_rule("tensor.splat", _splat_jvp)
+deflinear("tensor.splat", 0)
 defvjp("tensor.splat", _splat_vjp)
 defbatch("tensor.splat", _splat_batch)
-defjvp_rule("tensor.from_elements", _from_elements_jvp)
+deflinear("tensor.from_elements")
 defvjp("tensor.from_elements", _from_elements_vjp)
 defbatch("tensor.from_elements", _from_elements_batch)
 
 
 # -- slices --------------------------------------------------------------------
-
-
-def _extract_slice_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
 
 
 def _extract_slice_vjp(b, op, cts):
@@ -247,13 +215,6 @@ def _extract_slice_vjp(b, op, cts):
     g = b.create("tensor.insert_slice", [cts[0], b.zeros_like(src), *rest], [src.type],
                  attrs).result
     return [g] + [None] * len(rest)
-
-
-def _insert_slice_jvp(b, op, ts):
-    src, dest, *rest = list(op.operands)
-    if ts[0] is None and ts[1] is None:
-        return [None]
-    return [_same_op(b, op, [b.materialize(ts[0], src), b.materialize(ts[1], dest), *rest])]
 
 
 def _insert_slice_vjp(b, op, cts):
@@ -344,21 +305,15 @@ def _insert_slice_batch(b, op, vals, batched):
     return [(new.result, True)]
 
 
-defjvp_rule("tensor.extract_slice", _extract_slice_jvp)
+deflinear("tensor.extract_slice", 0)
 defvjp("tensor.extract_slice", _extract_slice_vjp)
 defbatch("tensor.extract_slice", _extract_slice_batch)
-defjvp_rule("tensor.insert_slice", _insert_slice_jvp)
+deflinear("tensor.insert_slice", 0, 1)
 defvjp("tensor.insert_slice", _insert_slice_vjp)
 defbatch("tensor.insert_slice", _insert_slice_batch)
 
 
 # -- reshapes and casts -----------------------------------------------------------
-
-
-def _first_operand_linear_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
 
 
 DYN = ir.ShapedType.get_dynamic_size()
@@ -514,7 +469,7 @@ def _cast_batch(b, op, vals, batched):
 
 
 for _name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape", "tensor.cast"):
-    defjvp_rule(_name, _first_operand_linear_jvp)
+    deflinear(_name, 0)
 defvjp("tensor.expand_shape", _expand_vjp)
 defvjp("tensor.collapse_shape", _collapse_vjp)
 defvjp("tensor.reshape", _reshape_vjp)
@@ -526,13 +481,6 @@ defbatch("tensor.cast", _cast_batch)
 
 
 # -- concat and pad ---------------------------------------------------------------
-
-
-def _concat_jvp(b, op, ts):
-    xs = list(op.operands)
-    if all(t is None for t in ts):
-        return [None]
-    return [_same_op(b, op, [b.materialize(t, x) for t, x in zip(ts, xs)])]
 
 
 def _concat_vjp(b, op, cts):
@@ -567,7 +515,7 @@ def _concat_batch(b, op, vals, batched):
              True)]
 
 
-defjvp_rule("tensor.concat", _concat_jvp)
+deflinear("tensor.concat")
 defvjp("tensor.concat", _concat_vjp)
 defbatch("tensor.concat", _concat_batch)
 
