@@ -69,7 +69,7 @@ KINDS = {"ad": (("jvp", "vjp", "order2"), PIPELINE), "vmap": (("vmap",), VMAP_PI
 #: (case id, check) -> symptom: clear diagnostics of what is not supported yet,
 #: never wrong values (a fixed cell XPASSes and fails until its entry goes).
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    # Clear diagnostics, not wrong values (transforms/rules/batching.py): --autodiff-vmap
+    # Clear diagnostics, not wrong values (transforms/rules/scf.py): --autodiff-vmap
     # alone has no rule for scf.execute_region (the differentiation passes inline it
     # first, so vmap after them works).
     ("c_execute_region", "vmap"): ("autodiff-vmap: no batching rule for 'scf.execute_region' "

@@ -15,7 +15,6 @@ import re
 
 import pytest
 from mlir import ir
-
 from mlir_autodiff import dialects
 from mlir_autodiff.transforms.pipeline import run_pipeline
 from mlir_autodiff.transforms.rules import batching, registry
@@ -112,9 +111,8 @@ def test_rules_reading_the_result_declare_it(monkeypatch) -> None:
     (tensor form) while `Builder.ans` records which op's rule read it.
     """
     from ad_check import Fn, wrappers
-    from rule_cases import CASES
-
     from mlir_autodiff.transforms import ad_support
+    from rule_cases import CASES
 
     readers: set[str] = set()
     ans = ad_support.Builder.ans

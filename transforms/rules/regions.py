@@ -20,6 +20,7 @@ DYN = ir.ShapedType.get_dynamic_size()
 
 
 def move_ops(old: ir.Block, new: ir.Block, arg_map: Sequence[ir.Value]) -> None:
+    """Move every op of `old` to the end of `new`, its arguments replaced by `arg_map`."""
     for a, n in zip(old.arguments, arg_map):
         a.replace_all_uses_with(n)
     ip = ir.InsertionPoint(new)
@@ -139,11 +140,15 @@ def sweep_recomputed(ad: Any, b: Builder, marker: ir.Operation, outs: Sequence[i
     return sub
 
 
+# -- region terminators and loop carries ------------------------------------------
+
+
 def scf_yield(vals: list[ir.Value], loc: ir.Location, ip: ir.InsertionPoint) -> None:
     scf.YieldOp(vals, loc=loc, ip=ip)
 
 
 def terminator(block: ir.Block) -> ir.Operation:
+    """The last op of `block`."""
     return list(block.operations)[-1].operation
 
 def fixpoint(flags: list[bool], step: Callable[[list[bool]], list[bool]]) -> list[bool]:

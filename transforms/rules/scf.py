@@ -503,6 +503,11 @@ FORWARD_AUGMENT["scf.for"] = _for_augment
 defvjp("scf.for", _for_vjp)
 
 
+# ----------------------------------------------------------------------------
+# Batching: scf.for and scf.if
+# ----------------------------------------------------------------------------
+
+
 def _for_batch(b, op, vals, batched):
     """scf.for stays one loop; carried values that depend on batched ones get the batch dim."""
     if any(batched[:3]):
