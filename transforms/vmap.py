@@ -6,9 +6,10 @@ B and, per argument, `b` (batched) or `u` (unbatched). Inside a batched
 function every batched value carries the batch dimension at axis 0: the op's
 replacement moves each argument's batch axis to the front with a
 `linalg.transpose` before the call and each result's batch axis to its
-`out_axes` position after it, so per-op rules (`rules/batching.py`) only
-ever see axis 0. Unbatched values keep their types and are never broadcast,
-except where a value must vary per lane (a loop carry or a destination).
+`out_axes` position after it, so per-op batching rules (`rules/<dialect>.py`,
+beside their jvp and vjp rules) only ever see axis 0. Unbatched values keep
+their types and are never broadcast, except where a value must vary per lane
+(a loop carry or a destination).
 
 Results of `@f_batched_*` are batched only if they depend on a batched
 argument; an unbatched result with `out_axes[j] >= 0` is broadcast at the
@@ -850,7 +851,7 @@ def _lane0(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
 
 def _sum_lanes(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
     """The sum over the lanes of batched `v`, of per-lane type `t`."""
-    from .rules.linalg import sum_to
+    from .rules.structured import sum_to
 
     s = sum_to(b, v, list(range(1, v.type.rank)))
     return s if is_tensor(t) else b.create("tensor.extract", [s], [t]).result
@@ -867,7 +868,7 @@ def _zeros(b: Builder, t: ir.Type) -> ir.Value:
 
 def _lane_offsets(b: Builder, offset: ir.Value, size: int, blocks: int) -> ir.Value:
     """tensor<B x i64> of `offset + l * blocks`: lane l's start in the Philox counter space."""
-    from .rules.linalg import make_generic
+    from .rules.structured import make_generic
 
     t = offset.type
     init = b.empty(ir.RankedTensorType.get([size], t))

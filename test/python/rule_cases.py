@@ -186,6 +186,36 @@ ELEMENTWISE: list[Elt] = [
         f"%f = arith.bitcast %i : {t('i64')} to {t.T}\n%z = arith.constant {t.c('0.0')}\n"
         f"%p = arith.cmpf ogt, %f, %z : {t.T}\n"
         f"%k = arith.select %p, %j, %i : {t('i1')}, {t('i64')}")),
+    _int("maxui_minui", lambda t: (
+        f"%k0 = arith.maxui %i, %j : {t('i64')}\n%k = arith.minui %k0, %i : {t('i64')}")),
+    _int("rounding_divisions", lambda t: (
+        f"%k0 = arith.ceildivsi %i, %j : {t('i64')}\n%k1 = arith.ceildivui %i, %j : {t('i64')}\n"
+        f"%k2 = arith.floordivsi %i, %j : {t('i64')}\n%k3 = arith.addi %k0, %k1 : {t('i64')}\n"
+        f"%k = arith.addi %k3, %k2 : {t('i64')}")),
+    _int("index_castui", lambda t: (
+        f"%n = arith.index_castui %i : {t('i64')} to {t('index')}\n"
+        f"%k = arith.index_castui %n : {t('index')} to {t('i64')}")),
+    _int("extended", lambda t: (
+        f"%k0, %ov = arith.addui_extended %i, %j : {t('i64')}, {t('i1')}\n"
+        f"%k1, %h1 = arith.mulsi_extended %i, %j : {t('i64')}\n"
+        f"%k2, %h2 = arith.mului_extended %i, %j : {t('i64')}\n"
+        f"%k3 = arith.addi %k0, %k1 : {t('i64')}\n%k4 = arith.addi %k3, %k2 : {t('i64')}\n"
+        f"%k = arith.addi %k4, %h2 : {t('i64')}")),
+    # math, integer (batched; no derivative)
+    _int("math_integer", lambda t: (
+        f"%two = arith.constant {t.c('2', 'i64')}\n%n = arith.subi %two, %j : {t('i64')}\n"
+        f"%k0 = math.absi %n : {t('i64')}\n%k1 = math.ctlz %i : {t('i64')}\n"
+        f"%k2 = math.ctpop %j : {t('i64')}\n%k3 = math.cttz %j : {t('i64')}\n"
+        f"%k4 = math.ipowi %i, %two : {t('i64')}\n%s0 = arith.addi %k0, %k1 : {t('i64')}\n"
+        f"%s1 = arith.addi %s0, %k2 : {t('i64')}\n%s2 = arith.addi %s1, %k3 : {t('i64')}\n"
+        f"%k = arith.addi %s2, %k4 : {t('i64')}")),
+    # float classification (i1 results): every value here is finite and normal
+    Elt("classify", 2, lambda t: (
+        f"%p0 = math.isfinite %a : {t.T}\n%p1 = math.isnormal %b : {t.T}\n"
+        f"%p2 = math.isinf %a : {t.T}\n%p3 = math.isnan %b : {t.T}\n"
+        f"%q0 = arith.andi %p0, %p1 : {t('i1')}\n%q1 = arith.ori %p2, %p3 : {t('i1')}\n"
+        f"%q = arith.xori %q0, %q1 : {t('i1')}\n%s = arith.mulf %a, %a : {t.T}\n"
+        f"%r = arith.select %q, %s, %b : {t('i1')}, {t.T}"), (0.2, 1.5)),
     # math
     _un("math.exp"), _un("math.exp2"), _un("math.expm1"),
     _un("math.log", (0.2, 3.0)), _un("math.log1p", (-0.5, 2.0)), _un("math.log2", (0.2, 3.0)),

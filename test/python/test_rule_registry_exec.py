@@ -69,7 +69,7 @@ KINDS = {"ad": (("jvp", "vjp", "order2"), PIPELINE), "vmap": (("vmap",), VMAP_PI
 #: (case id, check) -> symptom: clear diagnostics of what is not supported yet,
 #: never wrong values (a fixed cell XPASSes and fails until its entry goes).
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    # Clear diagnostics, not wrong values (transforms/rules/batching.py): --autodiff-vmap
+    # Clear diagnostics, not wrong values (transforms/rules/scf.py): --autodiff-vmap
     # alone has no rule for scf.execute_region (the differentiation passes inline it
     # first, so vmap after them works).
     ("c_execute_region", "vmap"): ("autodiff-vmap: no batching rule for 'scf.execute_region' "
@@ -393,6 +393,48 @@ def random_module() -> CompiledModule:
     return compile_text(RANDOM_VMAP)
 
 
+#: Batched modules the CPU back end cannot run (8-bit float types have no LLVM
+#: lowering here): they are only transformed, and their check reads the IR the
+#: batching rules produced (name -> module, pipeline, regexes the output must match).
+TRANSFORM_ONLY = {
+    "scaling_conversions": ("""
+func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %s = arith.constant dense<2.0> : tensor<4xf8E8M0FNU>
+  %t = arith.scaling_truncf %a, %s : tensor<4xf32>, tensor<4xf8E8M0FNU> to tensor<4xf8E4M3FN>
+  %r = arith.scaling_extf %t, %s : tensor<4xf8E4M3FN>, tensor<4xf8E8M0FNU> to tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+func.func @main(%a: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "error"} : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %r : tensor<3x4xf32>
+}""", "autodiff-vmap", (
+        # one generic per conversion over the batched tensors, reading the
+        # unbatched scale without a batch dimension (no broadcast)
+        r"ins\(%\w+, %\w+ : tensor<3x4xf32>, tensor<4xf8E8M0FNU>\) "
+        r"outs\(%\w+ : tensor<3x4xf8E4M3FN>\)[^\n]*\n[^\n]*\n *%\w+ = arith\.scaling_truncf",
+        r"ins\(%\w+, %\w+ : tensor<3x4xf8E4M3FN>, tensor<4xf8E8M0FNU>\) "
+        r"outs\(%\w+ : tensor<3x4xf32>\)[^\n]*\n[^\n]*\n *%\w+ = arith\.scaling_extf")),
+}
+
+
+@functools.cache
+def transformed_only(key: str) -> str:
+    text, pipeline, _ = TRANSFORM_ONLY[key]
+    with recording() as fired:
+        out = transform(text, pipeline)
+    FIRED.update(fired)
+    return out
+
+
+@pytest.mark.parametrize("key", list(TRANSFORM_ONLY))
+def test_transform_only_batching(key: str) -> None:
+    out = transformed_only(key)
+    out = out[out.index("func.func private @f_batched"):]
+    for pattern in TRANSFORM_ONLY[key][2]:
+        assert re.search(pattern, out), f"{pattern!r} not in:\n{out}"
+
+
 def _fire_everything() -> None:
     """Compile every family and the extra modules (cached), recording the rules invoked."""
     for fam in sorted({c.family for c in CASES}):
@@ -400,6 +442,8 @@ def _fire_everything() -> None:
     random_module()
     for key in DIAGNOSTICS:
         diagnostic(key)
+    for key in TRANSFORM_ONLY:
+        transformed_only(key)
 
 
 def _inert_ops(text: str) -> set[str]:

@@ -1,6 +1,10 @@
-"""Derivative rules of the `arith` dialect.
+"""Rules of the `arith` dialect: jvp and vjp per op, and batching.
 
-Integer, index and i1 ops need no rules: the drivers never differentiate an
+Batching: every arith op but `arith.constant` is elementwise
+(ElementwiseMappable), registered with `defvectorized` below; a constant has
+no operands, so vmap never sends it to a rule.
+
+Integer, index and i1 ops need no derivative rules: the drivers never differentiate an
 op without float results (they are inactive by type), and a float produced
 from integers (sitofp, uitofp, bitcast) has a zero derivative. The
 block-scaled conversions (scaling_extf, scaling_truncf) are not
@@ -10,7 +14,24 @@ differentiable: a diagnostic at the op says so.
 from __future__ import annotations
 
 from ..ad_support import element_type
-from .registry import JVP_RULES, VJP_RULES, defjvp, defjvp_rule, defvjp, defzero
+from .batching import defvectorized
+from .registry import JVP_RULES, VJP_RULES, defjvp, defjvp_rule, deflinear, defvjp, defzero
+
+defvectorized(
+    # float
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
+    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf",
+    "arith.select", "arith.extf", "arith.truncf", "arith.scaling_extf", "arith.scaling_truncf",
+    # conversions between float and integer
+    "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.bitcast",
+    # integer and index
+    "arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.ceildivsi",
+    "arith.ceildivui", "arith.floordivsi", "arith.remsi", "arith.remui", "arith.andi",
+    "arith.ori", "arith.xori", "arith.cmpi", "arith.maxsi", "arith.maxui", "arith.minsi",
+    "arith.minui", "arith.shli", "arith.shrsi", "arith.shrui", "arith.extsi", "arith.extui",
+    "arith.trunci", "arith.index_cast", "arith.index_castui", "arith.addui_extended",
+    "arith.mulsi_extended", "arith.mului_extended",
+)
 
 defjvp("arith.addf", lambda b, g, x, y: g, lambda b, g, x, y: g)
 defjvp("arith.subf", lambda b, g, x, y: g, lambda b, g, x, y: b.negf(g))
@@ -19,6 +40,7 @@ defjvp(
     "arith.divf",
     lambda b, g, x, y: b.divf(g, y),
     lambda b, g, x, y: b.negf(b.mulf(g, b.divf(b.ans, y))),
+    uses_result=True,
 )
 defjvp("arith.negf", lambda b, g, x: b.negf(g))
 
@@ -61,18 +83,8 @@ for _name in ("arith.fptosi", "arith.fptoui", "arith.cmpf", "arith.sitofp", "ari
     defzero(_name)
 
 
-def _extf_jvp(b, op, ts):
-    (t,) = ts
-    return [None if t is None else b.cast("arith.extf", t, op.results[0].type)]
-
-
-def _truncf_jvp(b, op, ts):
-    (t,) = ts
-    return [None if t is None else b.cast("arith.truncf", t, op.results[0].type)]
-
-
-defjvp_rule("arith.extf", _extf_jvp)
-defjvp_rule("arith.truncf", _truncf_jvp)
+deflinear("arith.extf")
+deflinear("arith.truncf")
 # The transpose of a widening cast is the narrowing one and vice versa.
 defvjp("arith.extf", lambda b, op, cts: [
     None if cts[0] is None else b.cast("arith.truncf", cts[0], element_type(op.operands[0].type))
@@ -88,7 +100,6 @@ def _constant_jvp(b, op, ts):
 
 defjvp_rule("arith.constant", _constant_jvp)
 defvjp("arith.constant", lambda b, op, cts: [])
-
 
 
 def _not_differentiable(name: str, why: str) -> None:

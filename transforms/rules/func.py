@@ -1,10 +1,11 @@
-"""Derivative rules of the `func` dialect: calls differentiate their callee once."""
+"""Rules of the `func` dialect: calls differentiate (and batch) their callee once per signature."""
 
 from __future__ import annotations
 
 from mlir import ir
 
 from ..ad_support import is_float, residual_operands
+from .batching import defbatch
 from .registry import defjvp_rule, defvjp
 
 
@@ -58,3 +59,13 @@ def _call_vjp(b, op, cts):
 
 defjvp_rule("func.call", _call_jvp)
 defvjp("func.call", _call_vjp)
+
+
+def _call_batch(b, op, vals, batched):
+    """func.call batches its callee once per signature (which arguments are batched)."""
+    callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+    name, types, flags = b.bt.batched_callee(callee, list(batched), op)
+    call = b.create("func.call", vals, types, {"callee": ir.FlatSymbolRefAttr.get(name)})
+    return list(zip(call.results, flags))
+
+defbatch("func.call", _call_batch)

@@ -1,4 +1,6 @@
-"""Derivative rules of the `math` dialect (elementwise: one partial per operand).
+"""Rules of the `math` dialect: jvp and vjp per op (elementwise: one partial per
+operand), and batching: every math op is elementwise (ElementwiseMappable),
+registered with `defvectorized` below.
 
 `b.ans` is the primal result, reused where the derivative is a function of
 it (exp, tanh, sqrt ...), as JAX's rules do.
@@ -7,24 +9,42 @@ it (exp, tanh, sqrt ...), as JAX's rules do.
 from __future__ import annotations
 
 from ..ad_support import LN2, LN10, TWO_OVER_SQRT_PI
+from .batching import defvectorized
 from .registry import defjvp, defjvp_rule, defvjp, defzero
+
+defvectorized(
+    "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.log10",
+    "math.sin", "math.cos", "math.tan", "math.tanh", "math.sinh", "math.cosh", "math.atan",
+    "math.asin", "math.acos", "math.atan2", "math.asinh", "math.acosh", "math.atanh",
+    "math.sincos", "math.sqrt", "math.rsqrt", "math.cbrt", "math.powf", "math.fpowi",
+    "math.absf", "math.erf", "math.erfc", "math.copysign", "math.fma", "math.clampf",
+    "math.floor", "math.ceil", "math.round", "math.roundeven", "math.trunc",
+    # integer results or operands
+    "math.absi", "math.ctlz", "math.ctpop", "math.cttz", "math.ipowi", "math.isfinite",
+    "math.isinf", "math.isnan", "math.isnormal",
+)
 
 
 def _one_plus(b, x):
     return b.addf(b.ones_like(x), x)
 
 
-defjvp("math.exp", lambda b, g, x: b.mulf(g, b.ans))
-defjvp("math.exp2", lambda b, g, x: b.mulf(g, b.scale(b.ans, LN2)))
-defjvp("math.expm1", lambda b, g, x: b.mulf(g, _one_plus(b, b.ans)))
+defjvp("math.exp", lambda b, g, x: b.mulf(g, b.ans),
+       uses_result=True)
+defjvp("math.exp2", lambda b, g, x: b.mulf(g, b.scale(b.ans, LN2)),
+       uses_result=True)
+defjvp("math.expm1", lambda b, g, x: b.mulf(g, _one_plus(b, b.ans)),
+       uses_result=True)
 defjvp("math.log", lambda b, g, x: b.divf(g, x))
 defjvp("math.log1p", lambda b, g, x: b.divf(g, _one_plus(b, x)))
 defjvp("math.log2", lambda b, g, x: b.divf(g, b.scale(x, LN2)))
 defjvp("math.log10", lambda b, g, x: b.divf(g, b.scale(x, LN10)))
 defjvp("math.sin", lambda b, g, x: b.mulf(g, b.math("cos", x)))
 defjvp("math.cos", lambda b, g, x: b.negf(b.mulf(g, b.math("sin", x))))
-defjvp("math.tan", lambda b, g, x: b.mulf(g, _one_plus(b, b.square(b.ans))))
-defjvp("math.tanh", lambda b, g, x: b.mulf(g, b.subf(b.ones_like(x), b.square(b.ans))))
+defjvp("math.tan", lambda b, g, x: b.mulf(g, _one_plus(b, b.square(b.ans))),
+       uses_result=True)
+defjvp("math.tanh", lambda b, g, x: b.mulf(g, b.subf(b.ones_like(x), b.square(b.ans))),
+       uses_result=True)
 defjvp("math.sinh", lambda b, g, x: b.mulf(g, b.math("cosh", x)))
 defjvp("math.cosh", lambda b, g, x: b.mulf(g, b.math("sinh", x)))
 defjvp("math.atan", lambda b, g, x: b.divf(g, _one_plus(b, b.square(x))))
@@ -38,11 +58,14 @@ defjvp(
     lambda b, g, y, x: b.divf(b.mulf(g, x), b.addf(b.square(x), b.square(y))),
     lambda b, g, y, x: b.negf(b.divf(b.mulf(g, y), b.addf(b.square(x), b.square(y)))),
 )
-defjvp("math.sqrt", lambda b, g, x: b.divf(g, b.scale(b.ans, 2.0)))
+defjvp("math.sqrt", lambda b, g, x: b.divf(g, b.scale(b.ans, 2.0)),
+       uses_result=True)
 # rsqrt(x) = x^-1/2: d = -1/2 rsqrt(x) / x
-defjvp("math.rsqrt", lambda b, g, x: b.mulf(g, b.divf(b.scale(b.ans, -0.5), x)))
+defjvp("math.rsqrt", lambda b, g, x: b.mulf(g, b.divf(b.scale(b.ans, -0.5), x)),
+       uses_result=True)
 # cbrt(x): d = 1 / (3 cbrt(x)^2)
-defjvp("math.cbrt", lambda b, g, x: b.divf(g, b.scale(b.square(b.ans), 3.0)))
+defjvp("math.cbrt", lambda b, g, x: b.divf(g, b.scale(b.square(b.ans), 3.0)),
+       uses_result=True)
 # powf(x, y) = x^y: dx = y x^(y-1), dy = log(x) x^y, with log(x) read as 0 at
 # x == 0 (JAX's convention: d/dy 0^y = 0). Where x < 0 and y is an integer
 # the value is finite but d/dy is NaN; a zero tangent (or cotangent) for y
@@ -66,6 +89,7 @@ defjvp(
     "math.powf",
     lambda b, g, x, y: b.mulf(g, b.mulf(y, b.math("powf", x, b.subf(y, b.ones_like(y))))),
     _powf_dy,
+    uses_result=True,
 )
 
 

@@ -1,5 +1,5 @@
-"""Derivative rules of the `scf` dialect: for and while (with tapes in reverse
-mode), if, execute_region.
+"""Rules of the `scf` dialect (jvp, vjp and batching side by side): for, if,
+execute_region. `scf.while` has its own module (`scf_while.py`).
 
 Forward mode rebuilds the op with tangents appended to its results (and to
 the loop-carried values), moving the original body in and differentiating
@@ -20,9 +20,11 @@ a static trip count, the body values the reverse rules read are then taped
 in the forward loop too and the clones that computed them die
 (`_save_residuals`, what JAX's scan saves), so the body is not run twice.
 `scf.if` recomputes the taken branch under the saved predicate.
-`scf.while` counts its iterations in the forward code; its backward code
-records a tape of that dynamic length and then reads it in reverse (see the
-section on it below).
+
+Batching: `scf.for` stays one loop whose carried values that depend on
+batched ones get the batch dimension; an `scf.if` with a batched predicate
+runs both branches and selects per lane. `scf.execute_region` has no
+batching rule (the differentiation passes inline it).
 """
 
 from __future__ import annotations
@@ -42,43 +44,29 @@ from ..ad_support import (
     is_float,
     op_name,
     tangent_results,
-    walk_ops,
+)
+from .batching import BatchBuilder, Batched, defbatch, elementwise
+from .regions import (
+    TAPE_ATTR,
+    TAPE_OP_ATTR,
+    clone_ops,
+    fixpoint,
+    holder_op,
+    index_op,
+    marker_op,
+    move_ops,
+    scf_yield,
+    sweep_recomputed,
+    tape_read,
+    tape_type,
+    tape_write,
+    terminator,
 )
 from .registry import FORWARD_AUGMENT, defjvp_rule, defvjp
-
-DYN = ir.ShapedType.get_dynamic_size()
-
-
-def _move_ops(old: ir.Block, new: ir.Block, arg_map: Sequence[ir.Value]) -> None:
-    for a, n in zip(old.arguments, arg_map):
-        a.replace_all_uses_with(n)
-    ip = ir.InsertionPoint(new)
-    for o in list(old.operations):
-        ip.insert(o.operation.detach_from_parent())
-
-
-def clone_ops(ops: Sequence[Any], ip: ir.InsertionPoint, vmap: dict) -> list[ir.Operation]:
-    """Clone `ops` at `ip`, remapping operands (also inside nested regions) by `vmap`."""
-    out = []
-    for o in ops:
-        c = o.operation.clone(ip=ip)
-        for inner in walk_ops(c):
-            for k, v in enumerate(list(inner.operands)):
-                if v in vmap:
-                    inner.operands[k] = vmap[v]
-        for r_old, r_new in zip(o.results, c.results):
-            vmap[r_old] = r_new
-        out.append(c)
-    return out
-
 
 # ----------------------------------------------------------------------------
 # Forward mode
 # ----------------------------------------------------------------------------
-
-
-def _yield(vals: list[ir.Value], loc: ir.Location, ip: ir.InsertionPoint) -> None:
-    scf.YieldOp(vals, loc=loc, ip=ip)
 
 
 def _for_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
@@ -92,11 +80,11 @@ def _for_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     nb = new.body
     nargs = list(nb.arguments)
     n = len(inits)
-    _move_ops(old_block, nb, nargs[: 1 + n])
+    move_ops(old_block, nb, nargs[: 1 + n])
     for pos, k in enumerate(fl):
         ad.t[nargs[1 + k]] = nargs[1 + n + pos]
     ad.run_block(nb)
-    append_tangents(ad, list(nb.operations)[-1], fl, _yield)
+    append_tangents(ad, list(nb.operations)[-1], fl, scf_yield)
     return tangent_results(ad, op, new.results, n, fl)
 
 
@@ -112,9 +100,9 @@ def _if_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
     for r in range(2):
         old_block = op.regions[r].blocks[0]
         nb = new.regions[r].blocks[0]
-        _move_ops(old_block, nb, [])
+        move_ops(old_block, nb, [])
         ad.run_block(nb)
-        append_tangents(ad, list(nb.operations)[-1], fl, _yield)
+        append_tangents(ad, list(nb.operations)[-1], fl, scf_yield)
     return tangent_results(ad, op, new.results, len(types), fl)
 
 
@@ -164,46 +152,6 @@ defvjp("scf.if", _if_vjp)
 # ----------------------------------------------------------------------------
 # Reverse mode: scf.for with a tape
 # ----------------------------------------------------------------------------
-
-
-def _idx(b: Builder, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.create(name, [x, y], [ir.IndexType.get()]).result
-
-
-def _tape_type(t: ir.Type, trip: int = DYN) -> ir.RankedTensorType:
-    if isinstance(t, ir.RankedTensorType):
-        return ir.RankedTensorType.get([trip, *t.shape], t.element_type)
-    return ir.RankedTensorType.get([trip], t)
-
-
-def _tape_write(b: Builder, tape: ir.Value, v: ir.Value, i: ir.Value) -> ir.Value:
-    t = v.type
-    if not isinstance(t, ir.RankedTensorType):
-        return b.create("tensor.insert", [v, tape, i], [tape.type]).result
-    r = t.rank
-    return b.create("tensor.insert_slice", [v, tape, i], [tape.type], {
-        "static_offsets": ir.DenseI64ArrayAttr.get([DYN] + [0] * r),
-        "static_sizes": ir.DenseI64ArrayAttr.get([1, *t.shape]),
-        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
-        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0, 0]),
-    }).result
-
-
-def _tape_read(b: Builder, tape: ir.Value, t: ir.Type, i: ir.Value) -> ir.Value:
-    if not isinstance(t, ir.RankedTensorType):
-        return b.create("tensor.extract", [tape, i], [t]).result
-    r = t.rank
-    return b.create("tensor.extract_slice", [tape, i], [t], {
-        "static_offsets": ir.DenseI64ArrayAttr.get([DYN] + [0] * r),
-        "static_sizes": ir.DenseI64ArrayAttr.get([1, *t.shape]),
-        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
-        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
-    }).result
-
-
-#: taped loop (its first result, or its op if it has none) -> (tapes, trip count)
-TAPE_ATTR = "autodiff.taped"
-TAPE_OP_ATTR = "autodiff.tape"
 
 
 def _write_only(body: ir.Block, j: int) -> bool:
@@ -296,30 +244,30 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
         lo, hi, st = bounds
         trip = max(0, -(-(hi - lo) // st))
         n = b.index(trip)
-        tapes0 = [b.create("tensor.empty", [], [_tape_type(inits[j].type, trip)]).result
+        tapes0 = [b.create("tensor.empty", [], [tape_type(inits[j].type, trip)]).result
                   for j in taped]
     else:
         one = b.index(1)
-        span = _idx(b, "arith.subi", ub, lb)
-        n = _idx(b, "arith.divui",
-                 _idx(b, "arith.subi", _idx(b, "arith.addi", span, step), one), step)
+        span = index_op(b, "arith.subi", ub, lb)
+        n = index_op(b, "arith.divui",
+                 index_op(b, "arith.subi", index_op(b, "arith.addi", span, step), one), step)
         # An empty range (ub <= lb) has no iteration: clamp the trip count at 0.
         zero = b.index(0)
         i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
         neg = b.create("arith.cmpi", [ub, lb], [i1],
                        {"predicate": ir.IntegerAttr.get(i64, 3)}).result  # sle
         n = b.create("arith.select", [neg, zero, n], [ir.IndexType.get()]).result
-        tapes0 = [b.create("tensor.empty", [n], [_tape_type(inits[j].type)]).result
+        tapes0 = [b.create("tensor.empty", [n], [tape_type(inits[j].type)]).result
                   for j in taped]
     new = scf.ForOp(lb, ub, step, inits + tapes0, loc=op.location, ip=ir.InsertionPoint(op))
     nb = new.body
     nargs = list(nb.arguments)
     k = len(inits)
-    _move_ops(fop.body, nb, nargs[: 1 + k])
+    move_ops(fop.body, nb, nargs[: 1 + k])
     first = list(nb.operations)[0]
     bb = Builder(ir.InsertionPoint(first), op.location, ad)
-    i = _idx(bb, "arith.divui", _idx(bb, "arith.subi", nargs[0], lb), step)
-    tapes = [_tape_write(bb, tp, nargs[1 + j], i) for tp, j in zip(nargs[1 + k:], taped)]
+    i = index_op(bb, "arith.divui", index_op(bb, "arith.subi", nargs[0], lb), step)
+    tapes = [tape_write(bb, tp, nargs[1 + j], i) for tp, j in zip(nargs[1 + k:], taped)]
     for o in list(nb.operations):
         if o.operation == first.operation:
             break
@@ -442,7 +390,7 @@ def _save_residuals(ad: Any, op: ir.Operation, primal_ops: Sequence[Any],
         return
     tapes = _add_tapes(ad, op, [r for r, _ in saved], trip)
     for (r, ph), tape in zip(saved, tapes):
-        ph.result.replace_all_uses_with(_tape_read(ab, tape, r.type, i))
+        ph.result.replace_all_uses_with(tape_read(ab, tape, r.type, i))
         ph.erase()
 
 
@@ -451,17 +399,17 @@ def _add_tapes(ad: Any, op: ir.Operation, vals: Sequence[ir.Value], trip: int) -
     per iteration; the new tapes. `op` is left for the sweep to erase."""
     lb, ub, step, *inits = list(op.operands)
     b = Builder(ir.InsertionPoint(op), op.location, ad, op)
-    tapes0 = [b.create("tensor.empty", [], [_tape_type(v.type, trip)]).result for v in vals]
+    tapes0 = [b.create("tensor.empty", [], [tape_type(v.type, trip)]).result for v in vals]
     new = scf.ForOp(lb, ub, step, inits + tapes0, loc=op.location, ip=ir.InsertionPoint(op))
     nb = new.body
     nargs = list(nb.arguments)
     k = len(inits)
-    _move_ops(op.opview.body, nb, nargs[: 1 + k])
+    move_ops(op.opview.body, nb, nargs[: 1 + k])
     y = list(nb.operations)[-1]
     yb = Builder(ir.InsertionPoint(y), op.location, ad)
-    first = _idx(yb, "arith.subi", nargs[0], lb).owner
-    i = _idx(yb, "arith.divui", first.results[0], step)
-    writes = [_tape_write(yb, tp, v, i) for tp, v in zip(nargs[1 + k:], vals)]
+    first = index_op(yb, "arith.subi", nargs[0], lb).owner
+    i = index_op(yb, "arith.divui", first.results[0], step)
+    writes = [tape_write(yb, tp, v, i) for tp, v in zip(nargs[1 + k:], vals)]
     ops = [o.operation for o in nb.operations]
     for o in ops[ops.index(first.operation): ops.index(y.operation)]:
         o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
@@ -503,11 +451,11 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     largs = list(lbody.arguments)
     ip = ir.InsertionPoint(lbody)
     bb = Builder(ip, op.location, ad)
-    i = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
-    iv = _idx(bb, "arith.addi", lb, _idx(bb, "arith.muli", i, step))
+    i = index_op(bb, "arith.subi", index_op(bb, "arith.subi", n, one), largs[0])
+    iv = index_op(bb, "arith.addi", lb, index_op(bb, "arith.muli", i, step))
     # An unrecorded carried value (see `_for_augment`) gets an uninitialized
     # stand-in of its shape; `_check_unrecorded` proves nothing reads it.
-    carried = [_tape_read(bb, tp, t, i) if tp is not None else
+    carried = [tape_read(bb, tp, t, i) if tp is not None else
                (bb.empty(t, dims[j]) if isinstance(t, ir.ShapedType) else op.results[j])
                for j, (tp, t) in enumerate(zip(tapes, carried_t))]
     standins = {j: carried[j] for j in range(k)
@@ -520,7 +468,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     marker = marker_op(bb)
     clone_ops(primal_ops, ip, vmap)
     # Tracks the recomputed results through the nested pass's rewrites.
-    tracker = _holder(bb, [vmap[r] for o in primal_ops for r in o.results])
+    tracker = holder_op(bb, [vmap[r] for o in primal_ops for r in o.results])
     yielded = [vmap.get(v, v) for v in list(body[-1].operands)[:k]]
     ct_y: list[ir.Value | None] = [None] * k
     for pos, j in enumerate(fl):
@@ -556,38 +504,75 @@ defvjp("scf.for", _for_vjp)
 
 
 # ----------------------------------------------------------------------------
-# scf.while (forward mode) and scf.execute_region (inlined)
+# Batching: scf.for and scf.if
 # ----------------------------------------------------------------------------
 
 
-def _while_jvp(b: Builder, op: ir.Operation, ts: list) -> list:
-    ad = b.ad
-    inits = list(op.operands)
-    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
-    res_types = [r.type for r in op.results]
-    fl_in = [k for k, v in enumerate(inits) if is_float(v.type)]
-    fl_out = [k for k, t in enumerate(res_types) if is_float(t)]
-    t_inits = [b.materialize(ts[k], inits[k]) for k in fl_in]
-    new = scf.WhileOp(res_types + [res_types[k] for k in fl_out], inits + t_inits,
-                      loc=op.location, ip=b.ip)
-    in_types = [v.type for v in inits]
-    nb = new.regions[0].blocks.append(*(in_types + [in_types[k] for k in fl_in]))
-    na = new.regions[1].blocks.append(*(res_types + [res_types[k] for k in fl_out]))
-    n_in, n_out = len(inits), len(res_types)
-    _move_ops(before, nb, list(nb.arguments)[:n_in])
-    for pos, k in enumerate(fl_in):
-        ad.t[nb.arguments[k]] = nb.arguments[n_in + pos]
-    ad.run_block(nb)
-    c = list(nb.operations)[-1]
-    cond = c.operands[0]
-    append_tangents(ad, c, fl_out, lambda vals, loc, ip: scf.ConditionOp(cond, vals, loc=loc,
-                                                                           ip=ip), skip=1)
-    _move_ops(after, na, list(na.arguments)[:n_out])
-    for pos, k in enumerate(fl_out):
-        ad.t[na.arguments[k]] = na.arguments[n_out + pos]
-    ad.run_block(na)
-    append_tangents(ad, list(na.operations)[-1], fl_in, _yield)
-    return tangent_results(ad, op, new.results, n_out, fl_out)
+def _for_batch(b, op, vals, batched):
+    """scf.for stays one loop; carried values that depend on batched ones get the batch dim."""
+    if any(batched[:3]):
+        raise b.fail(op, "cannot batch 'scf.for' with batched bounds or step (use scf.while)")
+    inits = vals[3:]
+    body = op.regions[0].blocks[0]
+    args = list(body.arguments)
+    yields = list(terminator(body).operands)
+
+    def step(flags: list[bool]) -> list[bool]:
+        tainted = b.bt.taint(body, {a for a, f in zip(args[1:], flags) if f})
+        return [b.bt.is_tainted(y, tainted) for y in yields]
+
+    carry = fixpoint(list(batched[3:]), step)
+    new_inits = [b.ensure_batched(v, bb) if c else v for v, bb, c in zip(inits, batched[3:], carry)]
+    loop = scf.ForOp(vals[0], vals[1], vals[2], new_inits, loc=b.loc, ip=b.ip)
+    nb = loop.body
+    env = [(nb.arguments[0], False)] + list(zip(list(nb.arguments)[1:], carry))
+    outs = b.bt.batch_block(body, ir.InsertionPoint(nb), env)
+    yb = BatchBuilder(ir.InsertionPoint(nb), b.loc, b.bt, op)
+    scf.YieldOp([yb.ensure_batched(v, f) if c else v for (v, f), c in zip(outs, carry)],
+                loc=b.loc, ip=ir.InsertionPoint(nb))
+    return list(zip(loop.results, carry))
+
+
+def _if_batch(b, op, vals, batched):
+    """scf.if: an unbatched predicate keeps the if; a batched one runs both branches and selects.
+
+    The select is JAX's rule for `cond` under vmap: both branches are pure
+    tensor code, so evaluating both is correct (the unused branch is wasted work).
+    """
+    then_b = op.regions[0].blocks[0]
+    else_b = op.regions[1].blocks[0] if len(op.regions[1].blocks) else None
+    if batched[0]:
+        t_outs = b.bt.batch_block(then_b, b.ip, [])
+        e_outs = b.bt.batch_block(else_b, b.ip, []) if else_b is not None else []
+        out: list[Batched] = []
+        for r, (tv, tb), (ev, eb) in zip(op.results, t_outs, e_outs):
+            out += elementwise(b, "arith.select", [vals[0], tv, ev], [True, tb, eb], [r.type],
+                               {})
+        return out
+    flags = []
+    for k in range(len(op.results)):
+        f = False
+        for blk in [then_b] + ([else_b] if else_b is not None else []):
+            f = f or b.bt.is_tainted(list(terminator(blk).operands)[k], b.bt.taint(blk, set()))
+        flags.append(f)
+    types = [b.btype(r.type) if f else r.type for r, f in zip(op.results, flags)]
+    new = scf.IfOp(vals[0], types, has_else=else_b is not None, loc=b.loc, ip=b.ip)
+    for src, dst in [(then_b, new.then_block)] + (
+            [(else_b, new.else_block)] if else_b is not None else []):
+        outs = b.bt.batch_block(src, ir.InsertionPoint(dst), [])
+        yb = BatchBuilder(ir.InsertionPoint(dst), b.loc, b.bt, op)
+        scf.YieldOp([yb.ensure_batched(v, vb) if f else v for (v, vb), f in zip(outs, flags)],
+                    loc=b.loc, ip=ir.InsertionPoint(dst))
+    return list(zip(new.results, flags))
+
+
+defbatch("scf.for", _for_batch)
+defbatch("scf.if", _if_batch)
+
+
+# ----------------------------------------------------------------------------
+# scf.execute_region (inlined)
+# ----------------------------------------------------------------------------
 
 
 def _inline_region(op: ir.Operation, ip: ir.InsertionPoint) -> tuple[list, list]:
@@ -621,209 +606,5 @@ def _execute_region_augment(ad: Any, op: ir.Operation) -> None:
         old.replace_all_uses_with(new)
     op.erase()
 
-
-defjvp_rule("scf.while", _while_jvp)
 defjvp_rule("scf.execute_region", _execute_region_jvp2)
 FORWARD_AUGMENT["scf.execute_region"] = _execute_region_augment
-
-
-# ----------------------------------------------------------------------------
-# Reverse mode: scf.while with a tape of dynamic length
-# ----------------------------------------------------------------------------
-#
-# A while loop's trip count is only known once it has run, so its tape cannot
-# be allocated up front. The design (simplest correct one, and the one whose
-# residuals all have static types):
-#
-# * forward (augment): the loop also counts the iterations of its `do`
-#   region, an extra `index` result n. The forward function keeps its primal
-#   cost and saves only n, the loop's inputs and its captured values;
-# * backward (rule): a recording sweep, an `scf.for` of n iterations that
-#   re-runs before+after from the inputs and writes each iteration's carried
-#   values s_k into a `tensor<?x...>` tape allocated once with n rows; the
-#   final `before` (which forwards the results) is differentiated at s_n;
-#   then a backward `scf.for` reads s_{n-1} ... s_0 back in reverse, recomputes
-#   that iteration (before then after) and sweeps it, carrying the cotangents
-#   of the carried values and accumulating those of values captured from above.
-#
-# So the dynamically shaped tape lives inside the backward function and never
-# crosses a function boundary (a dynamic result of @f_fwd would need the
-# caller to know its size); the price is one extra primal run of the loop,
-# the same price as counting first and then recording in the forward function.
-
-
-def _ops_between(block: ir.Block, first: ir.Operation, last: ir.Operation) -> list:
-    """The ops of `block` strictly between `first` and `last`."""
-    out, inside = [], False
-    for o in block.operations:
-        if o.operation == last:
-            break
-        if inside:
-            out.append(o.operation)
-        if o.operation == first:
-            inside = True
-    return out
-
-
-def marker_op(b: Builder) -> ir.Operation:
-    """A throwaway op delimiting the recomputed ops that follow it."""
-    idx = ir.IndexType.get()
-    return b.create("arith.constant", [], [idx], {"value": ir.IntegerAttr.get(idx, 0)})
-
-
-def _holder(b: Builder, vals: Sequence[ir.Value]) -> ir.Operation:
-    """A throwaway op using `vals`: it tracks them if augmentation replaces their op."""
-    return b.create("builtin.unrealized_conversion_cast", list(vals), [])
-
-
-def sweep_recomputed(ad: Any, b: Builder, marker: ir.Operation, outs: Sequence[ir.Value],
-                     out_cts: Sequence[ir.Value | None], seeds: set,
-                     init_cts: dict | None = None) -> Any:
-    """Differentiate the ops cloned at `b.ip` after `marker` in a nested reverse pass.
-
-    `outs` are the recomputed values receiving `out_cts`; `seeds` the values
-    the cloned ops may depend on actively; `init_cts` cotangents the nested
-    pass starts from (a loop's accumulators of captured values: contributions
-    are added into them as they come, see Builder.accumulate). Returns the
-    nested pass (read cotangents from its `ct`). Erases `marker`.
-    """
-    block = b.ip.block
-    holder = _holder(b, outs)
-    sub = ad.sub(set(seeds))
-    sub.ct.update(init_cts or {})
-    clones = _ops_between(block, marker, holder)
-    sub.propagate(clones)
-    sub.prepare_forward(clones)
-    clones = _ops_between(block, marker, holder)
-    sub.propagate(clones)
-    outs = list(holder.operands)  # augmentation may have replaced their ops
-    holder.erase()
-    marker.erase()
-    sb = Builder(b.ip, b.loc, sub)
-    for y, c in zip(outs, out_cts):
-        if c is not None and is_float(y.type):
-            sub.add_ct(sb, y, c)
-    sub.sweep(clones, b.ip)
-    return sub
-
-
-def _while_augment(ad: Any, op: ir.Operation) -> None:
-    """Rewrite an active scf.while to also count its iterations (an extra result)."""
-    inits = list(op.operands)
-    res_types = [r.type for r in op.results]
-    in_types = [v.type for v in inits]
-    for t in in_types + res_types:
-        if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
-            raise ad.fail(op, "reverse mode of 'scf.while' needs statically shaped carried "
-                              "tensors")
-    idx = ir.IndexType.get()
-    b = Builder(ir.InsertionPoint(op), op.location, ad, op)
-    new = scf.WhileOp(res_types + [idx], inits + [b.index(0)], loc=op.location,
-                      ip=ir.InsertionPoint(op))
-    n_in, n_out = len(in_types), len(res_types)
-    nb = new.regions[0].blocks.append(*(in_types + [idx]))
-    na = new.regions[1].blocks.append(*(res_types + [idx]))
-    _move_ops(op.regions[0].blocks[0], nb, list(nb.arguments)[:n_in])
-    c = list(nb.operations)[-1]
-    scf.ConditionOp(c.operands[0], list(c.operands)[1:] + [nb.arguments[n_in]],
-                    loc=c.location, ip=ir.InsertionPoint(c))
-    c.erase()
-    _move_ops(op.regions[1].blocks[0], na, list(na.arguments)[:n_out])
-    y = list(na.operations)[-1]
-    yb = Builder(ir.InsertionPoint(y), y.location, ad)
-    one = yb.index(1)
-    inc = _idx(yb, "arith.addi", na.arguments[n_out], one)
-    for o in (one.owner, inc.owner):
-        o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
-    scf.YieldOp(list(y.operands) + [inc], loc=y.location, ip=ir.InsertionPoint(y))
-    y.erase()
-    res = list(new.results)
-    for old, nv in zip(op.results, res[:n_out]):
-        old.replace_all_uses_with(nv)
-        if old in ad.active:
-            ad.active.add(nv)
-    ad.tapes[res[0]] = ([], res[n_out])
-    new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
-    op.erase()
-
-
-def _primal_ops(block: ir.Block) -> list:
-    return [o for o in list(block.operations)[:-1] if TAPE_OP_ATTR not in o.attributes]
-
-
-def _clone_iteration(ip: ir.InsertionPoint, op: ir.Operation, s: Sequence[ir.Value],
-                     k: ir.Value, with_after: bool) -> list[ir.Value]:
-    """Clone one iteration of the (augmented) while `op` from carried values `s`
-    (`k` stands for its counter): the values `before` forwards, or, `with_after`,
-    the values `after` yields (the next carried values)."""
-    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
-    vmap = dict(zip(list(before.arguments), [*s, k]))
-    clone_ops(_primal_ops(before), ip, vmap)
-    fwd = [vmap.get(v, v) for v in list(list(before.operations)[-1].operands)[1:-1]]
-    if not with_after:
-        return fwd
-    vmap.update(zip(list(after.arguments), [*fwd, k]))
-    clone_ops(_primal_ops(after), ip, vmap)
-    return [vmap.get(v, v) for v in list(list(after.operations)[-1].operands)[:-1]]
-
-
-def _while_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
-    ad = b.ad
-    if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
-        raise ad.fail(op, "internal: scf.while reached the backward sweep without a counter")
-    _, n = ad.tapes[op.results[0]]
-    inits = list(op.operands)[:-1]
-    in_types = [v.type for v in inits]
-    n_in = len(inits)
-    fin = [j for j in range(n_in) if is_float(in_types[j])]
-    caps = [v for v in captured_values(op) if ad.is_active(v)]
-    loc = op.location
-    zero, one = b.index(0), b.index(1)
-    # 1. Recording sweep: s_k at the top of iteration k, for k < n, into the tape.
-    tapes0 = [b.empty(_tape_type(t), [n]) for t in in_types]
-    rec = scf.ForOp(zero, n, one, inits + tapes0, loc=loc, ip=b.ip)
-    rargs = list(rec.body.arguments)
-    rip = ir.InsertionPoint(rec.body)
-    rb = Builder(rip, loc, ad)
-    s = rargs[1: 1 + n_in]
-    written = [_tape_write(rb, tp, v, rargs[0]) for tp, v in zip(rargs[1 + n_in:], s)]
-    nxt = _clone_iteration(rip, op, s, rargs[0], with_after=True)
-    scf.YieldOp(nxt + written, loc=loc, ip=rip)
-    s_n, tapes = list(rec.results)[:n_in], list(rec.results)[n_in:]
-    # 2. The last `before` (it forwards the results) at s_n.
-    marker = marker_op(b)
-    outs = _clone_iteration(b.ip, op, s_n, n, with_after=False)
-    sub = sweep_recomputed(ad, b, marker, outs, cts[:-1], set(caps) | {s_n[j] for j in fin})
-    sb = Builder(b.ip, loc, sub)
-    ct_s = [sb.materialize(sub.ct.get(s_n[j]), s_n[j]) for j in fin]
-    for v in caps:
-        ad.add_ct(b, v, sub.ct.get(v))
-    # 3. Backward loop over k = n-1 ... 0: read s_k, recompute, sweep.
-    acc0 = [b.zeros_like(v) for v in caps]
-    loop = scf.ForOp(zero, n, one, ct_s + acc0, loc=loc, ip=b.ip)
-    largs = list(loop.body.arguments)
-    ip = ir.InsertionPoint(loop.body)
-    bb = Builder(ip, loc, ad)
-    k = _idx(bb, "arith.subi", _idx(bb, "arith.subi", n, one), largs[0])
-    s_k = [_tape_read(bb, tp, t, k) for tp, t in zip(tapes, in_types)]
-    marker = marker_op(bb)
-    y = _clone_iteration(ip, op, s_k, k, with_after=True)
-    ct_y = [None] * n_in
-    for pos, j in enumerate(fin):
-        ct_y[j] = largs[1 + pos]
-    sub = sweep_recomputed(ad, bb, marker, y, ct_y, set(caps) | {s_k[j] for j in fin})
-    sb = Builder(ip, loc, sub)
-    new_ct = [sb.materialize(sub.ct.get(s_k[j]), s_k[j]) for j in fin]
-    new_acc = [sb.add_any(a, sub.ct.get(v)) for a, v in zip(largs[1 + len(fin):], caps)]
-    scf.YieldOp(new_ct + new_acc, loc=loc, ip=ip)
-    res = list(loop.results)
-    for v, g in zip(caps, res[len(fin):]):
-        ad.add_ct(b, v, g)
-    out: list = [None] * len(op.operands)
-    for pos, j in enumerate(fin):
-        out[j] = res[pos]
-    return out
-
-
-FORWARD_AUGMENT["scf.while"] = _while_augment
-defvjp("scf.while", _while_vjp)

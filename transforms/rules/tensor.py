@@ -1,4 +1,4 @@
-"""Derivative rules of the `tensor` dialect.
+"""Rules of the `tensor` dialect (jvp, vjp and batching side by side).
 
 Data movement is linear: the JVP applies the same op to the tangents, the VJP
 is the adjoint movement (extract <-> insert, extract_slice <-> insert_slice,
@@ -7,30 +7,43 @@ padding value gets the sum over the padding), with dynamic sizes too: those a
 backward rule needs are taken in the forward code (tensor.dim before the op), so
 only indices, not dynamically shaped tensors, become residuals. The reverse
 mode of `generate` is a loop nest that recomputes the body per index. `empty`
-and `dim` need no rule: ops without float operands or results are inactive.
+and `dim` need no derivative rule: ops without float operands or results are
+inactive; they have batching rules.
+
+Batching: a batched tensor gains a leading dimension, so slices, reshapes and
+concatenations shift their dimensions by one; an extract or insert at batched
+indices is a gather or a masked scatter (one `linalg.generic` over the lanes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from mlir import ir
-from mlir.dialects import scf
+from mlir.dialects import linalg, scf
 
 from ..ad_support import Builder, captured_values, element_type, is_inside
-from .linalg import sum_all
-from .registry import defjvp_rule, defvjp
-from .scf import clone_ops, marker_op, sweep_recomputed
-
-
-def _attrs(op: ir.Operation) -> dict[str, ir.Attribute]:
-    return {k: op.attributes[k] for k in op.attributes}
+from .batching import BatchBuilder, Batched, defbatch, loop_index
+from .regions import clone_ops, marker_op, sweep_recomputed
+from .registry import defjvp_rule, deflinear, defvjp
+from .structured import (
+    PAR,
+    attrs_of,
+    identity_map,
+    make_generic,
+    projection,
+    reassociation,
+    sum_all,
+    value_of,
+)
 
 
 def _same_op(b: Builder, op: ir.Operation, operands, result_types=None,
              attrs: dict[str, ir.Attribute] | None = None) -> ir.Value:
     """`op` re-created with other operands (and optionally result types/attributes)."""
     types = result_types or [r.type for r in op.results]
-    return b.create(op.operation.name, operands, types, attrs or _attrs(op)).result
+    return b.create(op.operation.name, operands, types, attrs or attrs_of(op)).result
 
 
 def _segments(op: ir.Operation) -> list[int]:
@@ -40,23 +53,14 @@ def _segments(op: ir.Operation) -> list[int]:
 # -- extract / insert --------------------------------------------------------
 
 
-def _extract_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
+def _static_array(op: ir.Operation, key: str) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes[key]))
 
 
 def _extract_vjp(b, op, cts):
     src, *idx = list(op.operands)
     z = b.zeros_like(src)
     return [b.create("tensor.insert", [cts[0], z, *idx], [src.type]).result] + [None] * len(idx)
-
-
-def _insert_jvp(b, op, ts):
-    s, dest, *idx = list(op.operands)
-    if ts[0] is None and ts[1] is None:
-        return [None]
-    return [_same_op(b, op, [b.materialize(ts[0], s), b.materialize(ts[1], dest), *idx])]
 
 
 def _insert_vjp(b, op, cts):
@@ -67,30 +71,85 @@ def _insert_vjp(b, op, cts):
     return [g_s, g_d] + [None] * len(idx)
 
 
-defjvp_rule("tensor.extract", _extract_jvp)
+def _extract_batch(b, op, vals, batched):
+    """extract from a batched tensor at unbatched indices is a slice; otherwise a gather."""
+    src, *idx = vals
+    et = op.results[0].type
+    t = b.btype(et)
+    if batched[0] and not any(batched[1:]):
+        rank = src.type.rank - 1
+        dyn = ir.ShapedType.get_dynamic_size()
+        new = b.create("tensor.extract_slice", [src, *idx], [t], {
+            "static_offsets": ir.DenseI64ArrayAttr.get([0] + [dyn] * rank),
+            "static_sizes": ir.DenseI64ArrayAttr.get([b.size] + [1] * rank),
+            "static_strides": ir.DenseI64ArrayAttr.get([1] * (rank + 1)),
+            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, rank, 0, 0]),
+        })
+        return [(new.result, True)]
+    # Gather: one lane per batch element; batched indices are inputs of the generic.
+    ins = [v for v, bb in zip(idx, batched[1:]) if bb]
+
+    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        it = iter(args)
+        lane = [loop_index(bb, 0)] if batched[0] else []
+        ix = [next(it) if flag else v for v, flag in zip(idx, batched[1:])]
+        return [bb.create("tensor.extract", [src, *lane, *ix], [et]).result]
+
+    gen = make_generic(b, ins, [b.empty(t)], [identity_map(1)] * (len(ins) + 1), [PAR], body)
+    return [(gen.result, True)]
+
+
+def _insert_batch(b, op, vals, batched):
+    """insert at unbatched indices is an insert_slice; at batched indices a masked scatter."""
+    s, dest, *idx = vals
+    dest_b = b.ensure_batched(dest, batched[1])
+    rank = dest_b.type.rank - 1
+    if not any(batched[2:]):
+        src = b.ensure_batched(s, batched[0])
+        dyn = ir.ShapedType.get_dynamic_size()
+        new = b.create("tensor.insert_slice", [src, dest_b, *idx], [dest_b.type], {
+            "static_offsets": ir.DenseI64ArrayAttr.get([0] + [dyn] * rank),
+            "static_sizes": ir.DenseI64ArrayAttr.get([b.size] + [1] * rank),
+            "static_strides": ir.DenseI64ArrayAttr.get([1] * (rank + 1)),
+            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, rank, 0, 0]),
+        })
+        return [(new.result, True)]
+    # Scatter: every element of the batched destination keeps its value unless
+    # it is the lane's indexed element (no loop over lanes, no data-dependent writes).
+    ins = [v for v, bb in [(s, batched[0])] + list(zip(idx, batched[2:])) if bb]
+    maps = [projection(rank + 1, [0])] * len(ins) + [identity_map(rank + 1)]
+    i1 = ir.IntegerType.get_signless(1)
+
+    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        it = iter(args[:-1])
+        sv = next(it) if batched[0] else s
+        ix = [next(it) if flag else v for v, flag in zip(idx, batched[2:])]
+        cond = None
+        for k, v in enumerate(ix):
+            here = loop_index(bb, k + 1)
+            eq = bb.create("arith.cmpi", [here, v], [i1],
+                           {"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
+                           ).result
+            cond = eq if cond is None else bb.create("arith.andi", [cond, eq], [i1]).result
+        return [bb.select(cond, sv, args[-1])]
+
+    gen = make_generic(b, ins, [dest_b], maps, [PAR] * (rank + 1), body)
+    return [(gen.result, True)]
+
+
+deflinear("tensor.extract", 0)
 defvjp("tensor.extract", _extract_vjp)
-defjvp_rule("tensor.insert", _insert_jvp)
+defbatch("tensor.extract", _extract_batch)
+deflinear("tensor.insert", 0, 1)
 defvjp("tensor.insert", _insert_vjp)
+defbatch("tensor.insert", _insert_batch)
 
 
 # -- splat / from_elements -----------------------------------------------------
 
 
-def _splat_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
-
-
 def _splat_vjp(b, op, cts):
     return [sum_all(b, cts[0])] + [None] * (len(op.operands) - 1)
-
-
-def _from_elements_jvp(b, op, ts):
-    xs = list(op.operands)
-    if all(t is None for t in ts):
-        return [None]
-    return [_same_op(b, op, [b.materialize(t, x) for t, x in zip(ts, xs)])]
 
 
 def _from_elements_vjp(b, op, cts):
@@ -110,41 +169,58 @@ def _from_elements_vjp(b, op, cts):
     return out
 
 
-defjvp_rule("tensor.splat", _splat_jvp)
+def _splat_batch(b, op, vals, batched):
+    """A batched scalar splat: broadcast the lane values along the tensor's dims."""
+    if any(batched[1:]):
+        raise b.fail(op, "cannot batch 'tensor.splat' with batched dynamic sizes")
+    t = b.btype(op.results[0].type)
+    b.static(t, "'tensor.splat'")
+    with b.loc, b.ip:
+        return [(value_of(linalg.broadcast(vals[0], outs=[b.empty(t)],
+                                     dimensions=list(range(1, t.rank)))), True)]
+
+
+def _from_elements_batch(b, op, vals, batched):
+    """Stack the (batched) elements as columns, then reshape to the tensor's shape."""
+    et = element_type(op.results[0].type)
+    cols = []
+    col_t = ir.RankedTensorType.get([b.size, 1], et)
+    for v, bb in zip(vals, batched):
+        lane = b.ensure_batched(v, bb)
+        cols.append(b.create("tensor.expand_shape", [lane], [col_t], {
+            "reassociation": reassociation([[0, 1]]),
+            "static_output_shape": ir.DenseI64ArrayAttr.get([b.size, 1])}).result)
+    flat_t = ir.RankedTensorType.get([b.size, len(cols)], et)
+    flat = cols[0] if len(cols) == 1 else b.create(
+        "tensor.concat", cols, [flat_t],
+        {"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)}).result
+    return [(reshape_batched(b, flat, op.results[0].type), True)]
+
+
+deflinear("tensor.splat", 0)
 defvjp("tensor.splat", _splat_vjp)
-defjvp_rule("tensor.from_elements", _from_elements_jvp)
+defbatch("tensor.splat", _splat_batch)
+deflinear("tensor.from_elements")
 defvjp("tensor.from_elements", _from_elements_vjp)
+defbatch("tensor.from_elements", _from_elements_batch)
 
 
 # -- slices --------------------------------------------------------------------
 
 
-def _extract_slice_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
-
-
 def _extract_slice_vjp(b, op, cts):
     src, *rest = list(op.operands)
-    attrs = _attrs(op)
+    attrs = attrs_of(op)
     attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([1, 1] + _segments(op)[1:])
     g = b.create("tensor.insert_slice", [cts[0], b.zeros_like(src), *rest], [src.type],
                  attrs).result
     return [g] + [None] * len(rest)
 
 
-def _insert_slice_jvp(b, op, ts):
-    src, dest, *rest = list(op.operands)
-    if ts[0] is None and ts[1] is None:
-        return [None]
-    return [_same_op(b, op, [b.materialize(ts[0], src), b.materialize(ts[1], dest), *rest])]
-
-
 def _insert_slice_vjp(b, op, cts):
     src, dest, *rest = list(op.operands)
     ct = cts[0]
-    attrs = _attrs(op)
+    attrs = attrs_of(op)
     attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([1] + _segments(op)[2:])
     g_src = None
     if b.ad.is_active(src):
@@ -155,19 +231,89 @@ def _insert_slice_vjp(b, op, cts):
     return [g_src, g_dest] + [None] * len(rest)
 
 
-defjvp_rule("tensor.extract_slice", _extract_slice_jvp)
+def _batch_slice_attrs(op: ir.Operation, size: int) -> dict[str, ir.Attribute]:
+    attrs = attrs_of(op)
+    attrs["static_offsets"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_offsets"))
+    attrs["static_sizes"] = ir.DenseI64ArrayAttr.get([size] + _static_array(op, "static_sizes"))
+    attrs["static_strides"] = ir.DenseI64ArrayAttr.get([1] + _static_array(op,
+                                                                           "static_strides"))
+    return attrs
+
+
+def _slice_gather(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
+                  batched: list[bool]) -> list[Batched]:
+    """extract_slice at batched offsets: a gather, one generic over (lane, result element).
+
+    Element (l, i...) reads `src[(l,) offset_l + i * stride]`; sizes and strides
+    must be static, and a rank-reducing slice may only drop its unit dimensions.
+    """
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    if seg[2] or seg[3]:
+        raise b.fail(op, "cannot batch 'tensor.extract_slice' with batched offsets and "
+                         "dynamic sizes or strides")
+    dyn = ir.ShapedType.get_dynamic_size()
+    offsets = _static_array(op, "static_offsets")
+    sizes = _static_array(op, "static_sizes")
+    strides = _static_array(op, "static_strides")
+    t = op.results[0].type
+    kept = [d for d, n in enumerate(sizes) if n != 1 or t.rank == len(sizes)]
+    if [sizes[d] for d in kept] != list(t.shape):
+        raise b.fail(op, "cannot batch a rank-reducing 'tensor.extract_slice' that keeps unit "
+                         "dimensions at batched offsets")
+    off_vals = list(zip(vals[1:1 + seg[1]], batched[1:1 + seg[1]]))
+    ins = [v for v, f in off_vals if f]
+    n = t.rank + 1
+    idx_t = ir.IndexType.get()
+
+    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        it_in, it_off = iter(args), iter(off_vals)
+        index = [loop_index(bb, 0)] if batched[0] else []
+        for d, (o, st) in enumerate(zip(offsets, strides)):
+            if o == dyn:
+                v, f = next(it_off)
+                base = next(it_in) if f else v
+            else:
+                base = bb.index(o)
+            if d in kept:
+                i = loop_index(bb, 1 + kept.index(d))
+                if st != 1:
+                    i = bb.create("arith.muli", [i, bb.index(st)], [idx_t]).result
+                base = bb.create("arith.addi", [base, i], [idx_t]).result
+            index.append(base)
+        return [bb.create("tensor.extract", [vals[0], *index], [t.element_type]).result]
+
+    rt = b.btype(t)
+    maps = [projection(n, [0])] * len(ins) + [identity_map(n)]
+    gen = make_generic(b, ins, [b.empty(rt)], maps, [PAR] * n, body)
+    return [(gen.result, True)]
+
+
+def _extract_slice_batch(b, op, vals, batched):
+    if any(batched[1:]):
+        return _slice_gather(b, op, vals, batched)
+    new = b.create("tensor.extract_slice", vals, [b.btype(op.results[0].type)],
+                   _batch_slice_attrs(op, b.size))
+    return [(new.result, True)]
+
+
+def _insert_slice_batch(b, op, vals, batched):
+    if any(batched[2:]):
+        raise b.fail(op, "cannot batch 'tensor.insert_slice' with batched offsets or sizes")
+    src, dest = b.ensure_batched(vals[0], batched[0]), b.ensure_batched(vals[1], batched[1])
+    new = b.create("tensor.insert_slice", [src, dest, *vals[2:]], [dest.type],
+                   _batch_slice_attrs(op, b.size))
+    return [(new.result, True)]
+
+
+deflinear("tensor.extract_slice", 0)
 defvjp("tensor.extract_slice", _extract_slice_vjp)
-defjvp_rule("tensor.insert_slice", _insert_slice_jvp)
+defbatch("tensor.extract_slice", _extract_slice_batch)
+deflinear("tensor.insert_slice", 0, 1)
 defvjp("tensor.insert_slice", _insert_slice_vjp)
+defbatch("tensor.insert_slice", _insert_slice_batch)
 
 
 # -- reshapes and casts -----------------------------------------------------------
-
-
-def _first_operand_linear_jvp(b, op, ts):
-    if ts[0] is None:
-        return [None]
-    return [_same_op(b, op, [ts[0], *list(op.operands)[1:]])]
 
 
 DYN = ir.ShapedType.get_dynamic_size()
@@ -251,22 +397,90 @@ def _cast_vjp(b, op, cts):
     return [b.create("tensor.cast", [cts[0]], [src.type]).result]
 
 
+def _batch_reassoc(op: ir.Operation, expanded_rank: int) -> ir.Attribute:
+    """The reassociation with the batch dimension as its own leading group.
+
+    Reshaping to or from a 0-d tensor has no groups: the unit dimensions then
+    join the batch dimension's group.
+    """
+    groups = [[ir.IntegerAttr(i).value + 1 for i in ir.ArrayAttr(g)]
+              for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    return reassociation([[0], *groups] if groups else [list(range(expanded_rank + 1))])
+
+
+def _expand_shape_batch(b, op, vals, batched):
+    attrs = attrs_of(op)
+    attrs["reassociation"] = _batch_reassoc(op, op.results[0].type.rank)
+    attrs["static_output_shape"] = ir.DenseI64ArrayAttr.get(
+        [b.size] + _static_array(op, "static_output_shape"))
+    new = b.create("tensor.expand_shape", vals, [b.btype(op.results[0].type)], attrs)
+    return [(new.result, True)]
+
+
+def _collapse_shape_batch(b, op, vals, batched):
+    attrs = attrs_of(op)
+    attrs["reassociation"] = _batch_reassoc(op, op.operands[0].type.rank)
+    new = b.create("tensor.collapse_shape", vals, [b.btype(op.results[0].type)], attrs)
+    return [(new.result, True)]
+
+
+def reshape_batched(b: BatchBuilder, x: ir.Value, out: ir.RankedTensorType) -> ir.Value:
+    """Reshape the per-lane shape of batched `x` to `out` (static), via collapse + expand."""
+    t = x.type
+    b.static(t, "a reshape")
+    r = t.rank - 1
+    if r != 1:
+        flat_t = ir.RankedTensorType.get([b.size, max(1, _prod(t.shape[1:]))], t.element_type)
+        if r == 0:
+            x = b.create("tensor.expand_shape", [x], [flat_t], {
+                "reassociation": reassociation([[0, 1]]),
+                "static_output_shape": ir.DenseI64ArrayAttr.get(list(flat_t.shape))}).result
+        else:
+            x = b.create("tensor.collapse_shape", [x], [flat_t], {
+                "reassociation": reassociation([[0], list(range(1, r + 1))])}).result
+    bt = b.btype(out)
+    if out.rank == 1:
+        return x
+    if out.rank == 0:
+        return b.create("tensor.collapse_shape", [x], [bt],
+                        {"reassociation": reassociation([[0, 1]])}).result
+    return b.create("tensor.expand_shape", [x], [bt], {
+        "reassociation": reassociation([[0], list(range(1, out.rank + 1))]),
+        "static_output_shape": ir.DenseI64ArrayAttr.get(list(bt.shape))}).result
+
+
+def _prod(xs: Sequence[int]) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _reshape_batch(b, op, vals, batched):
+    if batched[1]:
+        raise b.fail(op, "cannot batch 'tensor.reshape' with a batched shape operand")
+    out = op.results[0].type
+    b.static(out, "'tensor.reshape'")
+    return [(reshape_batched(b, vals[0], out), True)]
+
+
+def _cast_batch(b, op, vals, batched):
+    return [(b.create("tensor.cast", vals, [b.btype(op.results[0].type)]).result, True)]
+
+
 for _name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape", "tensor.cast"):
-    defjvp_rule(_name, _first_operand_linear_jvp)
+    deflinear(_name, 0)
 defvjp("tensor.expand_shape", _expand_vjp)
 defvjp("tensor.collapse_shape", _collapse_vjp)
 defvjp("tensor.reshape", _reshape_vjp)
 defvjp("tensor.cast", _cast_vjp)
+defbatch("tensor.expand_shape", _expand_shape_batch)
+defbatch("tensor.collapse_shape", _collapse_shape_batch)
+defbatch("tensor.reshape", _reshape_batch)
+defbatch("tensor.cast", _cast_batch)
 
 
 # -- concat and pad ---------------------------------------------------------------
-
-
-def _concat_jvp(b, op, ts):
-    xs = list(op.operands)
-    if all(t is None for t in ts):
-        return [None]
-    return [_same_op(b, op, [b.materialize(t, x) for t, x in zip(ts, xs)])]
 
 
 def _concat_vjp(b, op, cts):
@@ -292,8 +506,18 @@ def _concat_vjp(b, op, cts):
     return grads
 
 
-defjvp_rule("tensor.concat", _concat_jvp)
+def _concat_batch(b, op, vals, batched):
+    attrs = attrs_of(op)
+    d = ir.IntegerAttr(op.attributes["dim"]).value
+    attrs["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d + 1)
+    ins = [b.ensure_batched(v, bb) for v, bb in zip(vals, batched)]
+    return [(b.create("tensor.concat", ins, [b.btype(op.results[0].type)], attrs).result,
+             True)]
+
+
+deflinear("tensor.concat")
 defvjp("tensor.concat", _concat_vjp)
+defbatch("tensor.concat", _concat_batch)
 
 
 def _pad_value(op: ir.Operation) -> ir.Value:
@@ -343,8 +567,25 @@ def _pad_vjp(b, op, cts):
     return [g if b.ad.is_active(src) else None] + [None] * (len(op.operands) - 1)
 
 
+def _pad_batch(b, op, vals, batched):
+    if any(batched[1:]):
+        raise b.fail(op, "cannot batch 'tensor.pad' with batched low/high sizes")
+    if b.bt.captures_batched(op):
+        raise b.fail(op, "cannot batch 'tensor.pad' with a batched padding value")
+    attrs = attrs_of(op)
+    attrs["static_low"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_low"))
+    attrs["static_high"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_high"))
+    new = ir.Operation.create("tensor.pad", results=[b.btype(op.results[0].type)],
+                              operands=vals, attributes=attrs, regions=1, loc=b.loc, ip=b.ip)
+    old = op.regions[0].blocks[0]
+    block = new.regions[0].blocks.append(*([ir.IndexType.get()] * (len(old.arguments) + 1)))
+    b.bt.lane_body(old, block, list(block.arguments)[1:], shift_index=False)
+    return [(new.result, True)]
+
+
 defjvp_rule("tensor.pad", _pad_jvp)
 defvjp("tensor.pad", _pad_vjp)
+defbatch("tensor.pad", _pad_batch)
 
 
 # -- generate ------------------------------------------------------------------
@@ -430,5 +671,48 @@ def _generate_vjp(b, op, cts):
     return [None] * len(op.operands)
 
 
+def _generate_batch(b, op, vals, batched):
+    """tensor.generate capturing batched values -> a generic with the body per lane."""
+    if any(batched):
+        raise b.fail(op, "cannot batch 'tensor.generate' with batched dynamic sizes")
+    t = b.btype(op.results[0].type)
+    b.static(t, "'tensor.generate'")
+    n = t.rank
+    gen = make_generic(b, [], [b.empty(t)], [identity_map(n)], [PAR] * n)
+    block = gen.regions[0].blocks[0]
+    idx = [_index_in(b, block, d + 1) for d in range(n - 1)]
+    b.bt.lane_body(op.regions[0].blocks[0], block, idx, shift_index=False,
+                   terminator="linalg.yield")
+    return [(gen.result, True)]
+
+
+def _index_in(b: BatchBuilder, block: ir.Block, d: int) -> ir.Value:
+    """`linalg.index d` appended to `block` (a generic's body under construction)."""
+    return loop_index(Builder(ir.InsertionPoint(block), b.loc), d)
+
+
 defjvp_rule("tensor.generate", _generate_jvp)
 defvjp("tensor.generate", _generate_vjp)
+defbatch("tensor.generate", _generate_batch)
+
+
+# -- empty and dim (batching only) ------------------------------------------------
+
+
+def _empty_batch(b, op, vals, batched):
+    """Only reached with a batched size: each lane would need its own shape."""
+    raise b.fail(op, "cannot batch 'tensor.empty' whose dynamic size differs per lane "
+                     "(e.g. a loop's trip count under vmap); batching needs one shape "
+                     "for every lane")
+
+def _dim_batch(b, op, vals, batched):
+    """tensor.dim of a batched tensor: the same size, one dimension further."""
+    if batched[1]:
+        raise b.fail(op, "cannot batch 'tensor.dim' with a batched index")
+    one = b.index(1)
+    d = b.create("arith.addi", [vals[1], one], [ir.IndexType.get()]).result
+    return [(b.create("tensor.dim", [vals[0], d], [ir.IndexType.get()]).result, False)]
+
+
+defbatch("tensor.empty", _empty_batch)
+defbatch("tensor.dim", _dim_batch)
