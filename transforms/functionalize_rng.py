@@ -57,16 +57,18 @@ The contract
   inside a trace) agree on their draws. Its own draws become philox ops
   marked `keyed` (pure functions of the key; see `lower_rng`).
 * Pinning a key-rooted function to the stream: an `autodiff.random` draw of
-  a `tensor<2xi64>` with the attribute `autodiff.rng_pins = @g` (`g` key-rooted)
-  does not draw. It becomes the key `[seed, offset]` of the current state, and
-  the state advances by the blocks one call of `@g` consumes, so `@g` called
+  a `tensor<2xi64>` with the attribute `autodiff.rng_pins = @g` (`g` key-rooted;
+  or an array of such symbols) does not draw. It becomes the key
+  `[seed, offset]` of the current state, and the state advances by the blocks
+  one call of `@g` consumes (the most of any in the array), so `@g` called
   with that key draws exactly the numbers a stateful call at this point would
   have drawn (keyed and stateful draws at the same (seed, offset) agree bit
   for bit). Python's `vjp` inside a trace pins its function this way (see
   `mlir_autodiff.random.pin_draws`): the primal call and every pullback replay
   the draws of an ordinary call of the function. If `@g`'s consumption is not
   static, the op stays an ordinary `bits` draw (a fresh key: the same
-  distribution, other numbers).
+  distribution, other numbers). Custom functions pin their primal and rule
+  functions to one key this way (`mlir_autodiff.custom`).
 
 Errors (at the op, naming the pass): a draw with a non-static shape or bad
 attributes; a draw reached through recursion (its offsets would not be
@@ -250,9 +252,8 @@ class _Functionalizer:
                 callee = _callee(op)
                 if callee in self.funcs:
                     edges[name].add(callee)
-                pinned = self._pinned(op)
-                if pinned is not None:
-                    edges[name].add(pinned)  # its consumption is needed first
+                # the pinned functions' consumption is needed first
+                edges[name].update(self._pinned(op))
         # Key-rooted functions are boundaries: they draw, but not from their callers' state.
         self.drawing = {n for n, d in direct.items() if d and n not in self.keyed}
         changed = True
@@ -274,24 +275,29 @@ class _Functionalizer:
         for name in self._callee_first_order(edges):
             self.consumption[name] = self._region_consumption(self.funcs[name].regions[0])
 
-    def _pinned(self, op: ir.Operation) -> str | None:
-        """The key-rooted function an `autodiff.random` pins, if it has `PIN_ATTR`."""
+    def _pinned(self, op: ir.Operation) -> list[str]:
+        """The key-rooted functions an `autodiff.random` pins (`PIN_ATTR`), if any."""
         if op.name != RANDOM or PIN_ATTR not in op.attributes:
-            return None
+            return []
         attr = op.attributes[PIN_ATTR]
         key_type = ir.RankedTensorType.get([2], _i64())
-        name = ir.FlatSymbolRefAttr(attr).value if isinstance(attr, ir.FlatSymbolRefAttr) \
-            else None
-        if name not in self.keyed or op.results[0].type != key_type:
-            self.error(op, f"'{PIN_ATTR}' must be on a {key_type} draw and name a function "
+        refs = list(attr) if isinstance(attr, ir.ArrayAttr) else [attr]
+        names = [ir.FlatSymbolRefAttr(r).value if isinstance(r, ir.FlatSymbolRefAttr) else None
+                 for r in refs]
+        if not names or any(n not in self.keyed for n in names) \
+                or op.results[0].type != key_type:
+            self.error(op, f"'{PIN_ATTR}' must be on a {key_type} draw and name functions "
                            f"marked '{KEY_ATTR}', got {attr}")
-            return None
-        return name
+            return []
+        return names
 
     def _pin_blocks(self, op: ir.Operation) -> int | None:
-        """For a pinning draw: the blocks its function consumes (None: not static)."""
-        name = ir.FlatSymbolRefAttr(op.attributes[PIN_ATTR]).value
-        return self.consumption.get(name, 0)
+        """For a pinning draw: the most blocks one call of a pinned function consumes
+        (None: not static)."""
+        attr = op.attributes[PIN_ATTR]
+        refs = list(attr) if isinstance(attr, ir.ArrayAttr) else [attr]
+        used = [self.consumption.get(ir.FlatSymbolRefAttr(r).value, 0) for r in refs]
+        return None if None in used else max(used)
 
     def _key_arguments(self) -> dict[str, int]:
         """The key-rooted functions and their key argument's index (diagnosed if invalid)."""

@@ -43,7 +43,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func
 
-from . import dialects, pytree
+from . import dialects, pytree, random
 from .api import JitFunction, _leaf_aval
 from .batching import _prefix_leaves, active_vmap_level, peeled
 from .tracing import (
@@ -216,9 +216,52 @@ def _trace_primal(fun: Callable[..., Any], diff_args: tuple[Any, ...], name: str
     return _Primal(trace, fn, tracers, avals, in_tree, loc)
 
 
+@dataclasses.dataclass
+class _RngPin:
+    """The key of a custom function whose primal or rules draw from the generator.
+
+    Its rules re-run the primal's computation (fwd calls `f`, a bwd rule calls
+    `vjp(f, x)`, a JVP rule `jvp(f, ...)`), and each run would draw new numbers.
+    Instead every wrapper (@name, @name_fwd, @name_bwd, @name_jvp, @name_vmap) takes
+    `key` as an extra argument and is marked `autodiff.rng_key`, so each starts its
+    draws from the same state: the state at the call, which the key's draw (pinned
+    to all of them, `pin`) becomes; the generator then continues past the most any
+    of them draws. So the rules see the numbers the primal call draws, as
+    checkpoint recomputation does, and no later draw reuses one of them.
+    """
+
+    key: Tracer
+    wrappers: list[str] = dataclasses.field(default_factory=list)
+
+    @staticmethod
+    def of(fns: Sequence[TracedFunction | None]) -> _RngPin | None:
+        """A pin (its key drawn in the active trace) if one of `fns` draws, else None."""
+        if not any(fn is not None and random.draws_statefully(fn.func_op.operation)
+                   for fn in fns):
+            return None
+        return _RngPin(random.state_key())
+
+    def mark(self, w: _Wrapper, index: int) -> None:
+        """Make wrapper `w` key-rooted at its argument `index`."""
+        with w.op.context:
+            w.op.attributes[random.KEY_ATTR] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), index)
+        self.wrappers.append(w.name)
+
+    def pin(self) -> None:
+        random.pin_key_to(self.key, self.wrappers)
+
+
+def _caps_with(caps: list[Tracer], rng: _RngPin | None) -> list[Tracer]:
+    return caps + [rng.key] if rng is not None else caps
+
+
 def _emit_custom(p: _Primal, name: str, caps: list[Tracer],
-                 attrs: dict[str, Callable[[], ir.Attribute]]) -> Any:
-    """Emit the wrapper @name (args + captures) -> outs, marked with `attrs`, and call it."""
+                 attrs: dict[str, Callable[[], ir.Attribute]],
+                 rng: _RngPin | None = None) -> Any:
+    """Emit the wrapper @name (args + captures) -> outs, marked with `attrs`, and call it.
+    With `rng` (its key one of `caps`) @name is key-rooted too, and the key is pinned
+    to every wrapper (the rules' are marked by now)."""
     x_types = [a.mlir_type() for a in p.avals]
     c_types = [c.value.type for c in caps]
     out_types = [a.mlir_type() for a in p.fn.out_avals]
@@ -227,8 +270,11 @@ def _emit_custom(p: _Primal, name: str, caps: list[Tracer],
     ops = w.args[:nx] + [w.args[nx + _index_of(caps, c)] for c in p.fn.captures]
     w.ret(w.call(p.fn, ops))
     with p.trace.context, p.loc:
-        for key, make in attrs.items():
-            w.op.attributes[key] = make()
+        for attr_name, make in attrs.items():
+            w.op.attributes[attr_name] = make()
+        if rng is not None:
+            rng.mark(w, nx + _index_of(caps, rng.key))
+            rng.pin()
     trace = p.trace
     operands = [trace.lift(t) for t in p.tracers] + [trace.lift(c) for c in caps]
     with trace.emitting():
@@ -239,26 +285,32 @@ def _emit_custom(p: _Primal, name: str, caps: list[Tracer],
 
 
 def _vjp_rule_functions(p: _Primal, name: str, fwd: TracedFunction,
-                        bwd: TracedFunction, caps: list[Tracer]
+                        bwd: TracedFunction, caps: list[Tracer], rng: _RngPin | None = None
                         ) -> tuple[Callable[[], ir.Attribute], list[Tracer]]:
     """@name_fwd (xs, caps) -> (outs, residuals, bwd's captures) and @name_bwd
-    (residuals, bwd's captures, cts) -> (one cotangent per x and per capture)."""
+    (residuals, bwd's captures, cts) -> (one cotangent per x and per capture).
+    With `rng` both are key-rooted; the key reaches @name_bwd as one more of its
+    captures."""
     x_types = [a.mlir_type() for a in p.avals]
     c_types = [c.value.type for c in caps]
     out_types = [a.mlir_type() for a in p.fn.out_avals]
     res_types = [a.mlir_type() for a in fwd.out_avals[len(out_types):]]
-    bc_types = [c.value.type for c in bwd.captures]
+    bwd_caps = _caps_with(list(bwd.captures), rng)
+    bc_types = [c.value.type for c in bwd_caps]
     nx = len(x_types)
     fw = _Wrapper(p.trace, f"{name}_fwd", x_types + c_types,
                   out_types + res_types + bc_types, p.loc)
     ops = fw.args[:nx] + [fw.args[nx + _index_of(caps, c)] for c in fwd.captures]
-    fw.ret(fw.call(fwd, ops) + [fw.args[nx + _index_of(caps, c)] for c in bwd.captures])
+    fw.ret(fw.call(fwd, ops) + [fw.args[nx + _index_of(caps, c)] for c in bwd_caps])
     bw = _Wrapper(p.trace, f"{name}_bwd", res_types + bc_types + out_types,
                   x_types + c_types, p.loc)
     nr, nb = len(res_types), len(bc_types)
     res, bcaps, cts = bw.args[:nr], bw.args[nr:nr + nb], bw.args[nr + nb:]
-    grads = bw.call(bwd, res + cts + bcaps)
+    grads = bw.call(bwd, res + cts + bcaps[:len(bwd.captures)])
     bw.ret(grads + [bw.zero(t) for t in c_types])
+    if rng is not None:
+        rng.mark(fw, nx + _index_of(caps, rng.key))
+        rng.mark(bw, nr + nb - 1)
 
     def attr() -> ir.Attribute:
         return ir.DictAttr.get({"fwd": ir.FlatSymbolRefAttr.get(fw.name),
@@ -267,10 +319,11 @@ def _vjp_rule_functions(p: _Primal, name: str, fwd: TracedFunction,
     return attr, caps
 
 
-def _jvp_rule_function(p: _Primal, name: str, jvp: TracedFunction, caps: list[Tracer]
-                       ) -> Callable[[], ir.Attribute]:
+def _jvp_rule_function(p: _Primal, name: str, jvp: TracedFunction, caps: list[Tracer],
+                       rng: _RngPin | None = None) -> Callable[[], ir.Attribute]:
     """@name_jvp (xs, caps, txs, tcaps) -> (outs, touts): the traced rule (captures
-    are constants of the rule: their tangents are ignored)."""
+    are constants of the rule: their tangents are ignored). Key-rooted at the primal
+    copy of the key with `rng`."""
     x_types = [a.mlir_type() for a in p.avals]
     c_types = [c.value.type for c in caps]
     out_types = [a.mlir_type() for a in p.fn.out_avals]
@@ -278,6 +331,8 @@ def _jvp_rule_function(p: _Primal, name: str, jvp: TracedFunction, caps: list[Tr
     jw = _Wrapper(p.trace, f"{name}_jvp", (x_types + c_types) * 2, out_types * 2, p.loc)
     xs, cs, txs = jw.args[:nx], jw.args[nx:nx + nc], jw.args[nx + nc:2 * nx + nc]
     jw.ret(jw.call(jvp, xs + txs + [cs[_index_of(caps, c)] for c in jvp.captures]))
+    if rng is not None:
+        rng.mark(jw, nx + _index_of(caps, rng.key))
     return lambda: ir.FlatSymbolRefAttr.get(jw.name)
 
 
@@ -539,15 +594,17 @@ def _custom_vjp_rules(p: _Primal, fwd: Callable[..., Any], bwd: Callable[..., An
     vmap_fn, out_axes = _trace_vmap_rule(p, vmap, name) if vmap is not None else (None, [])
     caps = _unique_captures(p.fn, fwd_fn, bwd_fn, *([jvp_fn] if jvp_fn else []),
                             *([vmap_fn] if vmap_fn else []))
+    rng = _RngPin.of([p.fn, fwd_fn, bwd_fn, jvp_fn, vmap_fn])
+    caps = _caps_with(caps, rng)
     with p.trace.context, p.loc:
-        vjp_attr, caps = _vjp_rule_functions(p, name, fwd_fn, bwd_fn, caps)
+        vjp_attr, caps = _vjp_rule_functions(p, name, fwd_fn, bwd_fn, caps, rng)
         attrs = {"autodiff.custom_vjp": vjp_attr}
         if jvp_fn is not None:
-            attrs["autodiff.custom_jvp"] = _jvp_rule_function(p, name, jvp_fn, caps)
+            attrs["autodiff.custom_jvp"] = _jvp_rule_function(p, name, jvp_fn, caps, rng)
         if vmap_fn is not None:
             attrs["autodiff.custom_vmap"] = _vmap_rule_function(p, name, vmap, vmap_fn,
-                                                                out_axes, caps)
-        return _emit_custom(p, name, caps, attrs)
+                                                                out_axes, caps, rng)
+        return _emit_custom(p, name, caps, attrs, rng)
 
 
 # --------------------------------------------------------------------------- custom vmap
@@ -662,7 +719,7 @@ def _trace_vmap_rule(p: _Primal, spec: _VmapSpec, name: str
 
 
 def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedFunction,
-                        out_axes: list[int], caps: list[Tracer]
+                        out_axes: list[int], caps: list[Tracer], rng: _RngPin | None = None
                         ) -> Callable[[], ir.Attribute]:
     """@name_vmap (leaves, caps) -> outputs, marked with `autodiff.in_axes` /
     `autodiff.out_axes` (-1: unbatched); values the rules close over are unbatched
@@ -680,6 +737,8 @@ def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedF
     in_axes = [0 if f else -1 for f in spec.flags] + [-1] * len(caps)
     w.op.attributes["autodiff.in_axes"] = ir.DenseI64ArrayAttr.get(in_axes)
     w.op.attributes["autodiff.out_axes"] = ir.DenseI64ArrayAttr.get(out_axes)
+    if rng is not None:
+        rng.mark(w, nx + _index_of(caps, rng.key))
     return lambda: ir.FlatSymbolRefAttr.get(w.name)
 
 
@@ -759,9 +818,11 @@ class custom_jvp:
         with _tracing_rules(self, p, static):
             jvp_fn = _trace_jvp_rule(p, self.jvp, static, name)
         caps = _unique_captures(p.fn, jvp_fn)
+        rng = _RngPin.of([p.fn, jvp_fn])
+        caps = _caps_with(caps, rng)
         with p.trace.context, p.loc:
-            attr = _jvp_rule_function(p, name, jvp_fn, caps)
-            return _emit_custom(p, name, caps, {"autodiff.custom_jvp": attr})
+            attr = _jvp_rule_function(p, name, jvp_fn, caps, rng)
+            return _emit_custom(p, name, caps, {"autodiff.custom_jvp": attr}, rng)
 
 
 # --------------------------------------------------------------------------- Function

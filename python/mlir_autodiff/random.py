@@ -574,7 +574,7 @@ def _symbol_refs(attr: ir.Attribute) -> list[str]:
     return []
 
 
-def _draws_statefully(func_op: ir.Operation) -> bool:
+def draws_statefully(func_op: ir.Operation) -> bool:
     """Whether a function draws from the implicit generator, itself or through the
     functions it names (key-rooted functions excepted: they draw from their key)."""
     module = func_op.parent
@@ -607,6 +607,23 @@ def _draws_statefully(func_op: ir.Operation) -> bool:
     return False
 
 
+def state_key() -> Tracer:
+    """A key draw in the active trace, to become the generator's state `[seed, offset]`
+    once `pin_key_to` names the key-rooted function it pins (see `pin_draws`)."""
+    return _draw(KEY_SHAPE, KEY_DTYPE, "bits")
+
+
+def pin_key_to(k: Tracer, symbols: str | Sequence[str]) -> None:
+    """Mark the key draw `k` (from `state_key`) as pinning the key-rooted function(s)
+    `symbols`: `--autodiff-functionalize-rng` makes it the state at the draw and
+    advances the state past the most that one call of any of them draws."""
+    op = k.value.owner
+    names = [symbols] if isinstance(symbols, str) else list(symbols)
+    with op.context:
+        refs = [ir.FlatSymbolRefAttr.get(n) for n in names]
+        op.attributes[PIN_ATTR] = refs[0] if len(refs) == 1 else ir.ArrayAttr.get(refs)
+
+
 def pin_draws(fn: TracedFunction) -> None:
     """Make `fn`'s draws from the implicit generator a function of one key drawn now.
 
@@ -624,12 +641,10 @@ def pin_draws(fn: TracedFunction) -> None:
     Does nothing if `fn` does not draw.
     """
     func_op = fn.func_op.operation
-    if not _draws_statefully(func_op):
+    if not draws_statefully(func_op):
         return
-    k = _draw(KEY_SHAPE, KEY_DTYPE, "bits")
-    with func_op.context:
-        k.value.owner.attributes[PIN_ATTR] = ir.FlatSymbolRefAttr.get(
-            ir.StringAttr(func_op.attributes["sym_name"]).value)
+    k = state_key()
+    pin_key_to(k, ir.StringAttr(func_op.attributes["sym_name"]).value)
     block = func_op.regions[0].blocks[0]
     with func_op.context, func_op.location:
         block.add_argument(k.value.type, func_op.location)

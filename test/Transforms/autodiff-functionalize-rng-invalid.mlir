@@ -182,7 +182,7 @@ func.func private @not_keyed(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }
 func.func @bad_pin(%x: tensor<4xf32>) -> tensor<2xi64> {
-  // expected-error@+1 {{autodiff-functionalize-rng: 'autodiff.rng_pins' must be on a tensor<2xi64> draw and name a function marked 'autodiff.rng_key', got @not_keyed}}
+  // expected-error@+1 {{autodiff-functionalize-rng: 'autodiff.rng_pins' must be on a tensor<2xi64> draw and name functions marked 'autodiff.rng_key', got @not_keyed}}
   %k = "autodiff.random"() {distribution = "bits", autodiff.rng_pins = @not_keyed} : () -> tensor<2xi64>
   return %k : tensor<2xi64>
 }

@@ -508,3 +508,32 @@ func.func @pins_dynamic(%x: tensor<4xf32>, %n: index) -> tensor<4xf32> {
   %a = func.call @pinned_dynamic(%x, %n, %k) : (tensor<4xf32>, index, tensor<2xi64>) -> tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// -----
+
+/// Check that a key pinned to several key-rooted functions (a custom
+/// function's primal and rules) skips the most one call of any of them draws:
+/// @small draws 1 block, @large 2 (then the next draw is at offset + 2).
+
+// CHECK-LABEL: func.func @pins_several
+// CHECK: %[[KEY:.*]] = tensor.from_elements %{{.*}}, %[[O:.*]] : tensor<2xi64>
+// CHECK: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK: %[[NEXT:.*]] = arith.addi %[[O]], %[[C2]] : i64
+// CHECK: "autodiff.philox"(%{{.*}}, %[[NEXT]]) {distribution = "uniform"}
+func.func private @small(%x: tensor<4xf32>, %k: tensor<2xi64>) -> tensor<4xf32>
+    attributes {autodiff.rng_key = 1 : i64} {
+  %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+func.func private @large(%x: tensor<4xf32>, %k: tensor<2xi64>) -> tensor<4xf32>
+    attributes {autodiff.rng_key = 1 : i64} {
+  %r = "autodiff.random"() {distribution = "uniform"} : () -> tensor<8xf32>
+  %s = tensor.extract_slice %r[0] [4] [1] : tensor<8xf32> to tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+func.func @pins_several(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %k = "autodiff.random"() {distribution = "bits", autodiff.rng_pins = [@small, @large]} : () -> tensor<2xi64>
+  %a = func.call @small(%x, %k) : (tensor<4xf32>, tensor<2xi64>) -> tensor<4xf32>
+  %n = "autodiff.random"() {distribution = "uniform"} : () -> tensor<4xf32>
+  return %a, %n : tensor<4xf32>, tensor<4xf32>
+}

@@ -34,15 +34,7 @@ jax.config.update("jax_enable_x64", True)
 CHECKS = ("value", "deriv")
 
 #: (cell id, check) -> why it is wrong today. Every entry is a strict xfail.
-RULE_RNG = ("a custom rule (custom_vjp/custom_jvp/Function) whose function draws: "
-            "autodiff-functionalize-rng rejects the rule functions gaining RNG state")
-
-KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    ("custom_vjp-dropout", "deriv"): RULE_RNG,
-    ("custom_jvp-dropout", "deriv"): RULE_RNG,
-    ("Function-dropout", "value"): RULE_RNG,
-    ("Function-dropout", "deriv"): RULE_RNG,
-}
+KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
 
 #: (cell id, check) -> (exception type, regex its message must match).
 UNSUPPORTED: dict[tuple[str, str], tuple[type[BaseException], str]] = {

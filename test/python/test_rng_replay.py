@@ -171,3 +171,87 @@ def test_dynamic_consumption_still_replays_between_primal_and_pullback():
     out, cot = _seeded(ad.jit(prog), X, np.int64(3))
     np.testing.assert_allclose(cot * X, out, rtol=1e-13)  # f is linear in x
     assert np.all((np.abs(cot) > 0.5 ** 3 - 1e-12) & (np.abs(cot) < 1.5 ** 3))
+
+
+# -- custom rules whose function draws: every rule sees the primal call's numbers
+
+
+def _custom_vjp_of(f):
+    cf = ad.custom_vjp(lambda x: f(x))
+    cf.defvjp(lambda x: (f(x), x), lambda x, g: (ad.vjp(f, x)[1](g)[0],))
+    return cf
+
+
+def _custom_jvp_of(f):
+    cf = ad.custom_jvp(lambda x: f(x))
+    cf.defjvp(lambda primals, tangents: ad.jvp(f, primals, tangents))
+    return cf
+
+
+def _function_of(f):
+    class Wrapped(ad.Function):
+        @staticmethod
+        def forward(x):
+            return f(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return ad.vjp(f, x)[1](g)[0]
+
+        @staticmethod
+        def jvp(ctx, t):
+            (x,) = ctx.saved_tensors
+            return ad.jvp(f, (x,), (t,))[1]
+
+    return Wrapped.apply
+
+
+CUSTOM = {"custom_vjp": _custom_vjp_of, "custom_jvp": _custom_jvp_of, "Function": _function_of}
+
+
+@pytest.mark.parametrize("wrap", sorted(CUSTOM))
+@pytest.mark.parametrize("kind", ["normal", "dropout"])
+def test_custom_rules_replay_the_primal_draws(wrap, kind):
+    """Value, reverse and forward mode of a custom function that draws (its rules call
+    the function again). Every rule starts from the state at the call, so a rule that
+    re-runs f sees the primal's numbers; the stream then continues past the most any
+    rule draws. Function's jvp rule runs forward and then the user's jvp, which calls
+    f again: it draws two calls' worth (the second for the tangent, as in torch),
+    so each call of that Function takes two draws' room in the stream."""
+    span = 2 if wrap == "Function" else 1  # draws of room one call of cf takes
+    r = _stream(kind, 2 * span + 1)
+    cf = CUSTOM[wrap](_f(kind))
+
+    def prog(x, t, ct):
+        out, pullback = ad.vjp(cf, x)
+        tan = ad.jvp(cf, (x,), (t,))[1]  # a second call of cf
+        return out, pullback(ct)[0], tan, DRAWS[kind]()
+
+    t = np.linspace(1.0, 2.0, N)
+    out, cot, tan, after = _seeded(ad.jit(prog), X, t, CT)
+    np.testing.assert_array_equal(out, np.sin(X) * r[0])
+    np.testing.assert_allclose(cot, np.cos(X) * r[0] * CT, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(tan, np.cos(X) * r[2 * span - 1] * t, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(after, r[2 * span])
+    g = _seeded(ad.jit(ad.grad(lambda x: anp.sum(cf(x) * CT))), X)
+    np.testing.assert_allclose(g, np.cos(X) * r[0] * CT, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("randomness", ["same", "different"])
+def test_custom_vjp_that_draws_under_vmap(randomness):
+    cf = _custom_vjp_of(_f("normal"))
+    xs = np.stack([X + 0.1 * k for k in range(3)])
+
+    def one(x):
+        return ad.grad(lambda x: anp.sum(cf(x) * CT))(x)
+
+    got = _seeded(ad.jit(ad.vmap(one, randomness=randomness)), xs)
+    draws = _stream("normal", 3) if randomness == "different" else _stream("normal", 1) * 3
+    for lane, r in enumerate(draws):
+        np.testing.assert_allclose(got[lane], np.cos(xs[lane]) * r * CT, rtol=1e-13,
+                                   atol=1e-15)
