@@ -11,8 +11,9 @@ Nesting works because a traced sub-function may itself contain autodiff
 ops (the passes lower inner ops first): `grad(grad(f))`, `jvp(grad(f))`
 (Hessian-vector products), `hessian = jacfwd(jacrev(f))`.
 
-`jacfwd`/`jacrev` are one `vmap` of a jvp / of a pullback over the basis
-vectors: one batched call, not a loop of calls.
+`jacfwd`/`jacrev` are one `vmap` of a jvp / of a pullback over the standard
+basis of all input / output leaves together: one batched call, not a loop of
+calls, whatever the pytrees.
 """
 
 from __future__ import annotations
@@ -382,6 +383,13 @@ def _assemble(out_tree: pytree.TreeDef, dyn_tree: pytree.TreeDef,
                                             for row in blocks])
 
 
+def _finish(out_tree: pytree.TreeDef, dyn_tree: pytree.TreeDef, blocks: list[list[Any]],
+            res: tuple[Any, ...], has_aux: bool) -> Any:
+    """The Jacobian, and the aux (`res[2]`, from the vjp / jvp) with `has_aux`."""
+    jac = _assemble(out_tree, dyn_tree, blocks)
+    return (jac, res[2]) if has_aux else jac
+
+
 def jacrev(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
            has_aux: bool = False, *, _caller: str = "jacrev") -> Callable[..., Any]:
     """The Jacobian by reverse mode, with jax's structure: for each output leaf, the
@@ -428,12 +436,6 @@ def jacrev(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
     transform.__name__ = f"jacrev_{_name(fun)}"
     return _eager(transform)
-
-
-def _finish(out_tree: pytree.TreeDef, dyn_tree: pytree.TreeDef, blocks: list[list[Any]],
-            res: tuple[Any, ...], has_aux: bool) -> Any:
-    jac = _assemble(out_tree, dyn_tree, blocks)
-    return (jac, res[2]) if has_aux else jac
 
 
 def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
