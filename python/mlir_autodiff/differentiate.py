@@ -11,8 +11,9 @@ Nesting works because a traced sub-function may itself contain autodiff
 ops (the passes lower inner ops first): `grad(grad(f))`, `jvp(grad(f))`
 (Hessian-vector products), `hessian = jacfwd(jacrev(f))`.
 
-`jacfwd`/`jacrev` are one `vmap` of a jvp / of a pullback over the basis
-vectors: one batched call, not a loop of calls.
+`jacfwd`/`jacrev` are one `vmap` of a jvp / of a pullback over the standard
+basis of all input / output leaves together: one batched call, not a loop of
+calls, whatever the pytrees.
 """
 
 from __future__ import annotations
@@ -309,86 +310,205 @@ def stop_gradient(x: Any) -> Any:
 
 # --------------------------------------------------------------------------- Jacobians
 
-def _single_array_arg(who: str, args: tuple[Any, ...], argnums: int) -> int:
-    if not isinstance(argnums, int):
-        raise NotImplementedError(f"{who}: only an integer argnums is supported for now")
-    n = argnums + len(args) if argnums < 0 else argnums
-    if not 0 <= n < len(args) or len(pytree.tree_leaves(args[n])) != 1 or \
-            not pytree.tree_structure(args[n]).is_leaf:
-        raise NotImplementedError(f"{who}: the differentiated argument must be one array")
-    return n
+def _jac_setup(fun: Callable[..., Any], args: tuple[Any, ...], argnums: int | Sequence[int],
+               has_aux: bool, who: str, kind: str
+               ) -> tuple[tuple[Any, ...], Callable[..., Any], list[Tracer], pytree.TreeDef]:
+    """What a Jacobian differentiates: `(dyn, f_part, leaves, dyn_tree)`.
 
-
-def _partial_in(fun: Callable[..., Any], args: tuple[Any, ...], argnums: int,
-                who: str) -> tuple[Tracer, Callable[..., Any]]:
-    """(x, f_of_x): the differentiated argument and `fun` as a function of it alone."""
-    n = _single_array_arg(who, args, argnums)
-
-    def f_of_x(xv: Any) -> Any:
-        return fun(*args[:n], xv, *args[n + 1:])
-
-    f_of_x.__name__ = _name(fun)
-    return as_tracer(args[n]), f_of_x
-
-
-def _basis(aval: ShapedArray) -> np.ndarray:
-    """The standard basis of `aval`'s space, stacked: shape (size, *shape)."""
-    n = max(aval.size, 1)
-    return np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape)
-
-
-def jacrev(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
-    """The Jacobian by reverse mode: shape `out.shape + x.shape` (array in, array out).
-
-    One batched backward call: `vmap` of the pullback over the output basis.
+    `dyn` are the `argnums` arguments, `f_part(*dyn)` is `fun` with the other
+    arguments fixed (checking the `(output, aux)` pair when `has_aux`), `leaves`
+    the flat tracers of `dyn` (float, else a TypeError as in jax) and `dyn_tree`
+    the structure each output leaf's Jacobian has: the argument's, or a tuple of
+    them when `argnums` is a tuple.
     """
-    who = f"jacrev({_name(fun)})"
+    nums = _argnums_tuple(argnums, len(args), who)
+    if len(set(nums)) != len(nums):
+        raise ValueError(f"{who}: argnums {argnums} names an argument more than once")
+    dyn = tuple(args[n] for n in nums)
+    leaves, _ = _flat_tracers(dyn)
+    for i, t in enumerate(leaves):
+        if not _is_float(t.dtype):
+            raise TypeError(
+                f"{who}: {kind} requires real-valued inputs (float dtypes), but leaf {i} of "
+                f"the differentiated arguments (argnums={argnums}) has dtype {t.dtype}; "
+                f"exclude it with argnums, or use {'vjp' if kind == 'jacrev' else 'jvp'} "
+                "directly"
+            )
+    dyn_tree = pytree.tree_structure(dyn if not isinstance(argnums, int) else dyn[0])
+
+    def f_part(*dyn_args: Any) -> Any:
+        full = list(args)
+        for n, d in zip(nums, dyn_args):
+            full[n] = d
+        out = fun(*full)
+        if has_aux and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            got = "an array" if isinstance(out, Tracer) else type(out).__name__
+            raise TypeError(f"{who}: with has_aux=True the function must return a pair "
+                            f"(output, aux), got {got}")
+        return out
+
+    f_part.__name__ = _name(fun)
+    return dyn, f_part, leaves, dyn_tree
+
+
+def _stacked_basis(avals: Sequence[ShapedArray]) -> tuple[list[np.ndarray], list[int]]:
+    """The standard basis of the space of all `avals` together, one stacked array per
+    leaf: leaf i gets shape `(n,) + avals[i].shape` (n the total size) and is 1 where
+    the basis vector is one of its entries. Also each leaf's offset in the flat space."""
+    sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in avals]
+    offsets = list(np.cumsum([0] + sizes[:-1]))
+    n = sum(sizes)
+    basis = []
+    for a, o, s in zip(avals, offsets, sizes):
+        b = np.zeros((n, s), a.dtype)
+        b[np.arange(o, o + s), np.arange(s)] = 1
+        basis.append(b.reshape((n,) + a.shape))
+    return basis, [int(o) for o in offsets]
+
+
+def _check_out_float(who: str, avals: Sequence[ShapedArray]) -> None:
+    for a in avals:
+        if not _is_float(a.dtype):
+            raise TypeError(
+                f"{who}: reverse mode requires real-valued outputs (float dtypes), but an "
+                f"output leaf has dtype {a.dtype}; use vjp directly"
+            )
+
+
+def _assemble(out_tree: pytree.TreeDef, dyn_tree: pytree.TreeDef,
+              blocks: list[list[Any]]) -> Any:
+    """jax's Jacobian structure: the output's tree, each leaf the differentiated
+    arguments' tree of blocks (`blocks[out_leaf][in_leaf]`)."""
+    return pytree.tree_unflatten(out_tree, [pytree.tree_unflatten(dyn_tree, row)
+                                            for row in blocks])
+
+
+def _finish(out_tree: pytree.TreeDef, dyn_tree: pytree.TreeDef, blocks: list[list[Any]],
+            res: tuple[Any, ...], has_aux: bool) -> Any:
+    """The Jacobian, and the aux (`res[2]`, from the vjp / jvp) with `has_aux`."""
+    jac = _assemble(out_tree, dyn_tree, blocks)
+    return (jac, res[2]) if has_aux else jac
+
+
+def jacrev(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           has_aux: bool = False, *, _caller: str = "jacrev") -> Callable[..., Any]:
+    """The Jacobian by reverse mode, with jax's structure: for each output leaf, the
+    differentiated arguments' tree (a tuple of them for a tuple `argnums`), each leaf
+    of shape `out_leaf.shape + in_leaf.shape`. With `has_aux`, returns `(jac, aux)`.
+
+    One batched backward call: `vmap` of the pullback over the standard basis of all
+    output leaves together.
+    """
+    who = f"{_caller}({_name(fun)})"
 
     def transform(*args: Any) -> Any:
-        x, f_of_x = _partial_in(fun, args, argnums, who)
-        out, pullback = vjp(f_of_x, x)
-        out_aval = as_tracer(out).aval
+        dyn, f_part, in_leaves, dyn_tree = _jac_setup(fun, args, argnums, has_aux, who,
+                                                      _caller)
+        res = vjp(f_part, *dyn, has_aux=has_aux)
+        out, pullback = res[0], res[1]
+        out_leaves, out_tree = _flat_tracers(out)
+        out_avals = [t.aval.strong() for t in out_leaves]
+        _check_out_float(who, out_avals)
+        basis, offsets = _stacked_basis(out_avals)
+        n = basis[0].shape[0] if basis else 0
+        if n == 0 or not in_leaves:  # nothing to differentiate: every block is empty
+            rows = [[anp.zeros(o.shape + i.shape, i.dtype) for i in in_leaves]
+                    for o in out_avals]
+            return _finish(out_tree, dyn_tree, rows, res, has_aux)
 
-        def row(ct: Any) -> Any:
-            return pullback(ct)[0]
+        def pull(*cts: Any) -> Any:
+            return pytree.tree_leaves(pullback(pytree.tree_unflatten(out_tree, list(cts))))
 
-        rows = vmap(row)(as_tracer(_basis(out_aval)))
-        return anp.reshape(rows, out_aval.shape + x.shape)
+        stacked = vmap(pull)(*[as_tracer(b) for b in basis])  # leaf i: (n,) + in_i.shape
+        blocks = []
+        for o, a in zip(offsets, out_avals):
+            row = []
+            for g, t in zip(stacked, in_leaves):
+                g = as_tracer(g)
+                if a.size * t.aval.size == 0:  # an empty block
+                    row.append(anp.zeros(a.shape + t.shape, g.dtype))
+                    continue
+                if len(out_avals) > 1:
+                    g = g[o:o + a.size]
+                row.append(anp.reshape(g, a.shape + t.shape))
+            blocks.append(row)
+        return _finish(out_tree, dyn_tree, blocks, res, has_aux)
 
     transform.__name__ = f"jacrev_{_name(fun)}"
     return _eager(transform)
 
 
-def jacfwd(fun: Callable[..., Any], argnums: int = 0, *,
-           _randomness: str = "same") -> Callable[..., Any]:
-    """The Jacobian by forward mode: shape `out.shape + x.shape` (array in, array out).
+def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           has_aux: bool = False, *, _randomness: str = "same",
+           _caller: str = "jacfwd") -> Callable[..., Any]:
+    """The Jacobian by forward mode, with jax's structure (as `jacrev`): for each
+    output leaf, the differentiated arguments' tree, each leaf of shape
+    `out_leaf.shape + in_leaf.shape`. With `has_aux`, returns `(jac, aux)`.
 
-    One batched forward call: `vmap` of the jvp over the input basis. Every column
-    sees the same random numbers (the ones `fun` draws), so a function that draws
-    has the Jacobian of the function its draws define.
+    One batched forward call: `vmap` of the jvp over the standard basis of all
+    differentiated input leaves together. Every column sees the same random numbers
+    (the ones `fun` draws), so a function that draws has the Jacobian of the
+    function its draws define.
     """
-    who = f"jacfwd({_name(fun)})"
+    who = f"{_caller}({_name(fun)})"
 
     def transform(*args: Any) -> Any:
-        x, f_of_x = _partial_in(fun, args, argnums, who)
+        dyn, f_part, in_leaves, dyn_tree = _jac_setup(fun, args, argnums, has_aux, who,
+                                                      _caller)
+        dyn_struct = pytree.tree_structure(dyn)
+        in_avals = [t.aval.strong() for t in in_leaves]
+        basis, offsets = _stacked_basis(in_avals)
+        n = basis[0].shape[0] if basis else 0
 
-        def column(t: Any) -> Any:
-            return jvp(f_of_x, (x,), (t,))[1]
+        def column(*tangent_leaves: Any) -> Any:
+            tangents = pytree.tree_unflatten(dyn_struct, list(tangent_leaves))
+            res = jvp(f_part, dyn, tangents, has_aux=has_aux)
+            return (res[1], res[2]) if has_aux else (res[1], None)
 
-        cols = as_tracer(vmap(column, out_axes=-1, randomness=_randomness)(as_tracer(_basis(x.aval))))
-        return anp.reshape(cols, cols.shape[:-1] + x.shape)
+        if n == 0:  # no input entries: every block is empty (one call for the output)
+            res = jvp(f_part, dyn, pytree.tree_map(anp.zeros_like, dyn), has_aux=has_aux)
+            out_leaves, out_tree = _flat_tracers(res[1])
+            blocks = [[anp.zeros(o.shape + i.shape, o.dtype) for i in in_avals]
+                      for o in out_leaves]
+            return _finish(out_tree, dyn_tree, blocks, res, has_aux)
+
+        tan, aux = vmap(column, out_axes=(-1, 0), randomness=_randomness)(
+            *[as_tracer(b) for b in basis])
+        if has_aux:  # aux does not depend on the tangents: every lane holds it (the
+            # vmap's dependence analysis is conservative, so out_axes None is refused)
+            aux = pytree.tree_map(lambda a: as_tracer(a)[0], aux)
+        out_leaves, out_tree = _flat_tracers(tan)  # leaf j: out_j.shape + (n,)
+        blocks = []
+        for c in out_leaves:
+            row = []
+            for o, a in zip(offsets, in_avals):
+                if c.size * a.size == 0:  # an empty block
+                    row.append(anp.zeros(c.shape[:-1] + a.shape, c.dtype))
+                    continue
+                if len(in_avals) > 1:
+                    c_i = c[..., o:o + a.size]
+                else:
+                    c_i = c
+                row.append(anp.reshape(c_i, c.shape[:-1] + a.shape))
+            blocks.append(row)
+        return _finish(out_tree, dyn_tree, blocks, (None, None, aux), has_aux)
 
     transform.__name__ = f"jacfwd_{_name(fun)}"
     return _eager(transform)
 
 
-def hessian(fun: Callable[..., Any], argnums: int = 0) -> Callable[..., Any]:
-    """`jacfwd(jacrev(fun))`: forward-over-reverse, as JAX does.
+def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
+            has_aux: bool = False) -> Callable[..., Any]:
+    """`jacfwd(jacrev(fun, argnums), argnums)`: forward-over-reverse, as JAX does, with
+    its nested structure (the Jacobian's structure, each leaf again the differentiated
+    arguments' tree). With `has_aux`, returns `(hessian, aux)`.
 
     A function that draws has the Hessian of the function its draws define:
     every row and column replays the numbers one call of `fun` draws.
     """
-    return jacfwd(jacrev(fun, argnums), argnums)
+    inner = jacrev(fun, argnums, has_aux, _caller="hessian")
+    inner.__name__ = _name(fun)  # the outer transform's messages name the user's function
+    return jacfwd(inner, argnums, has_aux, _caller="hessian")
 
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "hessian",
