@@ -45,7 +45,6 @@ from typing import Any, NoReturn
 
 import numpy as np
 from mlir import ir
-
 from mlir_autodiff import dialects
 from mlir_autodiff.runtime import (
     CompiledModule,
@@ -63,6 +62,8 @@ from mlir_autodiff.transforms.pipeline import (
     PipelineError,
     parse_pipeline,
 )
+
+from ..dialects.vocabulary import PREFIX
 
 TOOL = "autodiff-run"
 
@@ -333,7 +334,7 @@ def _has_autodiff_ops(module: ir.Module) -> bool:
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal found
-        if op.name.startswith("autodiff."):
+        if op.name.startswith(PREFIX):
             found = True
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE

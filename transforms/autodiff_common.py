@@ -45,6 +45,20 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
+from ..dialects.vocabulary import (
+    AD_OPS,
+    BOOKKEEPING,
+    BOUNDARY,
+    CHECKPOINT,
+    CHECKPOINT_NAME,
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    CUSTOM_VMAP,
+    JVP,
+    STOP_GRADIENT,
+    VJP,
+    VMAP,
+)
 from .ad_support import (
     Builder,
     captured_values,
@@ -58,8 +72,6 @@ from .ad_support import (
 from .diagnostics import PassFailure, fail
 from .rules.registry import JVP_RULES, VJP_RULES, load_all
 
-AD_OPS = ("autodiff.jvp", "autodiff.vjp")
-
 #: Inner op lowerers: op name -> `lower(driver, op)` replacing `op` (e.g. an
 #: `autodiff.vmap`) by ordinary IR. Before a function is differentiated, every
 #: such op inside it (and its callees) is lowered, as jvp/vjp ops are, so a
@@ -68,7 +80,7 @@ AD_OPS = ("autodiff.jvp", "autodiff.vjp")
 INNER_LOWERERS: dict[str, Callable[[Any, ir.Operation], None]] = {}
 #: op name -> module under `mlir_autodiff.transforms` whose import registers its
 #: lowerer (imported lazily, only when such an op must be lowered).
-INNER_LOWERER_MODULES: dict[str, str] = {"autodiff.vmap": "vmap"}
+INNER_LOWERER_MODULES: dict[str, str] = {VMAP: "vmap"}
 
 #: The checkpoint policies `autodiff.checkpoint {policy = ...}` accepts (JAX's names).
 POLICIES = ("nothing_saveable", "everything_saveable", "dots_saveable",
@@ -77,9 +89,6 @@ POLICIES = ("nothing_saveable", "everything_saveable", "dots_saveable",
 CONTRACTION_OPS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat",
                    "linalg.dot", "linalg.batch_matvec", "linalg.batch_vecmat",
                    "linalg.contract", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b")
-#: Function attribute marking a named identity (`checkpoint_name`): its result is
-#: the value `save_only_these_names` refers to by this name.
-NAME_ATTR = "autodiff.checkpoint_name"
 
 
 def register_inner_lowerer(name: str, lower: Callable[[Any, ir.Operation], None]) -> None:
@@ -190,7 +199,7 @@ class Driver:
         new = fn.clone(ip=ir.InsertionPoint(self.body))
         new.attributes["sym_name"] = ir.StringAttr.get(name)
         new.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        for attr in ("autodiff.custom_vjp", "autodiff.custom_jvp", "autodiff.custom_vmap",
+        for attr in (CUSTOM_VJP, CUSTOM_JVP, CUSTOM_VMAP,
                      "llvm.emit_c_interface"):
             if attr in new.attributes:
                 del new.attributes[attr]
@@ -227,9 +236,9 @@ class Driver:
 
     def lower(self, op: ir.Operation) -> None:
         kind = op_name(op)
-        if kind == "autodiff.jvp":
+        if kind == JVP:
             self.lower_jvp_op(op)
-        elif kind == "autodiff.vjp":
+        elif kind == VJP:
             self.lower_vjp_op(op)
         else:
             INNER_LOWERERS[kind](self, op)
@@ -341,7 +350,7 @@ class Driver:
         key = (name, tuple(wrt))
         if key not in self.vjp_cache:
             fn = self.lookup(name, at)
-            if "autodiff.custom_vjp" in fn.attributes:
+            if CUSTOM_VJP in fn.attributes:
                 self.vjp_cache[key] = self.custom_vjp(fn, name, list(wrt))
             elif self.custom_jvp_rule(fn, name) is not None:
                 self.vjp_cache[key] = self.transposed_jvp(fn, name, list(wrt))
@@ -376,15 +385,15 @@ class Driver:
 
     def custom_jvp_rule(self, fn: ir.Operation, name: str) -> str | None:
         """@name's checked `autodiff.custom_jvp` rule, None without one."""
-        if "autodiff.custom_jvp" not in fn.attributes:
+        if CUSTOM_JVP not in fn.attributes:
             return None
-        rule = self._rule_function(fn, name, "autodiff.custom_jvp",
-                                   fn.attributes["autodiff.custom_jvp"])
+        rule = self._rule_function(fn, name, CUSTOM_JVP,
+                                   fn.attributes[CUSTOM_JVP])
         ft = _func_type(fn)
         want = ir.FunctionType.get(list(ft.inputs) * 2, list(ft.results) * 2)
         got = _func_type(self.functions()[rule])
         if got != want:
-            raise self.fail(fn, f"autodiff.custom_jvp of @{name}: @{rule} has type {got}, "
+            raise self.fail(fn, f"{CUSTOM_JVP} of @{name}: @{rule} has type {got}, "
                                 f"expected {want} (primals, tangents) -> (results, tangents)")
         return rule
 
@@ -392,7 +401,7 @@ class Driver:
         """`autodiff.custom_vjp = {fwd, bwd}`: fwd (args) -> (outs, residuals), bwd
         (residuals, cotangents) -> cotangents of every input; a small wrapper
         selects the `wrt` ones."""
-        attr = "autodiff.custom_vjp"
+        attr = CUSTOM_VJP
         spec = fn.attributes[attr]
         if not isinstance(spec, ir.DictAttr) or "fwd" not in spec or "bwd" not in spec:
             raise self.fail(fn, f"{attr} of @{name} must be {{fwd = @..., bwd = @...}}")
@@ -628,17 +637,17 @@ class Driver:
                     continue
                 named = self.functions().get(
                     ir.FlatSymbolRefAttr(use.owner.attributes["callee"]).value)
-                if named is not None and NAME_ATTR in named.attributes and \
-                        ir.StringAttr(named.attributes[NAME_ATTR]).value in names:
+                if named is not None and CHECKPOINT_NAME in named.attributes and \
+                        ir.StringAttr(named.attributes[CHECKPOINT_NAME]).value in names:
                     return True
         if kind != "func.call":
             return False
         callee = self.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
         if callee is None or not callee.regions[0].blocks:
             return False
-        if NAME_ATTR in callee.attributes:
+        if CHECKPOINT_NAME in callee.attributes:
             return policy == "save_only_these_names" and \
-                ir.StringAttr(callee.attributes[NAME_ATTR]).value in names
+                ir.StringAttr(callee.attributes[CHECKPOINT_NAME]).value in names
         ret = list(callee.regions[0].blocks[0].operations)[-1]
         k = list(op.results).index(v)
         return self._saveable(ret.operands[k], policy, names, depth + 1)
@@ -694,7 +703,7 @@ class Driver:
         # The boundary between the forward and the backward code.
         marker = b.create("arith.constant", [], [idx],
                           {"value": ir.IntegerAttr.get(idx, 0),
-                           "autodiff.boundary": ir.UnitAttr.get()})
+                           BOUNDARY: ir.UnitAttr.get()})
         for v, c in zip(ret.operands, ctargs):
             rev.add_ct(b, v, c)
         rev.sweep(ops[:-1], ip)
@@ -917,7 +926,7 @@ class ReverseAD:
         """Forward activity: float results of ops that read an active value."""
         for op in ops:
             op = op.operation
-            if op_name(op) == "autodiff.stop_gradient":
+            if op_name(op) == STOP_GRADIENT:
                 continue
             reads = list(op.operands)
             if op.regions:
@@ -1051,7 +1060,7 @@ def fold_stop_gradients(module: ir.Operation) -> None:
     if any(op_name(o) in AD_OPS for o in ops):
         return  # a later differentiation pass still needs them
     for o in ops:
-        if op_name(o) == "autodiff.stop_gradient":
+        if op_name(o) == STOP_GRADIENT:
             o.results[0].replace_all_uses_with(o.operands[0])
             o.erase()
 
@@ -1066,7 +1075,7 @@ def lower_checkpoints(module: ir.Operation) -> None:
     body = module.regions[0].blocks[0]
     named = {}
     for f in body.operations:
-        if op_name(f) == "func.func" and NAME_ATTR in f.attributes and f.regions[0].blocks:
+        if op_name(f) == "func.func" and CHECKPOINT_NAME in f.attributes and f.regions[0].blocks:
             blk = f.regions[0].blocks[0]
             ret = list(blk.operations)[-1]
             args = list(blk.arguments)
@@ -1074,7 +1083,7 @@ def lower_checkpoints(module: ir.Operation) -> None:
                 named[_sym_name(f)] = [args.index(v) for v in ret.operands]
     for o in ops:
         kind = op_name(o)
-        if kind == "autodiff.checkpoint":
+        if kind == CHECKPOINT:
             call = func.CallOp([r.type for r in o.results], ir.FlatSymbolRefAttr.get(
                 _fn_attr(o)), list(o.operands), loc=o.location, ip=ir.InsertionPoint(o))
             for old, nv in zip(o.results, call.results):
@@ -1088,16 +1097,10 @@ def lower_checkpoints(module: ir.Operation) -> None:
                 o.erase()
 
 
-#: Attributes reverse mode's loop rules put on the ops they create (a taped
-#: loop, the tape writes and counters that are not part of the primal); they
-#: mean something only during the differentiation that made them.
-BOOKKEEPING_ATTRS = ("autodiff.taped", "autodiff.tape", "autodiff.recomputed")
-
-
 def strip_bookkeeping(root: ir.Operation) -> None:
     """Drop the tape rewrite's bookkeeping attributes under `root`."""
     for o in walk_ops(root):
-        for attr in BOOKKEEPING_ATTRS:
+        for attr in BOOKKEEPING:
             if attr in o.attributes:
                 del o.attributes[attr]
 
@@ -1147,7 +1150,7 @@ def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list
             if op_name(op) == "func.call" and depth < 16:
                 callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
                 if callee is not None and callee.regions[0].blocks and \
-                        NAME_ATTR not in callee.attributes:
+                        CHECKPOINT_NAME not in callee.attributes:
                     cret = list(callee.regions[0].blocks[0].operations)[-1]
                     inner = cret.operands[list(op.results).index(v)]
                     cargs = list(callee.regions[0].blocks[0].arguments)
@@ -1168,8 +1171,8 @@ def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list
             for c in [op] + [u.owner for u in v.uses]:
                 if op_name(c) == "func.call":
                     callee = d.functions().get(ir.FlatSymbolRefAttr(c.attributes["callee"]).value)
-                    if callee is not None and NAME_ATTR in callee.attributes:
-                        name = ir.StringAttr(callee.attributes[NAME_ATTR]).value
+                    if callee is not None and CHECKPOINT_NAME in callee.attributes:
+                        name = ir.StringAttr(callee.attributes[CHECKPOINT_NAME]).value
                         what = f"checkpoint_name '{name}'"
                         break
             return Residual(v.type, None, what, where)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
+from ..dialects.vocabulary import JVP
 from .autodiff_common import dedupe_private_results, run_pass
 from .passes import Pass, PipelineElement, register
 
@@ -30,7 +31,7 @@ class JvpCore(Pass):
     summary = "Lower autodiff.jvp ops (without clean-up)"
 
     def run(self, module: ir.Operation) -> None:
-        run_pass(module, "autodiff-jvp", "autodiff.jvp")
+        run_pass(module, "autodiff-jvp", JVP)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
+from ..dialects.vocabulary import PHILOX
 from .diagnostics import fail
 from .passes import Pass, register
 
@@ -536,7 +537,7 @@ class LowerRng(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context:
-            ops = _ops_named(module, "autodiff.philox")
+            ops = _ops_named(module, PHILOX)
             specs = [draw_spec(op, self.name) for op in ops]  # every error before any rewrite
             for op, spec in zip(ops, specs):
                 with op.location, ir.InsertionPoint(op):

@@ -60,6 +60,19 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func, linalg
 
+from ..dialects.vocabulary import (
+    AD_OPS,
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    CUSTOM_VMAP,
+    IN_AXES,
+    OUT_AXES,
+    RNG_BLOCKS,
+    RNG_STATE,
+    TAPE,
+    TAPED,
+    VMAP,
+)
 from .ad_support import (
     Builder,
     captured_values,
@@ -75,18 +88,6 @@ from .passes import Pass, PipelineElement, register
 from .rules.batching import ALWAYS_RULE, BatchBuilder, batch_type, rule_for
 
 PASS = "autodiff-vmap"
-#: Attributes of --autodiff-functionalize-rng on functions that draw.
-RNG_STATE = "autodiff.rng_state"
-RNG_BLOCKS = "autodiff.rng_blocks"
-AD_OPS = ("autodiff.jvp", "autodiff.vjp")
-#: Custom rule attributes of a primal function (listed in the README).
-CUSTOM_VJP = "autodiff.custom_vjp"
-CUSTOM_JVP = "autodiff.custom_jvp"
-CUSTOM_VMAP = "autodiff.custom_vmap"
-#: Attributes of a custom_vmap rule function: per argument / result, the axis of
-#: the batch dimension, -1 for an unbatched value.
-IN_AXES = "autodiff.in_axes"
-OUT_AXES = "autodiff.out_axes"
 
 
 def _sym_name(op: ir.Operation) -> str:
@@ -351,7 +352,7 @@ class Driver:
     def lower_all(self, root: ir.Operation) -> None:
         """Lower every autodiff.vmap under `root`, one at a time (the IR changes)."""
         while True:
-            found = [o for o in walk_ops(root) if op_name(o) == "autodiff.vmap"]
+            found = [o for o in walk_ops(root) if op_name(o) == VMAP]
             if not found:
                 return
             self.lower(found[0])
@@ -489,12 +490,12 @@ class Driver:
         """Replace one autodiff.vmap by transposes, a call of the batched function, transposes."""
         if "fn" not in op.attributes or not isinstance(op.attributes["fn"],
                                                        ir.FlatSymbolRefAttr):
-            raise self.fail(op, "'autodiff.vmap' needs an 'fn' symbol attribute")
+            raise self.fail(op, f"'{VMAP}' needs an 'fn' symbol attribute")
         fname = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
         for key in ("in_axes", "out_axes"):
             if key not in op.attributes or not isinstance(op.attributes[key],
                                                           ir.DenseI64ArrayAttr):
-                raise self.fail(op, f"'autodiff.vmap' needs an '{key}' array<i64> attribute")
+                raise self.fail(op, f"'{VMAP}' needs an '{key}' array<i64> attribute")
         in_axes, out_axes = _i64s(op, "in_axes"), _i64s(op, "out_axes")
         randomness = "error"
         if "randomness" in op.attributes:
@@ -508,7 +509,7 @@ class Driver:
             raise self.fail(op, f"out_axes has {len(out_axes)} entries for {len(results)} "
                                 "results")
         if len(ft.inputs) != len(args) or len(ft.results) != len(results):
-            raise self.fail(op, f"@{fname} has type {ft} but 'autodiff.vmap' has "
+            raise self.fail(op, f"@{fname} has type {ft} but '{VMAP}' has "
                                 f"{len(args)} operands and {len(results)} results")
         size = None
         for i, (v, a, t) in enumerate(zip(args, in_axes, ft.inputs)):
@@ -535,7 +536,7 @@ class Driver:
                                     f"{a}, an earlier operand has {size}")
             size = n
         if size is None:
-            raise self.fail(op, "'autodiff.vmap' needs at least one batched operand "
+            raise self.fail(op, f"'{VMAP}' needs at least one batched operand "
                                 "(every in_axes entry is -1)")
         for j, (r, a, t) in enumerate(zip(results, out_axes, ft.results)):
             if a < 0:
@@ -918,11 +919,11 @@ def lower_inner_vmap(ad_driver: Any, op: ir.Operation) -> None:
 
 def lower_vmaps_in(module: ir.Operation, root: ir.Operation, ad_driver: Any = None) -> None:
     """Lower every autodiff.vmap under `root`."""
-    if any(op_name(o) == "autodiff.vmap" for o in walk_ops(root)):
+    if any(op_name(o) == VMAP for o in walk_ops(root)):
         Driver(module, ad_driver).lower_all(root)
 
 
-register_inner_lowerer("autodiff.vmap", lower_inner_vmap)
+register_inner_lowerer(VMAP, lower_inner_vmap)
 
 
 def batched_outputs(fn: ir.Operation, flags: Sequence[bool]) -> list[bool]:
@@ -952,7 +953,7 @@ def run_pass(module: ir.Operation) -> None:
         # Checkpoints only matter to a later jvp/vjp: none left, they become calls.
         lower_checkpoints(module)
         for o in walk_ops(module):  # bookkeeping of inner vjp lowerings (see autodiff_common)
-            for attr in ("autodiff.taped", "autodiff.tape"):
+            for attr in (TAPED, TAPE):
                 if attr in o.attributes:
                     del o.attributes[attr]
 

@@ -46,6 +46,9 @@ from mlir.dialects import arith, tensor
 from . import dialects
 from . import numpy as anp
 from .api import JitFunction
+from .dialects.vocabulary import RANDOM
+from .dialects.vocabulary import RNG_KEY as KEY_ATTR
+from .dialects.vocabulary import RNG_PINS as PIN_ATTR
 from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
     _MASK64,
     DEFAULT_SEED,
@@ -132,11 +135,6 @@ KEY_DTYPE = np.dtype(np.int64)
 _DIGEST_STREAM = 0x6B657964  # "keyd"
 _SPLIT_STREAM = 0x73706C74  # "splt"
 _FOLD_STREAM = 0x666F6C64  # "fold"
-#: Function attribute of `--autodiff-functionalize-rng`: the index of the argument
-#: the function takes its RNG state from (see `pin_draws`).
-KEY_ATTR = "autodiff.rng_key"
-#: On the key draw of `pin_draws`: the function whose draws it pins to the stream.
-PIN_ATTR = "autodiff.rng_pins"
 
 
 def _as_i64(value: int) -> int:
@@ -591,7 +589,7 @@ def draws_statefully(func_op: ir.Operation) -> bool:
 
         def visit(op: ir.Operation) -> ir.WalkResult:
             nonlocal found
-            if op.name == "autodiff.random":
+            if op.name == RANDOM:
                 found = True
                 return ir.WalkResult.INTERRUPT
             for name in op.attributes:

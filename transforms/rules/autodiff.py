@@ -5,14 +5,15 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
+from ...dialects.vocabulary import CHECKPOINT, PHILOX, RANDOM, STOP_GRADIENT
 from ..ad_support import is_float, op_name, residual_operands
 from .batching import BatchBuilder, defbatch, defvectorized
 from .registry import defjvp_rule, defvjp, defzero
 from .structured import attrs_of
 
 # Identity with a zero derivative.
-defzero("autodiff.stop_gradient")
-defvectorized("autodiff.stop_gradient")
+defzero(STOP_GRADIENT)
+defvectorized(STOP_GRADIENT)
 
 
 def _fn(op: ir.Operation) -> str:
@@ -32,7 +33,7 @@ def _checkpoint_jvp(b, op, tangents):
     n = len(op.results)
     attrs = {k: op.attributes[k] for k in op.attributes}
     attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
-    new = b.create("autodiff.checkpoint", [*xs, *ts], [r.type for r in op.results] * 2, attrs)
+    new = b.create(CHECKPOINT, [*xs, *ts], [r.type for r in op.results] * 2, attrs)
     outs = list(new.results)
     b.ad.replace_op(op, outs[:n])
     return [t if is_float(t.type) else None for t in outs[n:]]
@@ -68,8 +69,8 @@ def _checkpoint_vjp(b, op, cts):
     return grads
 
 
-defjvp_rule("autodiff.checkpoint", _checkpoint_jvp)
-defvjp("autodiff.checkpoint", _checkpoint_vjp)
+defjvp_rule(CHECKPOINT, _checkpoint_jvp)
+defvjp(CHECKPOINT, _checkpoint_vjp)
 
 
 # -- batching --------------------------------------------------------------------
@@ -81,7 +82,7 @@ def _checkpoint_batch(b, op, vals, batched):
     name, types, flags = b.bt.batched_callee(callee, list(batched), op)
     attrs = attrs_of(op)
     attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
-    new = b.create("autodiff.checkpoint", vals, types, attrs)
+    new = b.create(CHECKPOINT, vals, types, attrs)
     return list(zip(new.results, flags))
 
 
@@ -101,7 +102,7 @@ def _random_batch(b, op, vals, batched):
     elif mode != "error":
         hint = " yet"
     what = f"random op '{op_name(op)}'"
-    if op_name(op) == "autodiff.philox" and mode == "error":
+    if op_name(op) == PHILOX and mode == "error":
         # jit turns autodiff.random draws into philox before vmap runs
         what += " (a random draw, e.g. ad.random.uniform)"
         hint = "; pass randomness=\"same\" or \"different\" to vmap"
@@ -125,7 +126,7 @@ def _philox_batch(b, op, vals, batched):
         return [(r, False) for r in new.results]
     t = op.results[0].type
     bt = b.btype(t)
-    b.static(bt, "'autodiff.philox'")
+    b.static(bt, f"'{PHILOX}'")
     loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [b.empty(bt)], loc=b.loc, ip=b.ip)
     lb = BatchBuilder(ir.InsertionPoint(loop.body), b.loc, b.bt, op)
     lane = loop.induction_variable
@@ -143,6 +144,6 @@ def _philox_batch(b, op, vals, batched):
     scf.YieldOp([row], loc=b.loc, ip=ir.InsertionPoint(loop.body))
     return [(loop.results[0], True)]
 
-defbatch("autodiff.checkpoint", _checkpoint_batch)
-defbatch("autodiff.random", _random_batch)
-defbatch("autodiff.philox", _philox_batch)
+defbatch(CHECKPOINT, _checkpoint_batch)
+defbatch(RANDOM, _random_batch)
+defbatch(PHILOX, _philox_batch)

@@ -78,10 +78,6 @@ def tape_read(b: Builder, tape: ir.Value, t: ir.Type, i: ir.Value) -> ir.Value:
     }).result
 
 
-#: taped loop (its first result, or its op if it has none) -> (tapes, trip count)
-TAPE_ATTR = "autodiff.taped"
-TAPE_OP_ATTR = "autodiff.tape"
-
 # -- recomputation in a nested reverse pass ------------------------------------
 
 
