@@ -82,7 +82,6 @@ an `autodiff.rng_key` that does not name a `tensor<2xi64>` argument.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 from mlir import ir
 from mlir.dialects import arith, tensor
@@ -100,7 +99,7 @@ from ..dialects.vocabulary import (
     VJP,
     VMAP,
 )
-from .ad_support import int_constant
+from .ad_support import int_constant, symbol_refs, walk_ops
 from .diagnostics import PassFailure, emit_error
 from .lower_rng import DrawSpec, draw_spec
 from .passes import Pass, register
@@ -126,36 +125,12 @@ def _const(t: ir.Type, value: int) -> ir.Value:
     return arith.constant(t, ir.IntegerAttr.get(t, value))
 
 
-def _walk(root: ir.Operation) -> list[ir.Operation]:
-    out: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        out.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return out
-
-
 def _callee(op: ir.Operation) -> str | None:
     key = _CALLS.get(op.name)
     if key is None or key not in op.attributes:
         return None
     return ir.FlatSymbolRefAttr(op.attributes[key]).value
 
-
-def _symbol_refs(attr: ir.Attribute) -> Iterator[str]:
-    """Flat symbol names referenced anywhere inside `attr`."""
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        yield attr.value
-    elif isinstance(attr, ir.SymbolRefAttr):
-        yield str(attr).lstrip("@").split("::")[0].strip('"')
-    elif isinstance(attr, ir.ArrayAttr):
-        for a in attr:
-            yield from _symbol_refs(a)
-    elif isinstance(attr, ir.DictAttr):
-        for i in range(len(attr)):
-            yield from _symbol_refs(attr[i].attr)
 
 
 def _static_trips(for_op: ir.Operation) -> int | None:
@@ -233,7 +208,7 @@ class _Functionalizer:
         self.keyed = self._key_arguments()
         direct: dict[str, bool] = {name: False for name in self.funcs}
         edges: dict[str, set[str]] = {name: set() for name in self.funcs}
-        all_ops = _walk(self.module)
+        all_ops = walk_ops(self.module)
         for op in all_ops:
             if op.name != RANDOM:
                 continue
@@ -248,7 +223,7 @@ class _Functionalizer:
                 continue
             direct[ir.StringAttr(fn.attributes["sym_name"]).value] = True
         for name, fn in self.funcs.items():
-            for op in _walk(fn):
+            for op in walk_ops(fn):
                 callee = _callee(op)
                 if callee in self.funcs:
                     edges[name].add(callee)
@@ -318,7 +293,7 @@ class _Functionalizer:
 
     def _draw_sites(self, fn: ir.Operation) -> list[ir.Operation]:
         return [
-            op for op in _walk(fn)
+            op for op in walk_ops(fn)
             if op.name == RANDOM or _callee(op) in self.drawing
         ]
 
@@ -373,7 +348,7 @@ class _Functionalizer:
                     continue
                 if op.name == "func.func" and attr_name == "sym_name":
                     continue
-                for ref in _symbol_refs(op.attributes[attr_name]):
+                for ref in symbol_refs(op.attributes[attr_name]):
                     if ref not in self.drawing:
                         continue
                     self.error(
@@ -401,7 +376,7 @@ class _Functionalizer:
         return order
 
     def _draws(self, op: ir.Operation) -> bool:
-        return any(o.name == RANDOM or _callee(o) in self.drawing for o in _walk(op))
+        return any(o.name == RANDOM or _callee(o) in self.drawing for o in walk_ops(op))
 
     def _region_consumption(self, region: ir.Region) -> int | None:
         total = 0

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from mlir import ir
 
 from ..dialects.vocabulary import VJP
-from .autodiff_common import run_pass
+from .ad_driver import run_pass
 from .jvp import CLEANUP, DedupeResults
 from .passes import Pass, PipelineElement, register
 

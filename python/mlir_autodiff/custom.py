@@ -60,7 +60,6 @@ from .tracing import (
     ShapedArray,
     TracedFunction,
     Tracer,
-    _unique_symbol,
     as_tracer,
     current_trace,
     emit_call,
@@ -68,7 +67,8 @@ from .tracing import (
     require_trace,
     trace_function,
 )
-from .transforms.autodiff_common import residual_report
+from .transforms.ad_residuals import residual_report
+from .transforms.ad_support import unique_symbol as _unique_symbol
 from .transforms.vmap import batched_outputs
 
 # --------------------------------------------------------------------------- helpers

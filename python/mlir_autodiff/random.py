@@ -59,6 +59,7 @@ from .rng_state import (  # the generator's state lives a layer down, where `api
     set_state,
 )
 from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
+from .transforms.ad_support import symbol_refs
 
 ShapeLike = int | Sequence[int]
 
@@ -561,17 +562,6 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
 
 # --------------------------------------------------------------------------- pinned draws
 
-def _symbol_refs(attr: ir.Attribute) -> list[str]:
-    """Flat symbol names referenced inside an attribute (callee, fn, custom-rule dicts)."""
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        return [attr.value]
-    if isinstance(attr, ir.ArrayAttr):
-        return [r for a in attr for r in _symbol_refs(a)]
-    if isinstance(attr, ir.DictAttr):
-        return [r for i in range(len(attr)) for r in _symbol_refs(attr[i].attr)]
-    return []
-
-
 def draws_statefully(func_op: ir.Operation) -> bool:
     """Whether a function draws from the implicit generator, itself or through the
     functions it names (key-rooted functions excepted: they draw from their key)."""
@@ -593,7 +583,7 @@ def draws_statefully(func_op: ir.Operation) -> bool:
                 found = True
                 return ir.WalkResult.INTERRUPT
             for name in op.attributes:
-                for ref in _symbol_refs(op.attributes[name]):
+                for ref in symbol_refs(op.attributes[name]):
                     if ref in funcs and ref not in seen:
                         seen.add(ref)
                         stack.append(funcs[ref])
