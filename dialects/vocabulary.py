@@ -58,7 +58,9 @@ TAPED = "autodiff.taped"
 TAPE = "autodiff.tape"
 RECOMPUTED = "autodiff.recomputed"
 BOUNDARY = "autodiff.boundary"
-#: The attributes that only live while a pass runs (stripped at its end).
+#: What reverse mode's loop rules put on the ops they create (a taped loop, the
+#: tape writes and counters that are not part of the primal): they mean something
+#: only during the differentiation that made them (stripped at its end).
 BOOKKEEPING = (TAPED, TAPE, RECOMPUTED)
 
 # Symbols and back ends.
@@ -110,11 +112,6 @@ USER_ATTRIBUTES = (CUSTOM_VJP, CUSTOM_JVP, CUSTOM_VMAP, IN_AXES, OUT_AXES, RNG_K
 def is_autodiff(name: str) -> bool:
     """Whether an op name is of the autodiff dialect."""
     return name.startswith(PREFIX)
-
-
-def has_attr(op: Any, attr: str) -> bool:
-    """Whether `op` (an Operation or OpView) carries `attr`."""
-    return attr in op.operation.attributes
 
 
 def symbol_of(op: Any, attr: str) -> str:

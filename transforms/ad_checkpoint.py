@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mlir import ir
 from mlir.dialects import func
 
-from ..dialects.vocabulary import AD_OPS, CHECKPOINT, CHECKPOINT_NAME, symbol_of
+from ..dialects.vocabulary import AD_OPS, CHECKPOINT, CHECKPOINT_NAME, string_of, symbol_of
 from .ad_support import captured_values, function_type, op_name, sym_name, walk_ops
 
 if TYPE_CHECKING:
@@ -33,11 +33,10 @@ CONTRACTION_OPS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "lin
                    "linalg.contract", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b")
 
 
-
 @dataclasses.dataclass
 class CheckpointPlan:
     """How a reverse pass differentiates `autodiff.checkpoint {fn = @f}` (see
-    `Driver.checkpoint_plan`): the forward code calls `fwd` (args -> outs...,
+    `checkpoint_plan`): the forward code calls `fwd` (args -> outs...,
     saved...), the backward code calls `remat` (args..., saved...) -> the
     residuals of @f's vjp (None: `saved` already are all of them), then `bwd`."""
 
@@ -192,18 +191,18 @@ def _saveable(driver: ADDriver, v: ir.Value, policy: str, names: set[str], depth
             if op_name(use.owner) != "func.call":
                 continue
             named = driver.functions().get(
-                ir.FlatSymbolRefAttr(use.owner.attributes["callee"]).value)
+                symbol_of(use.owner, "callee"))
             if named is not None and CHECKPOINT_NAME in named.attributes and \
-                    ir.StringAttr(named.attributes[CHECKPOINT_NAME]).value in names:
+                    string_of(named, CHECKPOINT_NAME) in names:
                 return True
     if kind != "func.call":
         return False
-    callee = driver.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+    callee = driver.functions().get(symbol_of(op, "callee"))
     if callee is None or not callee.regions[0].blocks:
         return False
     if CHECKPOINT_NAME in callee.attributes:
         return policy == "save_only_these_names" and \
-            ir.StringAttr(callee.attributes[CHECKPOINT_NAME]).value in names
+            string_of(callee, CHECKPOINT_NAME) in names
     ret = list(callee.regions[0].blocks[0].operations)[-1]
     k = list(op.results).index(v)
     return _saveable(driver, ret.operands[k], policy, names, depth + 1)
@@ -234,7 +233,7 @@ def lower_checkpoints(module: ir.Operation) -> None:
                 old.replace_all_uses_with(nv)
             o.erase()
         elif kind == "func.call":
-            where = named.get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+            where = named.get(symbol_of(o, "callee"))
             if where is not None:
                 for old, i in zip(o.results, where):
                     old.replace_all_uses_with(o.operands[i])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func
 
-from ..dialects.vocabulary import AD_OPS, BOOKKEEPING, STOP_GRADIENT
+from ..dialects.vocabulary import AD_OPS, BOOKKEEPING, STOP_GRADIENT, symbol_of
 from .ad_support import function_type, op_name, sym_name, symbol_refs, walk_ops
 
 
@@ -36,7 +36,7 @@ def dedupe_private_results(module: ir.Operation) -> None:
     for fn in funcs:
         for o in walk_ops(fn):
             if op_name(o) == "func.call":
-                calls.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value,
+                calls.setdefault(symbol_of(o, "callee"),
                                  []).append(o)
     # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
     # their signature: their users check it.

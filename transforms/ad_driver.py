@@ -33,6 +33,12 @@ alive), `names` the `checkpoint_name`s that save_only_these_names keeps. A
 `autodiff.checkpoint_name = "h"`. Forward mode keeps a checkpoint a checkpoint
 (of the jvp function); once no jvp/vjp op is left, checkpoints become calls and
 name markers disappear (`lower_checkpoints`).
+
+Modules: this one holds the driver (`ADDriver`: generated functions, custom
+rules, the combined function and its split); `ad_modes.py` the forward and
+reverse sweeps over a block; `ad_checkpoint.py` checkpoint plans and their
+lowering; `ad_cleanup.py` the clean-up ending each pass; `ad_residuals.py` the
+report of what reverse mode saves.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from ..dialects.vocabulary import (
     JVP,
     VJP,
     VMAP,
+    symbol_of,
 )
 from .ad_checkpoint import CheckpointPlan, checkpoint_plan, lower_checkpoints
 from .ad_cleanup import fold_stop_gradients, strip_bookkeeping
@@ -88,10 +95,6 @@ def register_inner_lowerer(name: str, lower: Callable[[Any, ir.Operation], None]
 
 def _inner_kinds() -> tuple[str, ...]:
     return AD_OPS + tuple(INNER_LOWERERS)
-
-
-def _fn_attr(op: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(op.attributes["fn"]).value
 
 
 def _zero_of(b: Builder, v: ir.Value) -> ir.Value:
@@ -185,7 +188,7 @@ class ADDriver:
             self.lower_all(fn, _inner_kinds())
             for o in walk_ops(fn):
                 if op_name(o) == "func.call":
-                    callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+                    callee = symbol_of(o, "callee")
                     if callee in self.functions():
                         self.prepare(callee, o)
         finally:
@@ -218,7 +221,7 @@ class ADDriver:
                 raise self.fail(op, f"{what} #{i} has type {g}, expected {w}")
 
     def lower_jvp_op(self, op: ir.Operation) -> None:
-        name = _fn_attr(op)
+        name = symbol_of(op, "fn")
         fn = self.lookup(name, op)
         ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
@@ -242,7 +245,7 @@ class ADDriver:
             wrt = list(ir.DenseI64ArrayAttr(op.attributes["wrt"]))
         for i in wrt:
             if not 0 <= i < len(params):
-                raise self.fail(op, f"wrt index {i} is out of range: @{_fn_attr(op)} has "
+                raise self.fail(op, f"wrt index {i} is out of range: @{symbol_of(op, 'fn')} has "
                                     f"{len(params)} parameters")
             if not is_float(params[i]):
                 raise self.fail(op, f"wrt index {i} refers to a parameter of non-float type "
@@ -252,7 +255,7 @@ class ADDriver:
         return wrt
 
     def lower_vjp_op(self, op: ir.Operation) -> None:
-        name = _fn_attr(op)
+        name = symbol_of(op, "fn")
         fn = self.lookup(name, op)
         ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
@@ -542,7 +545,7 @@ class ADDriver:
         for o in prefix:
             if op_name(o) != "func.call":
                 continue
-            callee = self.functions().get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+            callee = self.functions().get(symbol_of(o, "callee"))
             if callee is None or not callee.regions[0].blocks:
                 continue
             cblock = callee.regions[0].blocks[0]

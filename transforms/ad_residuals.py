@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from ..dialects.vocabulary import CHECKPOINT_NAME
+from ..dialects.vocabulary import CHECKPOINT_NAME, string_of, symbol_of
 from .ad_driver import ADDriver
 from .ad_support import function_type, op_name, walk_ops
 
@@ -48,7 +48,7 @@ def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list
                 return Residual(v.type, idx, "a block argument", "")
             op = v.owner.operation
             if op_name(op) == "func.call" and depth < 16:
-                callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                callee = d.functions().get(symbol_of(op, "callee"))
                 if callee is not None and callee.regions[0].blocks and \
                         CHECKPOINT_NAME not in callee.attributes:
                     cret = list(callee.regions[0].blocks[0].operations)[-1]
@@ -70,9 +70,9 @@ def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list
             # The result of a `checkpoint_name` identity, or the value it names.
             for c in [op] + [u.owner for u in v.uses]:
                 if op_name(c) == "func.call":
-                    callee = d.functions().get(ir.FlatSymbolRefAttr(c.attributes["callee"]).value)
+                    callee = d.functions().get(symbol_of(c, "callee"))
                     if callee is not None and CHECKPOINT_NAME in callee.attributes:
-                        name = ir.StringAttr(callee.attributes[CHECKPOINT_NAME]).value
+                        name = string_of(callee, CHECKPOINT_NAME)
                         what = f"checkpoint_name '{name}'"
                         break
             return Residual(v.type, None, what, where)

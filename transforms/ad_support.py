@@ -54,6 +54,33 @@ def walk_ops(root: ir.Operation | ir.OpView) -> list[ir.Operation]:
     return out
 
 
+def clone_remapped(op: ir.Operation | ir.OpView, ip: ir.InsertionPoint,
+                   vmap: dict[ir.Value, ir.Value]) -> ir.Operation:
+    """Clone `op` at `ip`, its operands (also inside nested regions) remapped by
+    `vmap`; the clone's results are added to `vmap` as the images of `op`'s."""
+    c = op.operation.clone(ip=ip)
+    for inner in walk_ops(c):
+        for k, v in enumerate(list(inner.operands)):
+            if v in vmap:
+                inner.operands[k] = vmap[v]
+    for r_old, r_new in zip(op.results, c.results):
+        vmap[r_old] = r_new
+    return c
+
+
+def post_order_ops(module: ir.Operation) -> list[ir.Operation]:
+    """Every op nested in `module` (itself included), in post-order: the order
+    the CPU passes visit ops in, and upstream's default walk order."""
+    ops: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        ops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return ops
+
+
 def is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
     """True if `op` is `ancestor` or nested in one of its regions."""
     cur: Any = op

@@ -70,7 +70,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from ..dialects.vocabulary import PHILOX
-from .ad_support import horner
+from .ad_support import horner, post_order_ops
 from .diagnostics import fail
 from .passes import Pass, register
 
@@ -509,18 +509,6 @@ def emit_draw(spec: DrawSpec, seed: ir.Value, offset: ir.Value) -> ir.Value:
 # ----------------------------------------------------------------------------
 
 
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
-
-
 @register
 @dataclasses.dataclass(frozen=True)
 class LowerRng(Pass):
@@ -529,7 +517,7 @@ class LowerRng(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context:
-            ops = _ops_named(module, PHILOX)
+            ops = [o for o in post_order_ops(module) if o.name == PHILOX]
             specs = [draw_spec(op, self.name) for op in ops]  # every error before any rewrite
             for op, spec in zip(ops, specs):
                 with op.location, ir.InsertionPoint(op):

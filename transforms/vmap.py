@@ -48,6 +48,12 @@ Custom rules (function attributes listed in the README, wherever @f is batched):
   batched rules (`CustomRuleBatcher`), so grad/jvp of vmap call the rules
   instead of differentiating the batched body; this holds whether @f's body
   or its custom_vmap rule batched it.
+
+Modules: this one holds the pass and its driver (`VmapDriver`: batched
+functions per signature, the lowering of each vmap op, rule choice);
+`vmap_batch.py` batches one function's body op by op (`BatchTrace`);
+`vmap_custom.py` checks and calls custom_vmap rules and batches custom
+differentiation rules (`CustomRuleBatcher`).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from ..dialects.vocabulary import (
     TAPED,
     VMAP,
     i64s_of,
+    symbol_of,
 )
 from .ad_checkpoint import lower_checkpoints
 from .ad_cleanup import fold_stop_gradients
@@ -157,7 +164,7 @@ class VmapDriver:
             self.ad_driver().prepare(name, at)
         for o in walk_ops(fn):
             if op_name(o) == "func.call":
-                callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+                callee = symbol_of(o, "callee")
                 callee_fn = self.functions().get(callee)
                 if callee_fn is not None and callee_fn.regions[0].blocks:
                     self.prepare(callee, o)
@@ -305,7 +312,7 @@ class VmapDriver:
         if "fn" not in op.attributes or not isinstance(op.attributes["fn"],
                                                        ir.FlatSymbolRefAttr):
             raise self.fail(op, f"'{VMAP}' needs an 'fn' symbol attribute")
-        fname = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+        fname = symbol_of(op, "fn")
         for key in ("in_axes", "out_axes"):
             if key not in op.attributes or not isinstance(op.attributes[key],
                                                           ir.DenseI64ArrayAttr):

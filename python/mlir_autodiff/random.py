@@ -59,7 +59,7 @@ from .rng_state import (  # the generator's state lives a layer down, where `api
     set_state,
 )
 from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
-from .transforms.ad_support import symbol_refs
+from .transforms.ad_support import sym_name, symbol_refs, walk_ops
 
 ShapeLike = int | Sequence[int]
 
@@ -566,8 +566,7 @@ def draws_statefully(func_op: ir.Operation) -> bool:
     """Whether a function draws from the implicit generator, itself or through the
     functions it names (key-rooted functions excepted: they draw from their key)."""
     module = func_op.parent
-    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
-             for op in module.regions[0].blocks[0].operations
+    funcs = {sym_name(op): op.operation for op in module.regions[0].blocks[0].operations
              if op.operation.name == "func.func"}
     seen: set[str] = set()
     stack = [func_op]
@@ -575,23 +574,15 @@ def draws_statefully(func_op: ir.Operation) -> bool:
         fn = stack.pop()
         if KEY_ATTR in fn.attributes and fn != func_op:
             continue
-        found = False
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            nonlocal found
-            if op.name == RANDOM:
-                found = True
-                return ir.WalkResult.INTERRUPT
+        ops = walk_ops(fn)
+        if any(op.name == RANDOM for op in ops):
+            return True
+        for op in ops:
             for name in op.attributes:
                 for ref in symbol_refs(op.attributes[name]):
                     if ref in funcs and ref not in seen:
                         seen.add(ref)
                         stack.append(funcs[ref])
-            return ir.WalkResult.ADVANCE
-
-        fn.walk(visit)
-        if found:
-            return True
     return False
 
 

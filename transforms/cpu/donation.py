@@ -15,7 +15,7 @@ import dataclasses
 from mlir import ir
 
 from ...dialects.vocabulary import DONATED_ARGS, RESULT_ARGS
-from ..bufferize import post_order_ops
+from ..ad_support import post_order_ops
 from ..diagnostics import fail
 from ..passes import Pass
 

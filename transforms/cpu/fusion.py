@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from mlir import ir
 
 from ...dialects.vocabulary import PINNED_RESULTS
-from ..bufferize import post_order_ops
+from ..ad_support import post_order_ops
 from ..passes import Pass
 from .classify import classify, map_dims, named_maps, ranges_from_maps
 from .donation import public_definitions

@@ -15,8 +15,7 @@ from mlir import ir
 
 from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
 from ...dialects.vocabulary import ROW_TILES as ROW_LOOP_ATTR
-from ..ad_support import defining_op, int_constant, is_inside
-from ..bufferize import post_order_ops
+from ..ad_support import defining_op, int_constant, is_inside, post_order_ops
 from ..passes import Pass, register
 from .classify import classify
 from .parameters import (

@@ -5,9 +5,10 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from ...dialects.vocabulary import CHECKPOINT, PHILOX, RANDOM, STOP_GRADIENT
-from ..ad_support import is_float, op_name, residual_operands
+from ...dialects.vocabulary import CHECKPOINT, PHILOX, RANDOM, STOP_GRADIENT, symbol_of
+from ..ad_support import op_name, residual_operands
 from .batching import BatchBuilder, defbatch, defvectorized
+from .func import call_backward, jvp_of_call
 from .registry import defjvp_rule, defvjp, defzero
 from .structured import attrs_of
 
@@ -16,33 +17,16 @@ defzero(STOP_GRADIENT)
 defvectorized(STOP_GRADIENT)
 
 
-def _fn(op: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(op.attributes["fn"]).value
-
-
 def _checkpoint_jvp(b, op, tangents):
     """checkpoint @g(xs) -> checkpoint @g_jvp(xs, txs): forward mode keeps nothing, but
     the jvp stays a checkpoint (same policy), so a later reverse pass recomputes it."""
-    if all(t is None for t in tangents):
-        return [None] * len(op.results)
-    name = b.ad.jvp_function(_fn(op), op, frozenset(
-        i for i, (t, x) in enumerate(zip(tangents, op.operands))
-        if t is None and is_float(x.type)))
-    xs = list(op.operands)
-    ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
-    n = len(op.results)
-    attrs = {k: op.attributes[k] for k in op.attributes}
-    attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
-    new = b.create(CHECKPOINT, [*xs, *ts], [r.type for r in op.results] * 2, attrs)
-    outs = list(new.results)
-    b.ad.replace_op(op, outs[:n])
-    return [t if is_float(t.type) else None for t in outs[n:]]
+    return jvp_of_call(b, op, tangents, "fn", keep_attrs=True)
 
 
 def _checkpoint_vjp(b, op, cts):
     """The forward code saves only what the policy allows (plain call of @g when
     nothing); the backward code recomputes the rest of @g's residuals, then runs
-    @g's backward function. See `Driver.checkpoint_plan`."""
+    @g's backward function. See `ad_checkpoint.checkpoint_plan`."""
     xs = list(op.operands)
     wrt = [i for i, x in enumerate(xs) if b.ad.is_active(x)]
     if not wrt or all(c is None for c in cts):
@@ -60,13 +44,7 @@ def _checkpoint_vjp(b, op, cts):
                          {"callee": ir.FlatSymbolRefAttr.get(plan.remat)})
         returned = list(rcall.results)
     residuals = residual_operands(plan.spec, xs, returned)
-    ct_vals = [b.materialize(c, r) for c, r in zip(cts, outs[:n])]
-    bcall = b.create("func.call", [*residuals, *ct_vals], [xs[i].type for i in wrt],
-                     {"callee": ir.FlatSymbolRefAttr.get(plan.bwd)})
-    grads: list = [None] * len(xs)
-    for i, g in zip(wrt, bcall.results):
-        grads[i] = g
-    return grads
+    return call_backward(b, plan.bwd, residuals, cts, outs[:n], xs, wrt)
 
 
 defjvp_rule(CHECKPOINT, _checkpoint_jvp)
@@ -78,7 +56,7 @@ defvjp(CHECKPOINT, _checkpoint_vjp)
 
 def _checkpoint_batch(b, op, vals, batched):
     """A checkpointed call stays a checkpoint, of the batched callee."""
-    callee = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+    callee = symbol_of(op, "fn")
     name, types, flags = b.bt.batched_callee(callee, list(batched), op)
     attrs = attrs_of(op)
     attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
