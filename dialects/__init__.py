@@ -21,18 +21,19 @@ from mlir.dialects import irdl
 from mlir.dialects._ods_common import _cext
 
 from .verify import DISTRIBUTIONS, RANDOMNESS, SPECS
+from .vocabulary import CHECKPOINT, JVP, PHILOX, RANDOM, STOP_GRADIENT, VJP, VMAP
 
 IRDL_FILE = Path(__file__).with_name("autodiff.irdl.mlir")
 
 #: Every op the dialect defines, by full name.
 OP_NAMES = (
-    "autodiff.jvp",
-    "autodiff.vjp",
-    "autodiff.vmap",
-    "autodiff.stop_gradient",
-    "autodiff.checkpoint",
-    "autodiff.random",
-    "autodiff.philox",
+    JVP,
+    VJP,
+    VMAP,
+    STOP_GRADIENT,
+    CHECKPOINT,
+    RANDOM,
+    PHILOX,
 )
 
 
@@ -160,7 +161,7 @@ class _AutodiffOp(ir.OpView):
 class JvpOp(_AutodiffOp):
     """`autodiff.jvp {fn}`: (primals..., tangents...) -> (outputs..., output tangents...)."""
 
-    OPERATION_NAME = "autodiff.jvp"
+    OPERATION_NAME = JVP
 
     def __init__(self, result_types, primals, tangents, fn, *, loc=None, ip=None):
         self._init(result_types, [*primals, *tangents], {"fn": _symbol(fn)}, loc, ip)
@@ -174,7 +175,7 @@ def jvp(result_types, primals, tangents, fn, *, loc=None, ip=None):
 class VjpOp(_AutodiffOp):
     """`autodiff.vjp {fn, wrt?}`: (primals..., cotangents...) -> (outputs..., input cotangents...)."""
 
-    OPERATION_NAME = "autodiff.vjp"
+    OPERATION_NAME = VJP
 
     def __init__(self, result_types, primals, cotangents, fn, wrt=None, *, loc=None, ip=None):
         attrs = {"fn": _symbol(fn)}
@@ -193,7 +194,7 @@ def vjp(result_types, primals, cotangents, fn, wrt=None, *, loc=None, ip=None):
 class VmapOp(_AutodiffOp):
     """`autodiff.vmap {fn, in_axes, out_axes, randomness}`: args... -> results..."""
 
-    OPERATION_NAME = "autodiff.vmap"
+    OPERATION_NAME = VMAP
 
     def __init__(
         self, result_types, args, fn, in_axes, out_axes, randomness="error", *, loc=None, ip=None
@@ -219,7 +220,7 @@ def vmap(result_types, args, fn, in_axes, out_axes, randomness="error", *, loc=N
 class StopGradientOp(_AutodiffOp):
     """`autodiff.stop_gradient`: identity with a zero derivative."""
 
-    OPERATION_NAME = "autodiff.stop_gradient"
+    OPERATION_NAME = STOP_GRADIENT
 
     def __init__(self, x, *, loc=None, ip=None):
         (value,) = _values([x])
@@ -234,7 +235,7 @@ def stop_gradient(x, *, loc=None, ip=None) -> ir.Value:
 class CheckpointOp(_AutodiffOp):
     """`autodiff.checkpoint {fn}`: a call recomputed, not saved, in the backward pass."""
 
-    OPERATION_NAME = "autodiff.checkpoint"
+    OPERATION_NAME = CHECKPOINT
 
     def __init__(self, result_types, args, fn, *, loc=None, ip=None):
         self._init(result_types, args, {"fn": _symbol(fn)}, loc, ip)
@@ -258,7 +259,7 @@ def _distribution_attrs(distribution: str, params: dict[str, float]) -> dict[str
 class RandomOp(_AutodiffOp):
     """`autodiff.random {distribution, low/high | mean/std}`: a draw from the implicit generator."""
 
-    OPERATION_NAME = "autodiff.random"
+    OPERATION_NAME = RANDOM
 
     def __init__(self, result_type, distribution="uniform", *, loc=None, ip=None, **params):
         self._init([result_type], [], _distribution_attrs(distribution, params), loc, ip)
@@ -272,7 +273,7 @@ def random(result_type, distribution="uniform", *, loc=None, ip=None, **params) 
 class PhiloxOp(_AutodiffOp):
     """`autodiff.philox {distribution}`: (seed: i64, offset: i64) -> tensor, Philox4x32-10."""
 
-    OPERATION_NAME = "autodiff.philox"
+    OPERATION_NAME = PHILOX
 
     def __init__(self, result_type, seed, offset, distribution="uniform", *, loc=None, ip=None,
                  **params):

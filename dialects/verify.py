@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from mlir import ir
 
+from .vocabulary import CHECKPOINT, JVP, PHILOX, RANDOM, STOP_GRADIENT, VJP, VMAP, is_autodiff
+
 DISTRIBUTIONS = ("uniform", "normal", "bits")
 RANDOMNESS = ("error", "different", "same")
 
@@ -127,20 +129,20 @@ def _philox(op: ir.Operation) -> str | None:
 _DIST_PARAMS = {"low": _FLOAT, "high": _FLOAT, "mean": _FLOAT, "std": _FLOAT}
 
 SPECS: dict[str, OpSpec] = {
-    "autodiff.jvp": OpSpec({"fn": _SYMBOL}),
-    "autodiff.vjp": OpSpec({"fn": _SYMBOL}, {"wrt": _I64_ARRAY}),
-    "autodiff.vmap": OpSpec({
+    JVP: OpSpec({"fn": _SYMBOL}),
+    VJP: OpSpec({"fn": _SYMBOL}, {"wrt": _I64_ARRAY}),
+    VMAP: OpSpec({
         "fn": _SYMBOL,
         "in_axes": _I64_ARRAY,
         "out_axes": _I64_ARRAY,
         "randomness": _one_of(RANDOMNESS),
     }),
-    "autodiff.stop_gradient": OpSpec({}, num_operands=1, num_results=1, extra=_stop_gradient),
-    "autodiff.checkpoint": OpSpec({"fn": _SYMBOL}, {"policy": _base("builtin.string",
+    STOP_GRADIENT: OpSpec({}, num_operands=1, num_results=1, extra=_stop_gradient),
+    CHECKPOINT: OpSpec({"fn": _SYMBOL}, {"policy": _base("builtin.string",
                                                                      ir.StringAttr)}),
-    "autodiff.random": OpSpec({"distribution": _one_of(DISTRIBUTIONS)}, _DIST_PARAMS,
+    RANDOM: OpSpec({"distribution": _one_of(DISTRIBUTIONS)}, _DIST_PARAMS,
                               num_operands=0, num_results=1, extra=_tensor_result),
-    "autodiff.philox": OpSpec({"distribution": _one_of(DISTRIBUTIONS)}, _DIST_PARAMS,
+    PHILOX: OpSpec({"distribution": _one_of(DISTRIBUTIONS)}, _DIST_PARAMS,
                               num_operands=2, num_results=1, extra=_philox),
 }
 
@@ -192,7 +194,7 @@ def verify(root: ir.Operation, *, allow_unregistered: bool = False) -> bool:
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal ok
         name = op.name
-        if name.startswith("autodiff."):
+        if is_autodiff(name):
             problem = check_op(op)
         elif allow_unregistered or ctx.is_registered_operation(name):
             problem = None

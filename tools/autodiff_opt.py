@@ -427,7 +427,7 @@ class _Router:
 # ----------------------------------------------------------------------------
 
 
-class Driver:
+class OptRun:
     """One run of autodiff-opt: a context, a pass pipeline, the input's chunks."""
 
     def __init__(self, opts: Options) -> None:
@@ -761,7 +761,7 @@ def _main(argv: list[str]) -> int:
     if opts.list_passes:
         sys.stdout.write(list_passes())
         return 0
-    return _call_with_big_stack(Driver(opts).run)
+    return _call_with_big_stack(OptRun(opts).run)
 
 
 def main(argv: list[str] | None = None) -> int:

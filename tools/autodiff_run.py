@@ -45,8 +45,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 from mlir import ir
-
 from mlir_autodiff import dialects
+from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import (
     CompiledModule,
     CompileError,
@@ -55,6 +55,7 @@ from mlir_autodiff.runtime import (
     signature_of,
 )
 from mlir_autodiff.tools.common import ToolError, guarded_main, read_input
+from mlir_autodiff.transforms.ad_support import walk_ops
 from mlir_autodiff.transforms.diagnostics import Diag, mlir_error_diags
 from mlir_autodiff.transforms.passes import lookup
 from mlir_autodiff.transforms.pipeline import (
@@ -329,17 +330,7 @@ def _parse_module(path: str, ctx: ir.Context) -> ir.Module:
 
 
 def _has_autodiff_ops(module: ir.Module) -> bool:
-    found = False
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        nonlocal found
-        if op.name.startswith("autodiff."):
-            found = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return any(is_autodiff(op.name) for op in walk_ops(module.operation))
 
 
 def _pass_runner(pipeline: str, ctx: ir.Context) -> PassManagerRunner | None:

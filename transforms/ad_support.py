@@ -12,7 +12,7 @@ passes' clean-up turns them into `linalg.generic` with upstream
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from mlir import ir
@@ -52,6 +52,33 @@ def walk_ops(root: ir.Operation | ir.OpView) -> list[ir.Operation]:
 
     root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
     return out
+
+
+def clone_remapped(op: ir.Operation | ir.OpView, ip: ir.InsertionPoint,
+                   vmap: dict[ir.Value, ir.Value]) -> ir.Operation:
+    """Clone `op` at `ip`, its operands (also inside nested regions) remapped by
+    `vmap`; the clone's results are added to `vmap` as the images of `op`'s."""
+    c = op.operation.clone(ip=ip)
+    for inner in walk_ops(c):
+        for k, v in enumerate(list(inner.operands)):
+            if v in vmap:
+                inner.operands[k] = vmap[v]
+    for r_old, r_new in zip(op.results, c.results):
+        vmap[r_old] = r_new
+    return c
+
+
+def post_order_ops(module: ir.Operation) -> list[ir.Operation]:
+    """Every op nested in `module` (itself included), in post-order: the order
+    the CPU passes visit ops in, and upstream's default walk order."""
+    ops: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        ops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return ops
 
 
 def is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
@@ -354,3 +381,65 @@ def unique_name(taken: set[str] | dict[str, object], base: str) -> str:
     while f"{base}_{i}" in taken:
         i += 1
     return f"{base}_{i}"
+
+
+# -- symbols ---------------------------------------------------------------------
+
+
+def sym_name(op: ir.Operation | ir.OpView) -> str:
+    """The `sym_name` of a symbol op (a function)."""
+    return ir.StringAttr(op.operation.attributes["sym_name"]).value
+
+
+def function_type(fn: ir.Operation | ir.OpView) -> ir.FunctionType:
+    """The type of a `func.func`."""
+    return fn.operation.attributes["function_type"].value
+
+
+def symbol_refs(attr: ir.Attribute) -> Iterator[str]:
+    """The symbol names referenced anywhere inside `attr` (a callee, an `fn`, the
+    dictionaries and arrays of custom rules); of a nested reference, its root."""
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        yield attr.value
+    elif isinstance(attr, ir.SymbolRefAttr):
+        yield str(attr).lstrip("@").split("::")[0].strip('"')
+    elif isinstance(attr, ir.ArrayAttr):
+        for a in attr:
+            yield from symbol_refs(a)
+    elif isinstance(attr, ir.DictAttr):
+        for i in range(len(attr)):
+            yield from symbol_refs(attr[i].attr)
+
+
+def unique_symbol(module: ir.Operation | ir.OpView | ir.Module, base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ...: a name no symbol at the top of `module` has."""
+    body = module.body if isinstance(module, ir.Module) else module.operation.regions[0].blocks[0]
+    return unique_name({sym_name(op) for op in body.operations
+                        if "sym_name" in op.operation.attributes}, base)
+
+
+# -- polynomials -----------------------------------------------------------------
+
+
+def horner(x: ir.Value, coeffs: Sequence[float], *, fused: bool = False,
+           highest_first: bool = False) -> ir.Value:
+    """coeffs[0] + x * (coeffs[1] + x * (...)) in x's float type (`highest_first`:
+    the coefficients are given from the highest degree down); `fused`: each step is
+    one `math.fma` (one rounding) instead of `arith.mulf` then `arith.addf`."""
+    from mlir.dialects import arith
+    from mlir.dialects import math as math_d
+
+    t = x.type
+    if highest_first:
+        coeffs = list(reversed(coeffs))
+
+    def const(c: float) -> ir.Value:
+        return arith.constant(t, ir.FloatAttr.get(t, c))
+
+    acc = const(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        if fused:
+            acc = math_d.fma(acc, x, const(c))
+        else:
+            acc = arith.addf(arith.mulf(acc, x), const(c))
+    return acc

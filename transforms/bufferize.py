@@ -16,22 +16,8 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import tensor as tensor_d
 
-from .ad_support import walk_ops
+from .ad_support import post_order_ops, walk_ops
 from .passes import Pass, register
-
-
-def post_order_ops(module: ir.Operation) -> list[ir.Operation]:
-    """Every op nested in `module` (itself included), in post-order: the order
-    the CPU passes visit ops in (`ad_support.walk_ops` is pre-order)."""
-    ops: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        ops.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return ops
-
 
 BUFFERIZE = (
     "one-shot-bufferize{bufferize-function-boundaries "

@@ -82,40 +82,39 @@ an `autodiff.rng_key` that does not name a `tensor<2xi64>` argument.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from .ad_support import int_constant
+from ..dialects.vocabulary import (
+    AD_OPS,
+    CHECKPOINT,
+    JVP,
+    PHILOX,
+    RANDOM,
+    RNG_BLOCKS,
+    RNG_KEY,
+    RNG_PINS,
+    RNG_STATE,
+    VJP,
+    VMAP,
+)
+from .ad_support import int_constant, symbol_refs, walk_ops
 from .diagnostics import PassFailure, emit_error
 from .lower_rng import DrawSpec, draw_spec
 from .passes import Pass, register
 
 PASS = "autodiff-functionalize-rng"
-RANDOM = "autodiff.random"
-PHILOX = "autodiff.philox"
 #: Ops that use a function by symbol: calls, and the transforms that run it.
 _CALLS = {
     "func.call": "callee",
-    "autodiff.checkpoint": "fn",
-    "autodiff.jvp": "fn",
-    "autodiff.vjp": "fn",
-    "autodiff.vmap": "fn",
+    CHECKPOINT: "fn",
+    JVP: "fn",
+    VJP: "fn",
+    VMAP: "fn",
 }
-#: Of those, the ones whose results put the advanced offset after the outputs
-#: (before tangents or cotangents).
-_TRANSFORMS = ("autodiff.jvp", "autodiff.vjp")
 #: Region ops whose regions the pass threads state through.
 _STRUCTURED = ("scf.if", "scf.for", "scf.execute_region")
-#: The attribute marking functions whose last two args / last result are the RNG state.
-STATE_ATTR = "autodiff.rng_state"
-#: The counter blocks one call consumes, on functions where it is a constant.
-BLOCKS_ATTR = "autodiff.rng_blocks"
-#: On functions that take their RNG state from a key argument: its index.
-KEY_ATTR = "autodiff.rng_key"
-#: On an `autodiff.random` of a key: the key-rooted function it pins to the stream.
-PIN_ATTR = "autodiff.rng_pins"
 
 
 def _i64() -> ir.Type:
@@ -126,36 +125,12 @@ def _const(t: ir.Type, value: int) -> ir.Value:
     return arith.constant(t, ir.IntegerAttr.get(t, value))
 
 
-def _walk(root: ir.Operation) -> list[ir.Operation]:
-    out: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        out.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return out
-
-
 def _callee(op: ir.Operation) -> str | None:
     key = _CALLS.get(op.name)
     if key is None or key not in op.attributes:
         return None
     return ir.FlatSymbolRefAttr(op.attributes[key]).value
 
-
-def _symbol_refs(attr: ir.Attribute) -> Iterator[str]:
-    """Flat symbol names referenced anywhere inside `attr`."""
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        yield attr.value
-    elif isinstance(attr, ir.SymbolRefAttr):
-        yield str(attr).lstrip("@").split("::")[0].strip('"')
-    elif isinstance(attr, ir.ArrayAttr):
-        for a in attr:
-            yield from _symbol_refs(a)
-    elif isinstance(attr, ir.DictAttr):
-        for i in range(len(attr)):
-            yield from _symbol_refs(attr[i].attr)
 
 
 def _static_trips(for_op: ir.Operation) -> int | None:
@@ -233,7 +208,7 @@ class _Functionalizer:
         self.keyed = self._key_arguments()
         direct: dict[str, bool] = {name: False for name in self.funcs}
         edges: dict[str, set[str]] = {name: set() for name in self.funcs}
-        all_ops = _walk(self.module)
+        all_ops = walk_ops(self.module)
         for op in all_ops:
             if op.name != RANDOM:
                 continue
@@ -248,7 +223,7 @@ class _Functionalizer:
                 continue
             direct[ir.StringAttr(fn.attributes["sym_name"]).value] = True
         for name, fn in self.funcs.items():
-            for op in _walk(fn):
+            for op in walk_ops(fn):
                 callee = _callee(op)
                 if callee in self.funcs:
                     edges[name].add(callee)
@@ -276,25 +251,25 @@ class _Functionalizer:
             self.consumption[name] = self._region_consumption(self.funcs[name].regions[0])
 
     def _pinned(self, op: ir.Operation) -> list[str]:
-        """The key-rooted functions an `autodiff.random` pins (`PIN_ATTR`), if any."""
-        if op.name != RANDOM or PIN_ATTR not in op.attributes:
+        """The key-rooted functions an `autodiff.random` pins (`RNG_PINS`), if any."""
+        if op.name != RANDOM or RNG_PINS not in op.attributes:
             return []
-        attr = op.attributes[PIN_ATTR]
+        attr = op.attributes[RNG_PINS]
         key_type = ir.RankedTensorType.get([2], _i64())
         refs = list(attr) if isinstance(attr, ir.ArrayAttr) else [attr]
         names = [ir.FlatSymbolRefAttr(r).value if isinstance(r, ir.FlatSymbolRefAttr) else None
                  for r in refs]
         if not names or any(n not in self.keyed for n in names) \
                 or op.results[0].type != key_type:
-            self.error(op, f"'{PIN_ATTR}' must be on a {key_type} draw and name functions "
-                           f"marked '{KEY_ATTR}', got {attr}")
+            self.error(op, f"'{RNG_PINS}' must be on a {key_type} draw and name functions "
+                           f"marked '{RNG_KEY}', got {attr}")
             return []
         return names
 
     def _pin_blocks(self, op: ir.Operation) -> int | None:
         """For a pinning draw: the most blocks one call of a pinned function consumes
         (None: not static)."""
-        attr = op.attributes[PIN_ATTR]
+        attr = op.attributes[RNG_PINS]
         refs = list(attr) if isinstance(attr, ir.ArrayAttr) else [attr]
         used = [self.consumption.get(ir.FlatSymbolRefAttr(r).value, 0) for r in refs]
         return None if None in used else max(used)
@@ -304,13 +279,13 @@ class _Functionalizer:
         key_type = ir.RankedTensorType.get([2], _i64())
         keyed: dict[str, int] = {}
         for name, fn in self.funcs.items():
-            if KEY_ATTR not in fn.attributes:
+            if RNG_KEY not in fn.attributes:
                 continue
-            attr = fn.attributes[KEY_ATTR]
+            attr = fn.attributes[RNG_KEY]
             args = fn.regions[0].blocks[0].arguments
             index = ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else -1
             if not 0 <= index < len(args) or args[index].type != key_type:
-                self.error(fn, f"'{KEY_ATTR}' of '@{name}' must be the index of a "
+                self.error(fn, f"'{RNG_KEY}' of '@{name}' must be the index of a "
                                f"{key_type} argument (the key [seed, offset]), got {attr}")
                 continue
             keyed[name] = index
@@ -318,7 +293,7 @@ class _Functionalizer:
 
     def _draw_sites(self, fn: ir.Operation) -> list[ir.Operation]:
         return [
-            op for op in _walk(fn)
+            op for op in walk_ops(fn)
             if op.name == RANDOM or _callee(op) in self.drawing
         ]
 
@@ -373,7 +348,7 @@ class _Functionalizer:
                     continue
                 if op.name == "func.func" and attr_name == "sym_name":
                     continue
-                for ref in _symbol_refs(op.attributes[attr_name]):
+                for ref in symbol_refs(op.attributes[attr_name]):
                     if ref not in self.drawing:
                         continue
                     self.error(
@@ -401,7 +376,7 @@ class _Functionalizer:
         return order
 
     def _draws(self, op: ir.Operation) -> bool:
-        return any(o.name == RANDOM or _callee(o) in self.drawing for o in _walk(op))
+        return any(o.name == RANDOM or _callee(o) in self.drawing for o in walk_ops(op))
 
     def _region_consumption(self, region: ir.Region) -> int | None:
         total = 0
@@ -415,7 +390,7 @@ class _Functionalizer:
 
     def _op_consumption(self, op: ir.Operation) -> int | None:
         if op.name == RANDOM:
-            if PIN_ATTR in op.attributes and self._pin_blocks(op) is not None:
+            if RNG_PINS in op.attributes and self._pin_blocks(op) is not None:
                 return self._pin_blocks(op)
             return self.specs[op].blocks
         callee = _callee(op)
@@ -455,9 +430,9 @@ class _Functionalizer:
             )
             _extend_dict_array(fn, "arg_attrs", 2)
             _extend_dict_array(fn, "res_attrs", 1)
-            fn.attributes[STATE_ATTR] = ir.UnitAttr.get()
+            fn.attributes[RNG_STATE] = ir.UnitAttr.get()
             if self.consumption[name] is not None:
-                fn.attributes[BLOCKS_ATTR] = ir.IntegerAttr.get(i64, self.consumption[name])
+                fn.attributes[RNG_BLOCKS] = ir.IntegerAttr.get(i64, self.consumption[name])
             end = self._thread_block(block, _State(offset))
             _append_to_terminator(block, end)
 
@@ -474,7 +449,7 @@ class _Functionalizer:
         if op.name == RANDOM:
             spec = self.specs[op]
             offset = state.value(ip)
-            if PIN_ATTR in op.attributes:
+            if RNG_PINS in op.attributes:
                 blocks = self._pin_blocks(op)
                 if blocks is not None:
                     with ip:
@@ -482,7 +457,7 @@ class _Functionalizer:
                     op.results[0].replace_all_uses_with(key)
                     op.erase()
                     return state.advanced(blocks)
-            attrs = {k: op.attributes[k] for k in op.attributes if k != PIN_ATTR}
+            attrs = {k: op.attributes[k] for k in op.attributes if k != RNG_PINS}
             if self.in_keyed:
                 attrs["keyed"] = ir.UnitAttr.get()
             new = ir.Operation.create(
@@ -531,13 +506,13 @@ class _Functionalizer:
         attrs = {k: op.attributes[k] for k in op.attributes}
         operands, types = list(op.operands), [r.type for r in op.results]
         n_in, n_out = len(self.signatures[callee][0]), len(self.signatures[callee][1])
-        if op.name == "autodiff.jvp":
+        if op.name == JVP:
             with ip:
                 zero = _const(i64, 0)
             new_operands = [*operands[:n_in], self.seed, offset, *operands[n_in:], zero, zero]
             new_types = [*types[:n_out], i64, *types[n_out:], i64]
             keep = [*range(n_out), *range(n_out + 1, 2 * n_out + 1)]
-        elif op.name == "autodiff.vjp":
+        elif op.name == VJP:
             with ip:
                 zero = _const(i64, 0)
             new_operands = [*operands[:n_in], self.seed, offset, *operands[n_in:], zero]
@@ -547,7 +522,7 @@ class _Functionalizer:
             new_operands = [*operands, self.seed, offset]
             new_types = [*types, i64]
             keep = list(range(len(types)))
-        if op.name == "autodiff.vmap":
+        if op.name == VMAP:
             for key, extra in (("in_axes", 2), ("out_axes", 1)):
                 attrs[key] = ir.DenseI64ArrayAttr.get(
                     [*ir.DenseI64ArrayAttr(attrs[key]), *([-1] * extra)]
@@ -565,7 +540,7 @@ class _Functionalizer:
         used = self._use_consumption(new, callee)
         if used is not None:
             return state.advanced(used)
-        return _State(new.results[n_out if new.name in _TRANSFORMS else len(new_types) - 1])
+        return _State(new.results[n_out if new.name in AD_OPS else len(new_types) - 1])
 
     def _use_consumption(self, op: ir.Operation, callee: str) -> int | None:
         """The blocks one use of a drawing function consumes (None: not static).
@@ -574,7 +549,7 @@ class _Functionalizer:
         ranges, see `--autodiff-vmap`); any other mode draws once for the batch.
         """
         once = self.consumption[callee]
-        if op.name != "autodiff.vmap" or once is None:
+        if op.name != VMAP or once is None:
             return once
         mode = "error"
         if "randomness" in op.attributes:

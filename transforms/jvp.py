@@ -2,7 +2,7 @@
 
 `@f_jvp` (primals..., tangents...) -> (outputs..., output tangents...) is
 generated once per function from the per-op JVP rules in `rules/`, or is the
-function's `autodiff.custom_jvp` rule (see autodiff_common for custom rules
+function's `autodiff.custom_jvp` rule (see ad_driver for custom rules
 and checkpoints). The clean-up (elementwise ops on tensors to linalg, canonicalize, cse) runs on the
 module afterwards, as upstream pipelines do.
 """
@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from .autodiff_common import dedupe_private_results, run_pass
+from ..dialects.vocabulary import JVP
+from .ad_cleanup import dedupe_private_results
+from .ad_driver import run_pass
 from .passes import Pass, PipelineElement, register
 
 CLEANUP: tuple[str, ...] = (
@@ -30,7 +32,7 @@ class JvpCore(Pass):
     summary = "Lower autodiff.jvp ops (without clean-up)"
 
     def run(self, module: ir.Operation) -> None:
-        run_pass(module, "autodiff-jvp", "autodiff.jvp")
+        run_pass(module, "autodiff-jvp", JVP)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from mlir import ir, passmanager
 
+from .ad_support import post_order_ops
 from .diagnostics import PassFailure
 
 _PIPELINE = "func.func(lift-cf-to-scf,canonicalize,cse)"
@@ -31,41 +32,18 @@ _PIPELINE = "func.func(lift-cf-to-scf,canonicalize,cse)"
 
 def _multi_block_regions(fn: ir.Operation) -> list[ir.Operation]:
     """Ops under (and including) `fn` that own a region with several blocks."""
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if any(len(r.blocks) > 1 for r in op.regions):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    fn.walk(visit)
-    return found
+    return [op for op in post_order_ops(fn) if any(len(r.blocks) > 1 for r in op.regions)]
 
 
 def _unstructured_op(fn: ir.Operation) -> ir.Operation | None:
     """The first op lifting left behind that the rules cannot take."""
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name.startswith("cf.") and op.name != "cf.assert" or op.name == "ub.poison":
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    fn.walk(visit)
-    return found[0] if found else None
+    return next((op for op in post_order_ops(fn)
+                 if op.name.startswith("cf.") and op.name != "cf.assert"
+                 or op.name == "ub.poison"), None)
 
 
 def _switches(fn: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "scf.index_switch":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    fn.walk(visit)
-    return found
+    return [op for op in post_order_ops(fn) if op.name == "scf.index_switch"]
 
 
 def _switch_to_ifs(op: ir.Operation) -> None:
@@ -113,15 +91,7 @@ def _poison_to_zero(fn: ir.Operation) -> None:
     """
     from mlir.dialects import arith
 
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "ub.poison":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    fn.walk(visit)
-    for op in found:
+    for op in [o for o in post_order_ops(fn) if o.name == "ub.poison"]:
         t = op.results[0].type
         elt = t.element_type if isinstance(t, ir.RankedTensorType) else t
         if isinstance(elt, ir.FloatType):

@@ -69,6 +69,8 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
+from ..dialects.vocabulary import PHILOX
+from .ad_support import horner, post_order_ops
 from .diagnostics import fail
 from .passes import Pass, register
 
@@ -316,15 +318,6 @@ _LN2_HI = {"f32": 0.693145751953125, "f64": 6.93147180369123816490e-01}
 _LN2_LO = {"f32": 1.428606765330187045e-06, "f64": 1.90821492927058770002e-10}
 
 
-def _horner(x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
-    """coeffs[0] + x * (coeffs[1] + x * (...)), in x's type."""
-    t = x.type
-    acc = _fconst(t, coeffs[-1])
-    for c in reversed(coeffs[:-1]):
-        acc = arith.addf(arith.mulf(acc, x), _fconst(t, c))
-    return acc
-
-
 def _log_unit(v: ir.Value) -> ir.Value:
     """ln(v) for v a positive normal float (f32 or f64).
 
@@ -345,7 +338,7 @@ def _log_unit(v: ir.Value) -> ir.Value:
     e = arith.select(big, arith.addi(e, _iconst(it, 1)), e)
     s = arith.divf(arith.subf(m, _fconst(t, 1.0)), arith.addf(m, _fconst(t, 1.0)))
     s2 = arith.mulf(s, s)
-    series = _horner(s2, [1.0 / (2 * k + 1) for k in range(_LOG_TERMS[key])])
+    series = horner(s2, [1.0 / (2 * k + 1) for k in range(_LOG_TERMS[key])])
     ln_m = arith.mulf(arith.mulf(_fconst(t, 2.0), s), series)
     ef = arith.sitofp(t, e)
     return arith.addf(
@@ -400,8 +393,8 @@ def _sincos_turn(mi: ir.Value, p: int, t: ir.Type) -> tuple[ir.Value, ir.Value]:
     x2 = arith.mulf(x, x)
     sin_c = [(-1) ** k / math.factorial(2 * k + 1) for k in range(_SIN_TERMS[key])]
     cos_c = [(-1) ** k / math.factorial(2 * k) for k in range(_COS_TERMS[key])]
-    sin_x = arith.mulf(x, _horner(x2, sin_c))
-    cos_x = _horner(x2, cos_c)
+    sin_x = arith.mulf(x, horner(x2, sin_c))
+    cos_x = horner(x2, cos_c)
     # Quadrant q mod 4: (sin, cos)(x + q pi/2) = (s, c), (c, -s), (-s, -c), (-c, s).
     i1 = ir.IntegerType.get_signless(1)
     q0 = arith.trunci(i1, q)
@@ -516,18 +509,6 @@ def emit_draw(spec: DrawSpec, seed: ir.Value, offset: ir.Value) -> ir.Value:
 # ----------------------------------------------------------------------------
 
 
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
-
-
 @register
 @dataclasses.dataclass(frozen=True)
 class LowerRng(Pass):
@@ -536,7 +517,7 @@ class LowerRng(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context:
-            ops = _ops_named(module, "autodiff.philox")
+            ops = [o for o in post_order_ops(module) if o.name == PHILOX]
             specs = [draw_spec(op, self.name) for op in ops]  # every error before any rewrite
             for op, spec in zip(ops, specs):
                 with op.location, ir.InsertionPoint(op):

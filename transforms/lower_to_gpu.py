@@ -113,6 +113,8 @@ from mlir.dialects import func as func_d
 from mlir.dialects import memref as memref_d
 from mlir.dialects import tensor as tensor_d
 
+from ..dialects.vocabulary import GPU_NUM_OUTPUTS as NUM_OUTPUTS_ATTR
+from ..dialects.vocabulary import PREFIX
 from .ad_support import int_constant
 from .bufferize import (
     BUFFERIZE,
@@ -131,9 +133,6 @@ GPU_BUFFERIZE = BUFFERIZE if "allow-return-allocs-from-loops" in BUFFERIZE else 
     BUFFERIZE[:-1] + " allow-return-allocs-from-loops}"
 )
 
-#: Name of the function attribute recording how many trailing memref arguments
-#: of a function are out-parameters (its former tensor results).
-NUM_OUTPUTS_ATTR = "autodiff.gpu.num_outputs"
 #: The public wrapper `@f` calls the original body renamed `@f` + this suffix.
 DEVICE_SUFFIX = "_on_device"
 
@@ -265,7 +264,7 @@ class CheckGpuLowerable(_Step):
 
     def apply(self, module: ir.Operation) -> None:
         for op in _walk(module):
-            if op.name.startswith("autodiff."):
+            if op.name.startswith(PREFIX):
                 raise fail(
                     op,
                     f"autodiff-lower-to-gpu: '{op.name}' must be removed by its transform pass "

@@ -42,10 +42,8 @@ import os
 
 from mlir import ir
 
+from ..dialects.vocabulary import RENAMED_SYMBOLS
 from .passes import Pass
-
-#: Module attribute (dictionary of strings): source symbol name -> lowered name.
-RENAMED_SYMBOLS = "autodiff.renamed_symbols"
 
 #: Prefix of a renamed symbol.
 PREFIX = "user$"

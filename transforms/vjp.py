@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from .autodiff_common import run_pass
+from ..dialects.vocabulary import VJP
+from .ad_driver import run_pass
 from .jvp import CLEANUP, DedupeResults
 from .passes import Pass, PipelineElement, register
 
@@ -25,7 +26,7 @@ class VjpCore(Pass):
     summary = "Lower autodiff.vjp ops (without clean-up)"
 
     def run(self, module: ir.Operation) -> None:
-        run_pass(module, "autodiff-vjp", "autodiff.vjp")
+        run_pass(module, "autodiff-vjp", VJP)
 
 
 @register

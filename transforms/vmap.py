@@ -48,6 +48,12 @@ Custom rules (function attributes listed in the README, wherever @f is batched):
   batched rules (`CustomRuleBatcher`), so grad/jvp of vmap call the rules
   instead of differentiating the batched body; this holds whether @f's body
   or its custom_vmap rule batched it.
+
+Modules: this one holds the pass and its driver (`VmapDriver`: batched
+functions per signature, the lowering of each vmap op, rule choice);
+`vmap_batch.py` batches one function's body op by op (`BatchTrace`);
+`vmap_custom.py` checks and calls custom_vmap rules and batches custom
+differentiation rules (`CustomRuleBatcher`).
 """
 
 from __future__ import annotations
@@ -58,234 +64,52 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import func, linalg
+from mlir.dialects import func
 
+from ..dialects.vocabulary import (
+    AD_OPS,
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    CUSTOM_VMAP,
+    IN_AXES,
+    OUT_AXES,
+    RNG_BLOCKS,
+    RNG_STATE,
+    TAPE,
+    TAPED,
+    VMAP,
+    i64s_of,
+    symbol_of,
+)
+from .ad_checkpoint import lower_checkpoints
+from .ad_cleanup import fold_stop_gradients
+from .ad_driver import ADDriver, register_inner_lowerer
 from .ad_support import (
     Builder,
     captured_values,
-    is_float,
     is_tensor,
     op_name,
+    sym_name,
     unique_name,
     walk_ops,
 )
-from .autodiff_common import register_inner_lowerer
 from .diagnostics import PassFailure, fail
 from .passes import Pass, PipelineElement, register
-from .rules.batching import ALWAYS_RULE, BatchBuilder, batch_type, rule_for
+from .rules.batching import BatchBuilder, batch_type
+from .vmap_batch import BatchTrace, broadcast_at, moveaxis_perm, transpose
+from .vmap_custom import (
+    CustomRuleBatcher,
+    PendingRules,
+    VmapRule,
+    call_vmap_rule,
+    check_vmap_rule,
+    types_text,
+)
 
 PASS = "autodiff-vmap"
-#: Attributes of --autodiff-functionalize-rng on functions that draw.
-RNG_STATE = "autodiff.rng_state"
-RNG_BLOCKS = "autodiff.rng_blocks"
-AD_OPS = ("autodiff.jvp", "autodiff.vjp")
-#: Custom rule attributes of a primal function (listed in the README).
-CUSTOM_VJP = "autodiff.custom_vjp"
-CUSTOM_JVP = "autodiff.custom_jvp"
-CUSTOM_VMAP = "autodiff.custom_vmap"
-#: Attributes of a custom_vmap rule function: per argument / result, the axis of
-#: the batch dimension, -1 for an unbatched value.
-IN_AXES = "autodiff.in_axes"
-OUT_AXES = "autodiff.out_axes"
 
 
-def _sym_name(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["sym_name"]).value
-
-
-def _i64s(op: ir.Operation, key: str) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes[key]))
-
-
-def _v(x: Any) -> ir.Value:
-    return x if isinstance(x, ir.Value) else x.results[0]
-
-
-def moveaxis_perm(rank: int, src: int, dst: int) -> list[int]:
-    """The linalg.transpose permutation moving dimension `src` to position `dst`."""
-    order = [d for d in range(rank) if d != src]
-    order.insert(dst, src)
-    return order
-
-
-class BatchTrace:
-    """Batching of one function body for one batch size: old values -> (new value, batched)."""
-
-    def __init__(self, driver: Driver, size: int, randomness: str):
-        self.driver = driver
-        self.size = size
-        self.randomness = randomness
-        self.env: dict[ir.Value, tuple[ir.Value, bool]] = {}
-
-    def fail(self, op: Any, msg: str) -> PassFailure:
-        return self.driver.fail(op, msg)
-
-    def lookup(self, v: ir.Value) -> tuple[ir.Value, bool]:
-        return self.env[v]
-
-    def batched_callee(self, name: str, flags: list[bool], at: Any
-                       ) -> tuple[str, list[ir.Type], list[bool]]:
-        return self.driver.batched_function(name, flags, self.size, self.randomness, at)
-
-    # -- analysis ------------------------------------------------------------------
-
-    def is_tainted(self, v: ir.Value, tainted: set[ir.Value]) -> bool:
-        return v in tainted or (v in self.env and self.env[v][1])
-
-    def taint(self, block: ir.Block, seeds: set[ir.Value]) -> set[ir.Value]:
-        """Values of `block` that depend on `seeds` or on batched outer values."""
-        tainted = set(seeds)
-        for op in list(block.operations):
-            op = op.operation
-            reads = list(op.operands) + (captured_values(op) if op.regions else [])
-            if op_name(op) in ALWAYS_RULE or any(self.is_tainted(v, tainted) for v in reads):
-                tainted.update(op.results)
-        return tainted
-
-    def captures_batched(self, op: ir.Operation) -> bool:
-        return any(v in self.env and self.env[v][1] for v in captured_values(op))
-
-    # -- cloning -------------------------------------------------------------------
-
-    def clone_unbatched(self, op: ir.Operation, ip: ir.InsertionPoint,
-                        operands: Sequence[ir.Value] | None = None,
-                        result_types: Sequence[ir.Type] | None = None,
-                        attrs: dict[str, ir.Attribute] | None = None) -> ir.Operation:
-        """Clone `op` at `ip` with outer values remapped (they must be unbatched).
-
-        `operands`/`result_types`/`attrs` replace the clone's own (regions are kept).
-        """
-        c = op.operation.clone(ip=ip)
-        if operands is not None:
-            for k, v in enumerate(operands):
-                c.operands[k] = v
-        for inner in walk_ops(c)[(1 if operands is not None else 0):]:
-            for k, v in enumerate(list(inner.operands)):
-                if v in self.env:
-                    nv, batched = self.env[v]
-                    if batched:
-                        raise self.fail(op, f"cannot batch '{op_name(op)}': its region uses "
-                                            "a batched value")
-                    inner.operands[k] = nv
-        for r, t in zip(c.results, result_types or []):
-            r.set_type(t)
-        for k, a in (attrs or {}).items():
-            c.attributes[k] = a
-        return c
-
-    def lane_body(self, src: ir.Block, dst: ir.Block, args: Sequence[ir.Value], *,
-                  shift_index: bool, terminator: str | None = None) -> None:
-        """Clone a linalg-style body into `dst`, where it runs once per (lane, element).
-
-        Block arguments map to `args`; `linalg.index d` becomes `d + 1` when the
-        batch loop was prepended; outer batched scalars become `tensor.extract`
-        at the lane (`linalg.index 0`), outer batched tensors may only be read by
-        `tensor.extract`, which gains the lane index.
-        """
-        local: dict[ir.Value, ir.Value] = dict(zip(src.arguments, args))
-        loc = dst.owner.location if dst.owner is not None else ir.Location.unknown()
-        lane: list[ir.Value] = []
-
-        def lane_index() -> ir.Value:
-            if not lane:
-                lane.append(ir.Operation.create(
-                    "linalg.index", results=[ir.IndexType.get()],
-                    attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)},
-                    loc=loc, ip=ir.InsertionPoint.at_block_begin(dst)).result)
-            return lane[0]
-
-        # Per-lane copies of batched outer scalars first, so they dominate the body.
-        tensors: dict[ir.Value, ir.Value] = {}
-        for o in _block_ops(src):
-            for v in o.operands:
-                if v in self.env and v not in local and v not in tensors:
-                    nv, batched = self.env[v]
-                    if not batched:
-                        local[v] = nv
-                    elif is_tensor(v.type):
-                        tensors[v] = nv
-                    else:
-                        local[v] = ir.Operation.create(
-                            "tensor.extract", results=[v.type], operands=[nv, lane_index()],
-                            loc=loc, ip=ir.InsertionPoint(dst)).result
-        ip = ir.InsertionPoint(dst)
-        ops = list(src.operations)
-        for o in ops:
-            o = o.operation
-            if o == ops[-1].operation and terminator is not None:
-                ir.Operation.create(terminator, results=[],
-                                    operands=[local.get(v, v) for v in o.operands],
-                                    loc=o.location, ip=ip)
-                continue
-            c = o.clone(ip=ip)
-            results = list(c.results)
-            dead = []
-            for inner in walk_ops(c):
-                for k, v in enumerate(list(inner.operands)):
-                    if v in local:
-                        inner.operands[k] = local[v]
-                    elif v in tensors:
-                        if op_name(inner) != "tensor.extract" or k != 0:
-                            raise self.fail(o, f"cannot batch '{op_name(inner)}' reading a "
-                                               "batched tensor inside a linalg body")
-                        rest = [local.get(x, x) for x in list(inner.operands)[1:]]
-                        new = ir.Operation.create(
-                            "tensor.extract", results=[inner.results[0].type],
-                            operands=[tensors[v], lane_index(), *rest], loc=inner.location,
-                            ip=ir.InsertionPoint(inner))
-                        inner.results[0].replace_all_uses_with(new.results[0])
-                        if inner == c:
-                            results = list(new.results)
-                        dead.append(inner)
-                        break
-                if shift_index and op_name(inner) == "linalg.index":
-                    d = ir.IntegerAttr(inner.attributes["dim"]).value
-                    inner.attributes["dim"] = ir.IntegerAttr.get(
-                        ir.IntegerType.get_signless(64), d + 1)
-            for old, new in zip(o.results, results):
-                local[old] = new
-            for d in dead:
-                d.erase()
-
-    # -- batching --------------------------------------------------------------------
-
-    def batch_block(self, src: ir.Block, ip: ir.InsertionPoint,
-                    args: Sequence[tuple[ir.Value, bool]]) -> list[tuple[ir.Value, bool]]:
-        """Batch every op of `src` but its terminator at `ip`; return the terminator's operands."""
-        for a, nv in zip(src.arguments, args):
-            self.env[a] = nv
-        ops = list(src.operations)
-        for op in ops[:-1]:
-            self.batch_op(op.operation, ip)
-        return [self.env[v] for v in ops[-1].operands]
-
-    def batch_op(self, op: ir.Operation, ip: ir.InsertionPoint) -> None:
-        name = op_name(op)
-        pairs = [self.env[v] for v in op.operands]
-        vals = [v for v, _ in pairs]
-        flags = [f for _, f in pairs]
-        if name in ALWAYS_RULE or any(flags) or (op.regions and self.captures_batched(op)):
-            rule = rule_for(name)
-            if rule is None:
-                raise self.fail(op, f"no batching rule for '{name}'")
-            b = BatchBuilder(ip, op.location, self, op)
-            outs = rule(b, op, vals, flags)
-            for r, out in zip(op.results, outs):
-                self.env[r] = out
-        else:
-            c = self.clone_unbatched(op, ip)
-            for r, nr in zip(op.results, c.results):
-                self.env[r] = (nr, False)
-
-
-def _block_ops(block: ir.Block) -> list[ir.Operation]:
-    out = []
-    for o in block.operations:
-        out.extend(walk_ops(o))
-    return out
-
-
-class Driver:
+class VmapDriver:
     """Per-pass-run state: the module, the batched-function cache, the AD driver."""
 
     def __init__(self, module: ir.Operation, ad_driver: Any = None):
@@ -296,14 +120,14 @@ class Driver:
         self.prepared: set[str] = set()
         self._ad = ad_driver
         #: batched functions whose primal has custom derivative rules still to batch
-        self.pending: list[_Pending] = []
+        self.pending: list[PendingRules] = []
         self.depth = 0
 
     def fail(self, where: Any, msg: str) -> PassFailure:
         return fail(where, f"{PASS}: {msg}")
 
     def functions(self) -> dict[str, ir.Operation]:
-        return {_sym_name(op): op.operation for op in self.body.operations
+        return {sym_name(op): op.operation for op in self.body.operations
                 if op_name(op) == "func.func"}
 
     def lookup(self, name: str, at: Any) -> ir.Operation:
@@ -323,9 +147,7 @@ class Driver:
 
     def ad_driver(self) -> Any:
         if self._ad is None:
-            from .autodiff_common import Driver as AdDriver
-
-            self._ad = AdDriver(self.module, PASS)
+            self._ad = ADDriver(self.module, PASS)
             _BY_AD_DRIVER[self._ad] = self  # its inner vmap ops share this cache
         return self._ad
 
@@ -342,7 +164,7 @@ class Driver:
             self.ad_driver().prepare(name, at)
         for o in walk_ops(fn):
             if op_name(o) == "func.call":
-                callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+                callee = symbol_of(o, "callee")
                 callee_fn = self.functions().get(callee)
                 if callee_fn is not None and callee_fn.regions[0].blocks:
                     self.prepare(callee, o)
@@ -351,7 +173,7 @@ class Driver:
     def lower_all(self, root: ir.Operation) -> None:
         """Lower every autodiff.vmap under `root`, one at a time (the IR changes)."""
         while True:
-            found = [o for o in walk_ops(root) if op_name(o) == "autodiff.vmap"]
+            found = [o for o in walk_ops(root) if op_name(o) == VMAP]
             if not found:
                 return
             self.lower(found[0])
@@ -416,7 +238,7 @@ class Driver:
         result = (new_name, types, [f for _, f in outs])
         self.cache[key] = result
         if CUSTOM_VJP in fn.attributes or CUSTOM_JVP in fn.attributes:
-            self.pending.append(_Pending(fn, name, new.operation, list(flags), result[2], size,
+            self.pending.append(PendingRules(fn, name, new.operation, list(flags), result[2], size,
                                          randomness))
         return result
 
@@ -472,13 +294,13 @@ class Driver:
                          f"{', '.join(map(str, r.in_axes))}>" for r in rules)
         raise self.fail(fn, f"no {CUSTOM_VMAP} rule of @{name} takes its arguments batched as "
                             f"({', '.join('b' if f else 'u' for f in flags)}) at batch size "
-                            f"{size}: {have}; expected a rule taking ({_types(want)}) with "
+                            f"{size}: {have}; expected a rule taking ({types_text(want)}) with "
                             f"{IN_AXES} = array<i64: {axes}> (a rule may batch an unbatched "
                             "argument, not the converse)")
 
     # -- batched custom derivative rules (generate_vmap_rule) ----------------------------------
 
-    def attach_custom_rules(self, p: _Pending) -> None:
+    def attach_custom_rules(self, p: PendingRules) -> None:
         """Give a batched function the batched versions of its primal's custom_vjp and
         custom_jvp rules, so grad/jvp of vmap use the rules (see `CustomRuleBatcher`)."""
         CustomRuleBatcher(self, p).attach()
@@ -489,13 +311,13 @@ class Driver:
         """Replace one autodiff.vmap by transposes, a call of the batched function, transposes."""
         if "fn" not in op.attributes or not isinstance(op.attributes["fn"],
                                                        ir.FlatSymbolRefAttr):
-            raise self.fail(op, "'autodiff.vmap' needs an 'fn' symbol attribute")
-        fname = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+            raise self.fail(op, f"'{VMAP}' needs an 'fn' symbol attribute")
+        fname = symbol_of(op, "fn")
         for key in ("in_axes", "out_axes"):
             if key not in op.attributes or not isinstance(op.attributes[key],
                                                           ir.DenseI64ArrayAttr):
-                raise self.fail(op, f"'autodiff.vmap' needs an '{key}' array<i64> attribute")
-        in_axes, out_axes = _i64s(op, "in_axes"), _i64s(op, "out_axes")
+                raise self.fail(op, f"'{VMAP}' needs an '{key}' array<i64> attribute")
+        in_axes, out_axes = i64s_of(op, "in_axes"), i64s_of(op, "out_axes")
         randomness = "error"
         if "randomness" in op.attributes:
             randomness = ir.StringAttr(op.attributes["randomness"]).value
@@ -508,7 +330,7 @@ class Driver:
             raise self.fail(op, f"out_axes has {len(out_axes)} entries for {len(results)} "
                                 "results")
         if len(ft.inputs) != len(args) or len(ft.results) != len(results):
-            raise self.fail(op, f"@{fname} has type {ft} but 'autodiff.vmap' has "
+            raise self.fail(op, f"@{fname} has type {ft} but '{VMAP}' has "
                                 f"{len(args)} operands and {len(results)} results")
         size = None
         for i, (v, a, t) in enumerate(zip(args, in_axes, ft.inputs)):
@@ -535,7 +357,7 @@ class Driver:
                                     f"{a}, an earlier operand has {size}")
             size = n
         if size is None:
-            raise self.fail(op, "'autodiff.vmap' needs at least one batched operand "
+            raise self.fail(op, f"'{VMAP}' needs at least one batched operand "
                                 "(every in_axes entry is -1)")
         for j, (r, a, t) in enumerate(zip(results, out_axes, ft.results)):
             if a < 0:
@@ -554,7 +376,7 @@ class Driver:
         moved = []
         for v, a in zip(args, in_axes):
             if a > 0:
-                v = _transpose(b, v, moveaxis_perm(v.type.rank, a, 0))
+                v = transpose(b, v, moveaxis_perm(v.type.rank, a, 0))
             moved.append(v)
         rng_blocks = None
         if randomness == "different" and RNG_STATE in fn.attributes:
@@ -576,9 +398,9 @@ class Driver:
                                         f"@{fname} depends on a batched operand")
                 outs.append(v)
             elif not batched:
-                outs.append(_broadcast(b, v, r.type, a))
+                outs.append(broadcast_at(b, v, r.type, a))
             elif a > 0:
-                outs.append(_transpose(b, v, moveaxis_perm(v.type.rank, 0, a)))
+                outs.append(transpose(b, v, moveaxis_perm(v.type.rank, 0, a)))
             else:
                 outs.append(v)
         for r, v in zip(results, outs):
@@ -589,7 +411,7 @@ class Driver:
     def _rng_lanes(self, op: ir.Operation, fn: ir.Operation, in_axes: list[int],
                    out_axes: list[int]) -> int:
         """Check a vmap of an RNG-functionalized function; the blocks one call consumes."""
-        name = _sym_name(fn)
+        name = sym_name(fn)
         if RNG_BLOCKS not in fn.attributes:
             raise self.fail(op, f"randomness = \"different\" needs @{name} to consume a static "
                                 "number of Philox blocks")
@@ -600,270 +422,6 @@ class Driver:
 
 
 # -- custom rules -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class VmapRule:
-    """One checked `autodiff.custom_vmap` rule: @name for batch size `size`."""
-
-    name: str
-    type: ir.FunctionType
-    in_axes: list[int]
-    out_axes: list[int]
-    size: int
-
-
-def _types(ts: Sequence[ir.Type]) -> str:
-    return ", ".join(str(t) for t in ts)
-
-
-def _axes(xs: Sequence[int]) -> str:
-    return f"array<i64: {', '.join(map(str, xs))}>"
-
-
-def _with_batch(t: ir.Type, axis: int, size: int) -> ir.Type | None:
-    """`t` with a dimension `size` inserted at `axis` (-1: `t` itself; None: out of range)."""
-    if axis < 0:
-        return t
-    shape = list(t.shape) if is_tensor(t) else []
-    if axis > len(shape):
-        return None
-    shape.insert(axis, size)
-    return ir.RankedTensorType.get(shape, t.element_type if is_tensor(t) else t)
-
-
-def check_vmap_rule(fail: Any, rule: str, ft: ir.FunctionType, rt: ir.FunctionType,
-                    in_axes: list[int], out_axes: list[int]) -> VmapRule:
-    """Check rule @rule (type `rt`) against the primal's type `ft`; `fail(msg)` makes the
-    diagnostic. Its batch size is the size of its first batched argument's batch axis;
-    every batched argument and result must have the primal's type with that size
-    inserted at its axis, every unbatched one the primal's type."""
-    ins, outs = list(ft.inputs), list(ft.results)
-    for key, axes, what in ((IN_AXES, in_axes, ins), (OUT_AXES, out_axes, outs)):
-        if len(axes) != len(what):
-            kind = "arguments" if key == IN_AXES else "results"
-            raise fail(f"has {key} = {_axes(axes)} with {len(axes)} entries for the "
-                       f"{len(what)} {kind} of the primal function")
-        if any(a < -1 for a in axes):
-            raise fail(f"has {key} = {_axes(axes)}: an entry is -1 (unbatched) or an axis")
-    first = next((i for i, a in enumerate(in_axes) if a >= 0), None)
-    if first is None:
-        raise fail(f"batches no argument (every {IN_AXES} entry is -1)")
-    if len(rt.inputs) != len(ins) or len(rt.results) != len(outs):
-        raise fail(f"has type {rt}, but the primal function has type {ft}")
-    t, a = rt.inputs[first], in_axes[first]
-    if not is_tensor(t) or t.rank <= a or t.is_dynamic_dim(a):
-        raise fail(f"has type {rt}: argument {first} has no static dimension {a} to batch "
-                   "along")
-    size = t.shape[a]
-    want_in = [_with_batch(x, a, size) for x, a in zip(ins, in_axes)]
-    want_out = [_with_batch(x, a, size) for x, a in zip(outs, out_axes)]
-    for key, axes, want, what in ((IN_AXES, in_axes, want_in, ins),
-                                  (OUT_AXES, out_axes, want_out, outs)):
-        for i, w in enumerate(want):
-            if w is None:
-                raise fail(f"has {key}[{i}] = {axes[i]}, out of range for type {what[i]}")
-    if list(rt.inputs) != want_in or list(rt.results) != want_out:
-        raise fail(f"has type {rt}, expected ({_types(want_in)}) -> ({_types(want_out)}) "
-                   f"for {IN_AXES} = {_axes(in_axes)} and {OUT_AXES} = {_axes(out_axes)} at "
-                   f"batch size {size}")
-    return VmapRule(rule, rt, list(in_axes), list(out_axes), size)
-
-
-def call_vmap_rule(b: BatchBuilder, rule: VmapRule, args: list[ir.Value],
-                   flags: list[bool]) -> list[tuple[ir.Value, bool]]:
-    """Call `rule` on arguments batched at axis 0 (`flags`): each batched one moves to
-    the rule's axis, an unbatched one the rule wants batched is broadcast; results
-    come back at axis 0, or unbatched where the rule's out_axes entry is -1."""
-    operands = []
-    for v, f, a, t in zip(args, flags, rule.in_axes, rule.type.inputs):
-        if a >= 0 and not f:
-            v = _broadcast(b, v, t, a)
-        elif a > 0:
-            v = _transpose(b, v, moveaxis_perm(t.rank, 0, a))
-        operands.append(v)
-    call = b.create("func.call", operands, list(rule.type.results),
-                    {"callee": ir.FlatSymbolRefAttr.get(rule.name)})
-    outs = []
-    for r, a in zip(call.results, rule.out_axes):
-        if a > 0:
-            r = _transpose(b, r, moveaxis_perm(r.type.rank, a, 0))
-        outs.append((r, a >= 0))
-    return outs
-
-
-@dataclasses.dataclass
-class _Pending:
-    """A batched function @batched of @name whose custom derivative rules await batching."""
-
-    fn: ir.Operation
-    name: str
-    batched: ir.Operation
-    flags: list[bool]
-    out_flags: list[bool]
-    size: int
-    randomness: str
-
-
-class CustomRuleBatcher:
-    """The batched custom_vjp / custom_jvp rules of one batched function @f_b of @f
-    (generate_vmap_rule, as torch.func calls it; JAX batches custom_vjp the same way).
-
-    @f_b's signature (which arguments and results carry the batch) is fixed by
-    @f's body or its custom_vmap rule. The rule functions are batched like any
-    function with the same batched arguments, then adapted to @f_b in small
-    wrappers @f_b_fwd, @f_b_bwd, @f_b_jvp:
-
-    - fwd: a primal result that batched fwd returns unbatched and @f_b batched
-      is broadcast; the converse takes lane 0 (rule and body compute the same
-      function, and @f_b's result does not read a batched value, so every lane
-      holds it). Residuals are returned as batched fwd makes them.
-    - bwd: the residuals fwd returns batched are batched arguments of the
-      batched bwd, and so are the cotangents of batched results. The cotangent
-      of an unbatched result is the total over the lanes, which all share that
-      result: each lane receives 1/B of it (what a loop over the lanes gives for
-      a loss symmetric in them; exact for any bwd that is linear in its
-      cotangents, as a VJP is). A cotangent the batched bwd gives per lane for an
-      unbatched argument is summed over the lanes; one it gives unbatched is the
-      same in every lane, so the sum is B times it; an unbatched cotangent of a
-      batched argument is broadcast. Integer arguments get zeros.
-    - jvp: primals and tangents are batched like @f_b's arguments; primal
-      results are adapted as for fwd. A tangent the rule makes per lane for a
-      result @f_b computes without a batched value cannot be represented: an
-      error at @f.
-    """
-
-    def __init__(self, driver: Driver, p: _Pending):
-        self.d = driver
-        self.p = p
-        ft = p.fn.attributes["function_type"].value
-        self.params, self.results = list(ft.inputs), list(ft.results)
-        bft = p.batched.attributes["function_type"].value
-        self.b_params, self.b_results = list(bft.inputs), list(bft.results)
-        self.trace = BatchTrace(driver, p.size, p.randomness)
-        self.base = _sym_name(p.batched)
-
-    def attach(self) -> None:
-        fn, name, ad = self.p.fn, self.p.name, self.d.ad_driver()
-        attrs: dict[str, ir.Attribute] = {}
-        if CUSTOM_VJP in fn.attributes:
-            fwd, bwd, _, _ = ad.custom_vjp(fn, name, list(range(len(self.params))))
-            fwd_b, bwd_b = self.vjp(fwd, bwd)
-            attrs[CUSTOM_VJP] = ir.DictAttr.get({"fwd": ir.FlatSymbolRefAttr.get(fwd_b),
-                                                 "bwd": ir.FlatSymbolRefAttr.get(bwd_b)})
-        rule = ad.custom_jvp_rule(fn, name)
-        if rule is not None:
-            attrs[CUSTOM_JVP] = ir.FlatSymbolRefAttr.get(self.jvp(rule))
-        for k, v in attrs.items():
-            self.p.batched.attributes[k] = v
-
-    def batched(self, name: str, flags: list[bool]) -> tuple[str, list[ir.Type], list[bool]]:
-        return self.d.batched_function(name, flags, self.p.size, self.p.randomness, self.p.fn)
-
-    def new_function(self, suffix: str, inputs: list[ir.Type], results: list[ir.Type]
-                     ) -> tuple[str, list[ir.Value], BatchBuilder]:
-        name = self.d.unique_name(f"{self.base}_{suffix}")
-        fn = func.FuncOp(name, (inputs, results), loc=self.p.fn.location,
-                         ip=ir.InsertionPoint(self.d.body))
-        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        blk = fn.add_entry_block()
-        b = BatchBuilder(ir.InsertionPoint(blk), self.p.fn.location, self.trace)
-        return name, list(blk.arguments), b
-
-    def call(self, b: BatchBuilder, callee: str, args: list[ir.Value],
-             types: list[ir.Type]) -> list[ir.Value]:
-        return list(b.create("func.call", args, types,
-                             {"callee": ir.FlatSymbolRefAttr.get(callee)}).results)
-
-    def ret(self, b: BatchBuilder, values: list[ir.Value]) -> None:
-        func.ReturnOp(values, loc=b.loc, ip=b.ip)
-
-    # -- adapting values to @f_b's signature ------------------------------------------------
-
-    def primal(self, b: BatchBuilder, v: ir.Value, have: bool, want: bool,
-               t: ir.Type) -> ir.Value:
-        if want and not have:
-            return b.bcast(v)
-        if have and not want:
-            return _lane0(b, v, t)
-        return v
-
-    def cotangent(self, b: BatchBuilder, v: ir.Value, have: bool, want: bool,
-                  t: ir.Type, bt: ir.Type) -> ir.Value:
-        if not is_float(t):
-            return _zeros(b, bt)
-        if want and not have:
-            return b.bcast(v)
-        if have and not want:
-            return _sum_lanes(b, v, t)
-        if not want:
-            return b.scale(v, float(self.p.size))
-        return v
-
-    # -- the rules -----------------------------------------------------------------------------
-
-    def vjp(self, fwd: str, bwd: str) -> tuple[str, str]:
-        flags, oflags, n = self.p.flags, self.p.out_flags, len(self.results)
-        fwd_b, fwd_types, fwd_flags = self.batched(fwd, flags)
-        res_types, res_flags = fwd_types[n:], fwd_flags[n:]
-        fname, args, b = self.new_function("fwd", self.b_params, self.b_results + res_types)
-        outs = self.call(b, fwd_b, args, fwd_types)
-        self.ret(b, [self.primal(b, v, h, w, t) for v, h, w, t in
-                     zip(outs, fwd_flags, oflags, self.results)] + outs[n:])
-        bwd_b, bwd_types, bwd_flags = self.batched(bwd, res_flags + oflags)
-        bname, args, b = self.new_function("bwd", res_types + self.b_results, self.b_params)
-        res, cts = args[:len(res_types)], args[len(res_types):]
-        cts = [ct if f or not is_float(ct.type) else b.scale(ct, 1.0 / self.p.size)
-               for ct, f in zip(cts, oflags)]
-        grads = self.call(b, bwd_b, res + cts, bwd_types)
-        self.ret(b, [self.cotangent(b, g, h, w, t, bt) for g, h, w, t, bt in
-                     zip(grads, bwd_flags, flags, self.params, self.b_params)])
-        return fname, bname
-
-    def jvp(self, rule: str) -> str:
-        flags, oflags, n = self.p.flags, self.p.out_flags, len(self.results)
-        rule_b, types, rflags = self.batched(rule, flags + flags)
-        name, args, b = self.new_function("jvp", self.b_params * 2, self.b_results * 2)
-        outs = self.call(b, rule_b, args, types)
-        for j, (h, w) in enumerate(zip(rflags[n:], oflags)):
-            if h and not w:
-                raise self.d.fail(self.p.fn, f"{CUSTOM_JVP} rule @{rule} of @{self.p.name} "
-                                             f"gives a per-lane tangent of result {j}, which "
-                                             f"@{self.p.name} computes from unbatched "
-                                             "arguments only; cannot batch it")
-        self.ret(b, [self.primal(b, v, h, w, t) for v, h, w, t in
-                     zip(outs, rflags, oflags * 2, self.results * 2)])
-        return name
-
-
-def _lane0(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
-    """Lane 0 of batched `v`, of per-lane type `t`."""
-    if not is_tensor(t):
-        return b.create("tensor.extract", [v, b.index(0)], [t]).result
-    r = t.rank
-    return b.create("tensor.extract_slice", [v], [t], {
-        "static_offsets": ir.DenseI64ArrayAttr.get([0] * (r + 1)),
-        "static_sizes": ir.DenseI64ArrayAttr.get([1, *t.shape]),
-        "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
-        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0]),
-    }).result
-
-
-def _sum_lanes(b: Builder, v: ir.Value, t: ir.Type) -> ir.Value:
-    """The sum over the lanes of batched `v`, of per-lane type `t`."""
-    from .rules.structured import sum_to
-
-    s = sum_to(b, v, list(range(1, v.type.rank)))
-    return s if is_tensor(t) else b.create("tensor.extract", [s], [t]).result
-
-
-def _zeros(b: Builder, t: ir.Type) -> ir.Value:
-    if is_float(t):
-        return b.constant(t, 0.0)
-    attr = ir.IntegerAttr.get(t.element_type if is_tensor(t) else t, 0)
-    if is_tensor(t):
-        attr = ir.DenseElementsAttr.get_splat(t, attr)
-    return b.create("arith.constant", [], [t], {"value": attr}).result
 
 
 def _lane_offsets(b: Builder, offset: ir.Value, size: int, blocks: int) -> ir.Value:
@@ -885,23 +443,7 @@ def _lane_offsets(b: Builder, offset: ir.Value, size: int, blocks: int) -> ir.Va
     return make_generic(b, [offset], [init], maps, ["parallel"], body).result
 
 
-def _transpose(b: Builder, x: ir.Value, perm: list[int]) -> ir.Value:
-    t = x.type
-    init = b.empty(ir.RankedTensorType.get([t.shape[p] for p in perm], t.element_type))
-    with b.loc, b.ip:
-        return _v(linalg.transpose(x, outs=[init], permutation=perm))
-
-
-def _broadcast(b: Builder, v: ir.Value, t: ir.RankedTensorType, axis: int) -> ir.Value:
-    """An unbatched result repeated along a new dimension `axis` (its out_axes entry)."""
-    if not is_tensor(v.type):
-        return b.fill(b.empty(t), v)
-    with b.loc, b.ip:
-        return _v(linalg.broadcast(v, outs=[b.empty(t)], dimensions=[axis]))
-
-
-#: The batching driver of each differentiation driver (one cache per pass run).
-_BY_AD_DRIVER: weakref.WeakKeyDictionary[Any, Driver] = weakref.WeakKeyDictionary()
+_BY_AD_DRIVER: weakref.WeakKeyDictionary[Any, VmapDriver] = weakref.WeakKeyDictionary()
 
 
 def lower_inner_vmap(ad_driver: Any, op: ir.Operation) -> None:
@@ -912,17 +454,17 @@ def lower_inner_vmap(ad_driver: Any, op: ir.Operation) -> None:
     """
     driver = _BY_AD_DRIVER.get(ad_driver)
     if driver is None:
-        driver = _BY_AD_DRIVER[ad_driver] = Driver(ad_driver.module, ad_driver)
+        driver = _BY_AD_DRIVER[ad_driver] = VmapDriver(ad_driver.module, ad_driver)
     driver.lower(op)
 
 
 def lower_vmaps_in(module: ir.Operation, root: ir.Operation, ad_driver: Any = None) -> None:
     """Lower every autodiff.vmap under `root`."""
-    if any(op_name(o) == "autodiff.vmap" for o in walk_ops(root)):
-        Driver(module, ad_driver).lower_all(root)
+    if any(op_name(o) == VMAP for o in walk_ops(root)):
+        VmapDriver(module, ad_driver).lower_all(root)
 
 
-register_inner_lowerer("autodiff.vmap", lower_inner_vmap)
+register_inner_lowerer(VMAP, lower_inner_vmap)
 
 
 def batched_outputs(fn: ir.Operation, flags: Sequence[bool]) -> list[bool]:
@@ -944,15 +486,14 @@ def batched_outputs(fn: ir.Operation, flags: Sequence[bool]) -> list[bool]:
 
 
 def run_pass(module: ir.Operation) -> None:
-    from .autodiff_common import fold_stop_gradients, lower_checkpoints
 
     with module.location:
-        Driver(module).lower_all(module)
+        VmapDriver(module).lower_all(module)
         fold_stop_gradients(module)
         # Checkpoints only matter to a later jvp/vjp: none left, they become calls.
         lower_checkpoints(module)
-        for o in walk_ops(module):  # bookkeeping of inner vjp lowerings (see autodiff_common)
-            for attr in ("autodiff.taped", "autodiff.tape"):
+        for o in walk_ops(module):  # bookkeeping of inner vjp lowerings (see ad_cleanup)
+            for attr in (TAPED, TAPE):
                 if attr in o.attributes:
                     del o.attributes[attr]
 

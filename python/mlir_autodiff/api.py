@@ -43,6 +43,7 @@ from mlir.dialects import bufferization, func
 
 from . import dialects, pytree
 from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
+from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, UnsupportedError
 from .rng_state import call_with_state
 from .runtime import CompiledModule
@@ -76,7 +77,7 @@ def autodiff_pipeline() -> list[str]:
     return [name for name in AUTODIFF_PASSES if lookup(name) is not None]
 
 
-def _draws_random(module: ir.Module, op_name: str = "autodiff.random") -> bool:
+def _draws_random(module: ir.Module, op_name: str = RANDOM) -> bool:
     """Whether the traced module contains a stateful draw (`autodiff.random`), or `op_name`."""
     found = False
 
@@ -95,7 +96,7 @@ def _transform_passes(module: ir.Module) -> list[str]:
     """The passes that take a traced module to plain upstream MLIR."""
     if _draws_random(module):
         return [RNG_FUNCTIONALIZE_PASS] + autodiff_pipeline() + [RNG_LOWER_PASS]
-    if _draws_random(module, "autodiff.philox"):  # keyed draws only: functional already
+    if _draws_random(module, PHILOX):  # keyed draws only: functional already
         return autodiff_pipeline() + [RNG_LOWER_PASS]
     return autodiff_pipeline()
 

@@ -46,12 +46,20 @@ from mlir.dialects import func
 from . import dialects, pytree, random
 from .api import JitFunction, _leaf_aval
 from .batching import _prefix_leaves, active_vmap_level, peeled
+from .dialects.vocabulary import (
+    CHECKPOINT,
+    CHECKPOINT_NAME,
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    CUSTOM_VMAP,
+    IN_AXES,
+    OUT_AXES,
+)
 from .tracing import (
     FunctionTrace,
     ShapedArray,
     TracedFunction,
     Tracer,
-    _unique_symbol,
     as_tracer,
     current_trace,
     emit_call,
@@ -59,7 +67,8 @@ from .tracing import (
     require_trace,
     trace_function,
 )
-from .transforms.autodiff_common import residual_report
+from .transforms.ad_residuals import residual_report
+from .transforms.ad_support import unique_symbol as _unique_symbol
 from .transforms.vmap import batched_outputs
 
 # --------------------------------------------------------------------------- helpers
@@ -598,11 +607,11 @@ def _custom_vjp_rules(p: _Primal, fwd: Callable[..., Any], bwd: Callable[..., An
     caps = _caps_with(caps, rng)
     with p.trace.context, p.loc:
         vjp_attr, caps = _vjp_rule_functions(p, name, fwd_fn, bwd_fn, caps, rng)
-        attrs = {"autodiff.custom_vjp": vjp_attr}
+        attrs = {CUSTOM_VJP: vjp_attr}
         if jvp_fn is not None:
-            attrs["autodiff.custom_jvp"] = _jvp_rule_function(p, name, jvp_fn, caps, rng)
+            attrs[CUSTOM_JVP] = _jvp_rule_function(p, name, jvp_fn, caps, rng)
         if vmap_fn is not None:
-            attrs["autodiff.custom_vmap"] = _vmap_rule_function(p, name, vmap, vmap_fn,
+            attrs[CUSTOM_VMAP] = _vmap_rule_function(p, name, vmap, vmap_fn,
                                                                 out_axes, caps, rng)
         return _emit_custom(p, name, caps, attrs, rng)
 
@@ -735,8 +744,8 @@ def _vmap_rule_function(p: _Primal, name: str, spec: _VmapSpec, vmap_fn: TracedF
     w.ret(w.call(vmap_fn, w.args[:nx] + [w.args[nx + _index_of(caps, c)]
                                          for c in vmap_fn.captures]))
     in_axes = [0 if f else -1 for f in spec.flags] + [-1] * len(caps)
-    w.op.attributes["autodiff.in_axes"] = ir.DenseI64ArrayAttr.get(in_axes)
-    w.op.attributes["autodiff.out_axes"] = ir.DenseI64ArrayAttr.get(out_axes)
+    w.op.attributes[IN_AXES] = ir.DenseI64ArrayAttr.get(in_axes)
+    w.op.attributes[OUT_AXES] = ir.DenseI64ArrayAttr.get(out_axes)
     if rng is not None:
         rng.mark(w, nx + _index_of(caps, rng.key))
     return lambda: ir.FlatSymbolRefAttr.get(w.name)
@@ -822,7 +831,7 @@ class custom_jvp:
         caps = _caps_with(caps, rng)
         with p.trace.context, p.loc:
             attr = _jvp_rule_function(p, name, jvp_fn, caps, rng)
-            return _emit_custom(p, name, caps, {"autodiff.custom_jvp": attr}, rng)
+            return _emit_custom(p, name, caps, {CUSTOM_JVP: attr}, rng)
 
 
 # --------------------------------------------------------------------------- Function
@@ -1158,7 +1167,7 @@ def checkpoint(fun: Callable[..., Any], policy: Any = None, *, prevent_cse: bool
             if pol.name == "save_only_these_names":
                 attrs["names"] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in pol.names])
             op = ir.Operation.create(
-                "autodiff.checkpoint", results=[a.mlir_type() for a in p.fn.out_avals],
+                CHECKPOINT, results=[a.mlir_type() for a in p.fn.out_avals],
                 operands=[o.value for o in operands], attributes=attrs)
         outs = [trace.wrap(v, a) for v, a in zip(op.results, p.fn.out_avals)]
         return pytree.tree_unflatten(p.fn.out_tree, outs)
@@ -1191,8 +1200,8 @@ def checkpoint_name(x: Any, name: str) -> Any:
 
 def _name_function(trace: FunctionTrace, name: str, t: ir.Type) -> str:
     for op in trace.module.body.operations:
-        if op.operation.name == "func.func" and "autodiff.checkpoint_name" in op.attributes \
-                and ir.StringAttr(op.attributes["autodiff.checkpoint_name"]).value == name \
+        if op.operation.name == "func.func" and CHECKPOINT_NAME in op.attributes \
+                and ir.StringAttr(op.attributes[CHECKPOINT_NAME]).value == name \
                 and op.attributes["function_type"].value.inputs[0] == t:
             return ir.StringAttr(op.attributes["sym_name"]).value
     base = "checkpoint_name_" + "".join(c if c.isalnum() else "_" for c in name)
@@ -1200,7 +1209,7 @@ def _name_function(trace: FunctionTrace, name: str, t: ir.Type) -> str:
             trace.module.body):
         fn = func.FuncOp(_unique_symbol(trace.module, base), ir.FunctionType.get([t], [t]),
                          visibility="private")
-        fn.attributes["autodiff.checkpoint_name"] = ir.StringAttr.get(name)
+        fn.attributes[CHECKPOINT_NAME] = ir.StringAttr.get(name)
         blk = fn.add_entry_block()
         with ir.InsertionPoint(blk):
             func.ReturnOp([blk.arguments[0]])

@@ -27,6 +27,7 @@ from . import dialects, pytree, random
 from . import numpy as anp
 from .api import JitFunction, function_name, traced_or_jitted
 from .batching import vmap
+from .dialects.vocabulary import PREFIX
 from .tracing import (
     ShapedArray,
     TracedFunction,
@@ -70,7 +71,7 @@ def _zeros(aval: ShapedArray) -> Tracer:
 def _emit(kind: str, fn: TracedFunction, primals: Sequence[Tracer], extra: Sequence[Tracer],
           result_avals: Sequence[ShapedArray], wrt: Sequence[int] | None = None) -> list[Tracer]:
     """Emit `autodiff.<kind> {fn}` on (primals + captures, extra) in the active trace."""
-    trace = require_trace(f"autodiff.{kind}")
+    trace = require_trace(PREFIX + kind)
     ops = [trace.lift(t) for t in list(primals) + list(fn.captures)]
     rest = [trace.lift(t) for t in extra]
     if kind == "jvp":  # captured values are constants of the transform: zero tangents

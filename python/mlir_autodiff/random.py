@@ -46,6 +46,9 @@ from mlir.dialects import arith, tensor
 from . import dialects
 from . import numpy as anp
 from .api import JitFunction
+from .dialects.vocabulary import RANDOM
+from .dialects.vocabulary import RNG_KEY as KEY_ATTR
+from .dialects.vocabulary import RNG_PINS as PIN_ATTR
 from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
     _MASK64,
     DEFAULT_SEED,
@@ -56,6 +59,7 @@ from .rng_state import (  # the generator's state lives a layer down, where `api
     set_state,
 )
 from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
+from .transforms.ad_support import sym_name, symbol_refs, walk_ops
 
 ShapeLike = int | Sequence[int]
 
@@ -132,11 +136,6 @@ KEY_DTYPE = np.dtype(np.int64)
 _DIGEST_STREAM = 0x6B657964  # "keyd"
 _SPLIT_STREAM = 0x73706C74  # "splt"
 _FOLD_STREAM = 0x666F6C64  # "fold"
-#: Function attribute of `--autodiff-functionalize-rng`: the index of the argument
-#: the function takes its RNG state from (see `pin_draws`).
-KEY_ATTR = "autodiff.rng_key"
-#: On the key draw of `pin_draws`: the function whose draws it pins to the stream.
-PIN_ATTR = "autodiff.rng_pins"
 
 
 def _as_i64(value: int) -> int:
@@ -563,23 +562,11 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
 
 # --------------------------------------------------------------------------- pinned draws
 
-def _symbol_refs(attr: ir.Attribute) -> list[str]:
-    """Flat symbol names referenced inside an attribute (callee, fn, custom-rule dicts)."""
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        return [attr.value]
-    if isinstance(attr, ir.ArrayAttr):
-        return [r for a in attr for r in _symbol_refs(a)]
-    if isinstance(attr, ir.DictAttr):
-        return [r for i in range(len(attr)) for r in _symbol_refs(attr[i].attr)]
-    return []
-
-
 def draws_statefully(func_op: ir.Operation) -> bool:
     """Whether a function draws from the implicit generator, itself or through the
     functions it names (key-rooted functions excepted: they draw from their key)."""
     module = func_op.parent
-    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
-             for op in module.regions[0].blocks[0].operations
+    funcs = {sym_name(op): op.operation for op in module.regions[0].blocks[0].operations
              if op.operation.name == "func.func"}
     seen: set[str] = set()
     stack = [func_op]
@@ -587,23 +574,15 @@ def draws_statefully(func_op: ir.Operation) -> bool:
         fn = stack.pop()
         if KEY_ATTR in fn.attributes and fn != func_op:
             continue
-        found = False
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            nonlocal found
-            if op.name == "autodiff.random":
-                found = True
-                return ir.WalkResult.INTERRUPT
+        ops = walk_ops(fn)
+        if any(op.name == RANDOM for op in ops):
+            return True
+        for op in ops:
             for name in op.attributes:
-                for ref in _symbol_refs(op.attributes[name]):
+                for ref in symbol_refs(op.attributes[name]):
                     if ref in funcs and ref not in seen:
                         seen.add(ref)
                         stack.append(funcs[ref])
-            return ir.WalkResult.ADVANCE
-
-        fn.walk(visit)
-        if found:
-            return True
     return False
 
 

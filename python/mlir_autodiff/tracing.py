@@ -48,6 +48,7 @@ from .errors import (
     UnexpectedTracerError,
     UnsupportedError,
 )
+from .transforms.ad_support import unique_symbol
 
 # --------------------------------------------------------------------------- dtypes
 
@@ -271,20 +272,6 @@ def require_trace(what: str) -> FunctionTrace:
     return trace
 
 
-def _unique_symbol(module: ir.Module, base: str) -> str:
-    taken = set()
-    for op in module.body.operations:
-        if "sym_name" in op.attributes:
-            taken.add(ir.StringAttr(op.attributes["sym_name"]).value)
-    if base not in taken:
-        return base
-    for i in itertools.count(1):
-        name = f"{base}_{i}"
-        if name not in taken:
-            return name
-    raise AssertionError("unreachable")
-
-
 class FunctionTrace:
     """One `func.func` under construction; `args` are its parameter tracers."""
 
@@ -298,7 +285,7 @@ class FunctionTrace:
         with self.context, function_location(fun, self.context):
             ftype = ir.FunctionType.get([a.mlir_type() for a in in_avals], [])
             with ir.InsertionPoint(module.body):
-                self.func_op = func.FuncOp(_unique_symbol(module, name), ftype,
+                self.func_op = func.FuncOp(unique_symbol(module, name), ftype,
                                            visibility="private" if private else None)
             self.block = self.func_op.add_entry_block()
         self.args = [Tracer(v, a, self) for v, a in zip(self.block.arguments, in_avals)]

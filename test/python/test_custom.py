@@ -11,11 +11,10 @@ Expected values come from hand-derived formulas, finite differences or jax
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import mlir_autodiff as ad
 import mlir_autodiff.numpy as anp
+import numpy as np
+import pytest
 
 try:
     import jax
@@ -477,10 +476,9 @@ def test_inner_lowerer_extension_point():
     """Another pass's op inside a differentiated function is lowered first by the
     lowerer it registered (how `autodiff.vmap` composes under grad)."""
     from mlir import ir
-
     from mlir_autodiff import dialects
     from mlir_autodiff.runtime import CompiledModule
-    from mlir_autodiff.transforms import autodiff_common
+    from mlir_autodiff.transforms import ad_driver
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     def lower_double(driver, op):  # "test.double"(x) -> x + x
@@ -500,7 +498,7 @@ def test_inner_lowerer_extension_point():
       %0:2 = "autodiff.vjp"(%x, %c) {fn = @f} : (f64, f64) -> (f64, f64)
       return %0#0, %0#1 : f64, f64
     }"""
-    autodiff_common.register_inner_lowerer("test.double", lower_double)
+    ad_driver.register_inner_lowerer("test.double", lower_double)
     try:
         ctx = ir.Context()
         dialects.load(ctx)
@@ -510,5 +508,5 @@ def test_inner_lowerer_extension_point():
             assert "test.double" not in str(module)
             out = CompiledModule(module)["main"](np.float64(1.5), np.float64(1.0))
     finally:
-        del autodiff_common.INNER_LOWERERS["test.double"]
+        del ad_driver.INNER_LOWERERS["test.double"]
     np.testing.assert_allclose(out, [2 * 1.5 ** 2, 4 * 1.5])  # f = 2x^2, f' = 4x

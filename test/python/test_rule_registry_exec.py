@@ -485,7 +485,7 @@ def _inert_ops(text: str) -> set[str]:
 
 #: Rules the drivers never call, by design (with where that is decided).
 DRIVER_HANDLED = {
-    # autodiff_common.py: reverse mode's activity analysis gives its result no
+    # ad_modes.py: reverse mode's activity analysis gives its result no
     # cotangent, so the op never reaches its vjp rule.
     ("vjp", "autodiff.stop_gradient"),
 }

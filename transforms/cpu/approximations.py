@@ -10,9 +10,12 @@ at 1e-12 and no approximation here is that accurate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable
 
 from mlir import ir
+
+from ..ad_support import horner
 
 #: Bound on the error, in ulp of the float32 result, of each f32 approximation, asserted by
 #: test/python/test_cpu_approximations.py against numpy's float64 functions on every 4099th f32 bit
@@ -36,13 +39,9 @@ def _i32(x: int) -> ir.Value:
     return arith.constant(ir.IntegerType.get_signless(32), x)
 
 
-def _horner(x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
-    from mlir.dialects import math
-
-    acc = _f32(coeffs[0])
-    for c in coeffs[1:]:
-        acc = math.fma(acc, x, _f32(c))
-    return acc
+#: The approximations' polynomials: coefficients from the highest degree down, one
+#: FMA a step.
+_horner = functools.partial(horner, fused=True, highest_first=True)
 
 
 def _exp_f32(x: ir.Value) -> ir.Value:

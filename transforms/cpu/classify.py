@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
+from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
 from .parameters import (
     ELEMENTWISE,
     REDUCTION,
@@ -24,7 +25,6 @@ from .parameters import (
     VECTORIZABLE_BODY_OPS,
     matmul_schedule,
 )
-from .script import ROW_TAG
 
 # -- classification ---------------------------------------------------------------------------
 

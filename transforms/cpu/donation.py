@@ -14,7 +14,8 @@ import dataclasses
 
 from mlir import ir
 
-from ..bufferize import post_order_ops
+from ...dialects.vocabulary import DONATED_ARGS, RESULT_ARGS
+from ..ad_support import post_order_ops
 from ..diagnostics import fail
 from ..passes import Pass
 
@@ -29,12 +30,6 @@ from ..passes import Pass
 # its own buffer back instead of a copy in a fresh out-param. That upstream
 # pass skips public functions (their callers are unknown); here the runtime
 # is the caller and learns the new signature from `RESULT_ARGS`.
-
-#: Function attribute (array<i64>): the arguments marked writable (donated).
-DONATED_ARGS = "autodiff.donated_args"
-#: Function attribute (array<i64>): per original result, the argument whose
-#: buffer it is (dropped from the signature), or -1 (an out-parameter).
-RESULT_ARGS = "autodiff.result_args"
 
 
 def public_definitions(module: ir.Operation) -> list[ir.OpView]:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from ..bufferize import post_order_ops
+from ...dialects.vocabulary import PINNED_RESULTS
+from ..ad_support import post_order_ops
 from ..passes import Pass
 from .classify import classify, map_dims, named_maps, ranges_from_maps
 from .donation import public_definitions
@@ -32,8 +33,6 @@ from .donation import public_definitions
 # from Python, so such producers get a second use for the duration of the
 # pass: an extra result of their function, dropped again right after.
 
-#: Function attribute (i64): how many trailing results `PinRecomputedProducers` added.
-PINNED_RESULTS = "autodiff.pinned_results"
 
 _RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 #: Body ops too costly to recompute per broadcast element of a parallel consumer.

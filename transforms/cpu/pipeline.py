@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
+from ...dialects.vocabulary import PREFIX
 from ..bufferize import (
     BUFFERIZE,
     BoolBuffersToBytes,
@@ -80,7 +81,7 @@ class CheckCpuLowerable(Pass):
 
     def run(self, module: ir.Operation) -> None:
         for op in module.regions[0].blocks[0].operations:
-            if op.operation.name.startswith("autodiff.") or op.operation.name == "builtin.module":
+            if op.operation.name.startswith(PREFIX) or op.operation.name == "builtin.module":
                 continue
             if op.operation.name != "func.func":
                 continue
@@ -100,7 +101,7 @@ class CheckCpuLowerable(Pass):
                 if isinstance(t, ir.UnrankedTensorType):
                     raise fail(op, f"autodiff-lower-to-cpu: unranked result type {t}")
         for op in post_order_ops(module):
-            if op.name.startswith("autodiff."):
+            if op.name.startswith(PREFIX):
                 raise fail(
                     op,
                     f"autodiff-lower-to-cpu: '{op.name}' must be removed by its transform pass "

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-from ..ad_support import captured_values, defining_op
-from ..bufferize import post_order_ops
+from ..ad_support import captured_values, defining_op, post_order_ops
 from ..passes import Pass
 from .classify import classify, contraction_maps, is_mul_add, map_dims
 from .fusion import all_parallel

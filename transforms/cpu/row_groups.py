@@ -13,8 +13,9 @@ import math as pymath
 
 from mlir import ir
 
-from ..ad_support import defining_op, int_constant, is_inside
-from ..bufferize import post_order_ops
+from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
+from ...dialects.vocabulary import ROW_TILES as ROW_LOOP_ATTR
+from ..ad_support import defining_op, int_constant, is_inside, post_order_ops
 from ..passes import Pass, register
 from .classify import classify
 from .parameters import (
@@ -25,7 +26,7 @@ from .parameters import (
     ROW_TILE_BYTES,
     ROW_TILE_ROWS,
 )
-from .script import ROW_LOOP_ATTR, ROW_TAG, Script, apply_quietly, named_sequence
+from .script import Script, apply_quietly, named_sequence
 
 
 def _dim_prefix(m: ir.AffineMap, k: int) -> bool:

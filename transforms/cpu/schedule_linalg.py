@@ -14,6 +14,9 @@ import dataclasses
 
 from mlir import ir
 
+from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
+from ...dialects.vocabulary import CPU_SCHEDULE as SCHEDULE_TAG
+from ...dialects.vocabulary import CPU_ZERO_INIT as ZERO_INIT_TAG
 from ..ad_support import defining_op
 from ..passes import Pass
 from .approximations import approximate_f32_math
@@ -21,7 +24,7 @@ from .classify import Candidate, classify
 from .contraction import collapse_contraction_dims, drop_unit_dims, pack_rhs
 from .parameters import matmul_schedule
 from .schedules import build_script, cache_tile, packed_k_tile
-from .script import ROW_TAG, SCHEDULE_TAG, ZERO_INIT_TAG, apply_quietly
+from .script import apply_quietly
 
 # -- the pass ---------------------------------------------------------------------------------
 

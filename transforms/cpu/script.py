@@ -12,19 +12,7 @@ from collections.abc import Sequence
 
 from mlir import ir
 
-#: Discardable attribute naming each scheduled op in the transform script.
-SCHEDULE_TAG = "autodiff.cpu_schedule"
-
-#: Discardable attribute naming each member of a row group (`FuseRowGroups`).
-ROW_TAG = "autodiff.cpu_row_group"
-
-#: A zero `linalg.fill` whose only reader is a contraction scheduled without a
-#: k loop outside its register tiles (see `_mark_zero_inits`).
-ZERO_INIT_TAG = "autodiff.cpu_zero_init"
-
-
-#: Marks the loop over a row group's row tiles (for `PrefetchRowTiles`).
-ROW_LOOP_ATTR = "autodiff.row_tiles"
+from ...dialects.vocabulary import CPU_SCHEDULE as SCHEDULE_TAG
 
 
 class Script:

@@ -13,7 +13,7 @@ import math as pymath
 
 from mlir import ir
 
-from ..bufferize import post_order_ops
+from ..ad_support import post_order_ops
 from ..passes import Pass
 
 #: After bufferization: lower the vector ops the schedules produced. n-D

@@ -34,8 +34,8 @@ lines; then it is split by op family (`<dialect>_<family>.py`), each op's three
 rules staying together. Helpers used by more than one module go to the shared
 modules under a public name.
 
-The drivers read the registries: `autodiff_common.py` (`--autodiff-jvp`,
-`--autodiff-vjp`) looks up `JVP_RULES`/`VJP_RULES`, `vmap.py`
+The drivers read the registries: `ad_modes.py` (the sweeps of `ad_driver.py`,
+`--autodiff-jvp`, `--autodiff-vjp`) looks up `JVP_RULES`/`VJP_RULES`, `vmap.py`
 (`--autodiff-vmap`) calls `batching.rule_for`; an op without a rule is a
 diagnostic naming it ("no forward rule", "no reverse rule", "no batching rule").
 Rules register when their module is imported (`registry.load_all`).

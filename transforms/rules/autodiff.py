@@ -5,43 +5,28 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from ..ad_support import is_float, op_name, residual_operands
+from ...dialects.vocabulary import CHECKPOINT, PHILOX, RANDOM, STOP_GRADIENT, symbol_of
+from ..ad_support import op_name, residual_operands
 from .batching import BatchBuilder, defbatch, defvectorized
+from .func import call_backward, jvp_of_call
 from .registry import defjvp_rule, defvjp, defzero
 from .structured import attrs_of
 
 # Identity with a zero derivative.
-defzero("autodiff.stop_gradient")
-defvectorized("autodiff.stop_gradient")
-
-
-def _fn(op: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+defzero(STOP_GRADIENT)
+defvectorized(STOP_GRADIENT)
 
 
 def _checkpoint_jvp(b, op, tangents):
     """checkpoint @g(xs) -> checkpoint @g_jvp(xs, txs): forward mode keeps nothing, but
     the jvp stays a checkpoint (same policy), so a later reverse pass recomputes it."""
-    if all(t is None for t in tangents):
-        return [None] * len(op.results)
-    name = b.ad.jvp_function(_fn(op), op, frozenset(
-        i for i, (t, x) in enumerate(zip(tangents, op.operands))
-        if t is None and is_float(x.type)))
-    xs = list(op.operands)
-    ts = [b.materialize(t, x) for t, x in zip(tangents, xs)]
-    n = len(op.results)
-    attrs = {k: op.attributes[k] for k in op.attributes}
-    attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
-    new = b.create("autodiff.checkpoint", [*xs, *ts], [r.type for r in op.results] * 2, attrs)
-    outs = list(new.results)
-    b.ad.replace_op(op, outs[:n])
-    return [t if is_float(t.type) else None for t in outs[n:]]
+    return jvp_of_call(b, op, tangents, "fn", keep_attrs=True)
 
 
 def _checkpoint_vjp(b, op, cts):
     """The forward code saves only what the policy allows (plain call of @g when
     nothing); the backward code recomputes the rest of @g's residuals, then runs
-    @g's backward function. See `Driver.checkpoint_plan`."""
+    @g's backward function. See `ad_checkpoint.checkpoint_plan`."""
     xs = list(op.operands)
     wrt = [i for i, x in enumerate(xs) if b.ad.is_active(x)]
     if not wrt or all(c is None for c in cts):
@@ -59,17 +44,11 @@ def _checkpoint_vjp(b, op, cts):
                          {"callee": ir.FlatSymbolRefAttr.get(plan.remat)})
         returned = list(rcall.results)
     residuals = residual_operands(plan.spec, xs, returned)
-    ct_vals = [b.materialize(c, r) for c, r in zip(cts, outs[:n])]
-    bcall = b.create("func.call", [*residuals, *ct_vals], [xs[i].type for i in wrt],
-                     {"callee": ir.FlatSymbolRefAttr.get(plan.bwd)})
-    grads: list = [None] * len(xs)
-    for i, g in zip(wrt, bcall.results):
-        grads[i] = g
-    return grads
+    return call_backward(b, plan.bwd, residuals, cts, outs[:n], xs, wrt)
 
 
-defjvp_rule("autodiff.checkpoint", _checkpoint_jvp)
-defvjp("autodiff.checkpoint", _checkpoint_vjp)
+defjvp_rule(CHECKPOINT, _checkpoint_jvp)
+defvjp(CHECKPOINT, _checkpoint_vjp)
 
 
 # -- batching --------------------------------------------------------------------
@@ -77,11 +56,11 @@ defvjp("autodiff.checkpoint", _checkpoint_vjp)
 
 def _checkpoint_batch(b, op, vals, batched):
     """A checkpointed call stays a checkpoint, of the batched callee."""
-    callee = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+    callee = symbol_of(op, "fn")
     name, types, flags = b.bt.batched_callee(callee, list(batched), op)
     attrs = attrs_of(op)
     attrs["fn"] = ir.FlatSymbolRefAttr.get(name)
-    new = b.create("autodiff.checkpoint", vals, types, attrs)
+    new = b.create(CHECKPOINT, vals, types, attrs)
     return list(zip(new.results, flags))
 
 
@@ -101,7 +80,7 @@ def _random_batch(b, op, vals, batched):
     elif mode != "error":
         hint = " yet"
     what = f"random op '{op_name(op)}'"
-    if op_name(op) == "autodiff.philox" and mode == "error":
+    if op_name(op) == PHILOX and mode == "error":
         # jit turns autodiff.random draws into philox before vmap runs
         what += " (a random draw, e.g. ad.random.uniform)"
         hint = "; pass randomness=\"same\" or \"different\" to vmap"
@@ -125,7 +104,7 @@ def _philox_batch(b, op, vals, batched):
         return [(r, False) for r in new.results]
     t = op.results[0].type
     bt = b.btype(t)
-    b.static(bt, "'autodiff.philox'")
+    b.static(bt, f"'{PHILOX}'")
     loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [b.empty(bt)], loc=b.loc, ip=b.ip)
     lb = BatchBuilder(ir.InsertionPoint(loop.body), b.loc, b.bt, op)
     lane = loop.induction_variable
@@ -143,6 +122,6 @@ def _philox_batch(b, op, vals, batched):
     scf.YieldOp([row], loc=b.loc, ip=ir.InsertionPoint(loop.body))
     return [(loop.results[0], True)]
 
-defbatch("autodiff.checkpoint", _checkpoint_batch)
-defbatch("autodiff.random", _random_batch)
-defbatch("autodiff.philox", _philox_batch)
+defbatch(CHECKPOINT, _checkpoint_batch)
+defbatch(RANDOM, _random_batch)
+defbatch(PHILOX, _philox_batch)

@@ -38,6 +38,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import linalg
 
+from ...dialects.vocabulary import PHILOX, RANDOM
 from ..ad_support import Builder, element_type, is_tensor, op_name
 from .registry import load_all
 from .structured import PAR, attrs_of, identity_map, make_generic, num_inputs, structure, value_of
@@ -48,7 +49,7 @@ BatchRule = Callable[[Any, ir.Operation, list[ir.Value], list[bool]], list[Batch
 BATCH_RULES: dict[str, BatchRule] = {}
 
 #: Ops sent to their rule even when no operand is batched (a draw differs per lane).
-ALWAYS_RULE = ("autodiff.random", "autodiff.philox")
+ALWAYS_RULE = (RANDOM, PHILOX)
 
 
 def defbatch(name: str, rule: BatchRule) -> None:

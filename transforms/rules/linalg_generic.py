@@ -30,6 +30,7 @@ from ..ad_support import (
     Builder,
     append_tangents,
     captured_values,
+    clone_remapped,
     element_type,
     is_float,
     op_name,
@@ -344,12 +345,7 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         clones = []
         skip = {red[j][0] for j in red}
         for o in body_ops:
-            c = o.operation.clone(ip=bip)
-            for k, v in enumerate(list(c.operands)):
-                if v in vmap:
-                    c.operands[k] = vmap[v]
-            for r_old, r_new in zip(o.results, c.results):
-                vmap[r_old] = r_new
+            c = clone_remapped(o, bip, vmap)
             if o.operation not in skip:
                 clones.append(c)
         if kind == "in":

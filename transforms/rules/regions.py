@@ -14,7 +14,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import scf
 
-from ..ad_support import Builder, is_float, walk_ops
+from ..ad_support import Builder, clone_remapped, is_float
 
 DYN = ir.ShapedType.get_dynamic_size()
 
@@ -30,17 +30,7 @@ def move_ops(old: ir.Block, new: ir.Block, arg_map: Sequence[ir.Value]) -> None:
 
 def clone_ops(ops: Sequence[Any], ip: ir.InsertionPoint, vmap: dict) -> list[ir.Operation]:
     """Clone `ops` at `ip`, remapping operands (also inside nested regions) by `vmap`."""
-    out = []
-    for o in ops:
-        c = o.operation.clone(ip=ip)
-        for inner in walk_ops(c):
-            for k, v in enumerate(list(inner.operands)):
-                if v in vmap:
-                    inner.operands[k] = vmap[v]
-        for r_old, r_new in zip(o.results, c.results):
-            vmap[r_old] = r_new
-        out.append(c)
-    return out
+    return [clone_remapped(o, ip, vmap) for o in ops]
 
 
 def index_op(b: Builder, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -77,10 +67,6 @@ def tape_read(b: Builder, tape: ir.Value, t: ir.Type, i: ir.Value) -> ir.Value:
         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
     }).result
 
-
-#: taped loop (its first result, or its op if it has none) -> (tapes, trip count)
-TAPE_ATTR = "autodiff.taped"
-TAPE_OP_ATTR = "autodiff.tape"
 
 # -- recomputation in a nested reverse pass ------------------------------------
 

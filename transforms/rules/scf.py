@@ -36,6 +36,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import scf
 
+from ...dialects.vocabulary import RECOMPUTED, STOP_GRADIENT, TAPE, TAPED
 from ..ad_support import (
     Builder,
     append_tangents,
@@ -47,8 +48,6 @@ from ..ad_support import (
 )
 from .batching import BatchBuilder, Batched, defbatch, elementwise
 from .regions import (
-    TAPE_ATTR,
-    TAPE_OP_ATTR,
     clone_ops,
     fixpoint,
     holder_op,
@@ -271,7 +270,7 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
     for o in list(nb.operations):
         if o.operation == first.operation:
             break
-        o.operation.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+        o.operation.attributes[TAPE] = ir.UnitAttr.get()  # not part of the primal
     y = list(nb.operations)[-1]
     scf.YieldOp(list(y.operands) + tapes, loc=y.location, ip=ir.InsertionPoint(y))
     y.erase()
@@ -284,29 +283,27 @@ def _for_augment(ad: Any, op: ir.Operation) -> None:
     for j, tp in zip(taped, res[k:]):
         by_slot[j] = tp
     ad.tapes[res[0]] = (by_slot, n, dims)
-    new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
+    new.operation.attributes[TAPED] = ir.UnitAttr.get()
     op.erase()
 
 
-#: Marks the ops the backward loop recomputes, while it is being built.
-RECOMPUTED_ATTR = "autodiff.recomputed"
 
 
 def _check_unrecorded(ad: Any, op: ir.Operation, block: ir.Block,
                       standins: dict[int, ir.Value]) -> None:
     """After the backward loop of `op` is complete: erase the recomputed ops
-    (marked RECOMPUTED_ATTR) that nothing reads any more, then make sure the
+    (marked RECOMPUTED) that nothing reads any more, then make sure the
     stand-ins of unrecorded carried values are only asked for their shape
     (`tensor.dim`). A derivative that needs such a value is a diagnostic,
     never a read of the uninitialized stand-in."""
     for o in reversed(list(block.operations)):
         o = o.operation
-        if RECOMPUTED_ATTR not in o.attributes:
+        if RECOMPUTED not in o.attributes:
             continue
         if o.results and not any(True for r in o.results for _ in r.uses):
             o.erase()
         else:
-            del o.attributes[RECOMPUTED_ATTR]
+            del o.attributes[RECOMPUTED]
     for j, v in standins.items():
         for u in v.uses:
             if op_name(u.owner) == "tensor.dim":
@@ -325,7 +322,7 @@ def _check_unrecorded(ad: Any, op: ir.Operation, block: ir.Block,
 _RECOMPUTE_CHEAP = frozenset((
     "arith.constant", "tensor.empty", "tensor.extract", "tensor.extract_slice",
     "tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape", "tensor.splat",
-    "tensor.cast", "linalg.fill", "autodiff.stop_gradient",
+    "tensor.cast", "linalg.fill", STOP_GRADIENT,
 ))
 
 #: Bound on the memory of the residuals one loop saves (trip count x bytes per
@@ -412,7 +409,7 @@ def _add_tapes(ad: Any, op: ir.Operation, vals: Sequence[ir.Value], trip: int) -
     writes = [tape_write(yb, tp, v, i) for tp, v in zip(nargs[1 + k:], vals)]
     ops = [o.operation for o in nb.operations]
     for o in ops[ops.index(first.operation): ops.index(y.operation)]:
-        o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+        o.attributes[TAPE] = ir.UnitAttr.get()  # not part of the primal
     scf.YieldOp(list(y.operands) + writes, loc=y.location, ip=ir.InsertionPoint(y))
     y.erase()
     for a in range(len(op.attributes)):
@@ -431,7 +428,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     ad = b.ad
     fop = op.opview
     lb, ub, step, *inits = list(op.operands)
-    if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
+    if TAPED not in op.attributes or op.results[0] not in ad.tapes:
         raise ad.fail(op, "internal: scf.for reached the backward sweep without a tape")
     tapes, n, dims = ad.tapes[op.results[0]]
     k = len(tapes)
@@ -440,7 +437,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     fl = [j for j in range(k) if is_float(carried_t[j])]
     body = list(fop.body.operations)
     # Skip the tape writes at the top of the body: they are not part of the primal.
-    primal_ops = [o for o in body[:-1] if TAPE_OP_ATTR not in o.operation.attributes]
+    primal_ops = [o for o in body[:-1] if TAPE not in o.operation.attributes]
     taped = [tp for tp in tapes if tp is not None]
     caps = [v for v in captured_values(op) if ad.is_active(v) and v not in taped]
     ct0 = [b.materialize(cts[j], op.results[j]) for j in fl]
@@ -480,7 +477,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     tracker.erase()
     for v in recomputed:  # (a rewrite may have replaced one by a value from outside)
         if not isinstance(v.owner, ir.Block) and v.owner.operation.block == lbody:
-            v.owner.attributes[RECOMPUTED_ATTR] = ir.UnitAttr.get()
+            v.owner.attributes[RECOMPUTED] = ir.UnitAttr.get()
     trip = int_constant(n)
     if trip is not None:
         _save_residuals(bb.ad, op, primal_ops, recomputed, trip, anchor, i)

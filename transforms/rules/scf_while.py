@@ -35,6 +35,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import scf
 
+from ...dialects.vocabulary import TAPE, TAPED
 from ..ad_support import (
     Builder,
     append_tangents,
@@ -45,8 +46,6 @@ from ..ad_support import (
 )
 from .batching import BatchBuilder, defbatch, elementwise, unbatch_type
 from .regions import (
-    TAPE_ATTR,
-    TAPE_OP_ATTR,
     clone_ops,
     fixpoint,
     index_op,
@@ -119,7 +118,7 @@ def _while_augment(ad: Any, op: ir.Operation) -> None:
     one = yb.index(1)
     inc = index_op(yb, "arith.addi", na.arguments[n_out], one)
     for o in (one.owner, inc.owner):
-        o.attributes[TAPE_OP_ATTR] = ir.UnitAttr.get()  # not part of the primal
+        o.attributes[TAPE] = ir.UnitAttr.get()  # not part of the primal
     scf.YieldOp(list(y.operands) + [inc], loc=y.location, ip=ir.InsertionPoint(y))
     y.erase()
     res = list(new.results)
@@ -128,12 +127,12 @@ def _while_augment(ad: Any, op: ir.Operation) -> None:
         if old in ad.active:
             ad.active.add(nv)
     ad.tapes[res[0]] = ([], res[n_out])
-    new.operation.attributes[TAPE_ATTR] = ir.UnitAttr.get()
+    new.operation.attributes[TAPED] = ir.UnitAttr.get()
     op.erase()
 
 
 def _primal_ops(block: ir.Block) -> list:
-    return [o for o in list(block.operations)[:-1] if TAPE_OP_ATTR not in o.attributes]
+    return [o for o in list(block.operations)[:-1] if TAPE not in o.attributes]
 
 
 def _clone_iteration(ip: ir.InsertionPoint, op: ir.Operation, s: Sequence[ir.Value],
@@ -154,7 +153,7 @@ def _clone_iteration(ip: ir.InsertionPoint, op: ir.Operation, s: Sequence[ir.Val
 
 def _while_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     ad = b.ad
-    if TAPE_ATTR not in op.attributes or op.results[0] not in ad.tapes:
+    if TAPED not in op.attributes or op.results[0] not in ad.tapes:
         raise ad.fail(op, "internal: scf.while reached the backward sweep without a counter")
     _, n = ad.tapes[op.results[0]]
     inits = list(op.operands)[:-1]

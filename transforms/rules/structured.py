@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 from mlir.dialects import linalg
 
-from ..ad_support import Builder, element_type, op_name
+from ..ad_support import Builder, clone_remapped, element_type, op_name
 
 PAR = "parallel"
 RED = "reduction"
@@ -211,13 +211,7 @@ def clone_body(op: ir.Operation, ip: ir.InsertionPoint, vmap: dict, skip) -> lis
     for o in list(block.operations)[:-1]:
         if o.operation in skip:
             continue
-        c = o.operation.clone(ip=ip)
-        for k, v in enumerate(list(c.operands)):
-            if v in vmap:
-                c.operands[k] = vmap[v]
-        for r_old, r_new in zip(o.results, c.results):
-            vmap[r_old] = r_new
-        clones.append(c)
+        clones.append(clone_remapped(o, ip, vmap))
     return clones
 
 

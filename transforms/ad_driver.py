@@ -26,18 +26,23 @@ does. Higher orders differentiate the rule functions. Rule signatures are
 checked where they are used, with a diagnostic at @f.
 
 Checkpointing: `autodiff.checkpoint {fn = @g, policy, names}` is a call whose
-residuals are recomputed in the backward pass (`Driver.checkpoint_plan`);
+residuals are recomputed in the backward pass (`ad_checkpoint.checkpoint_plan`);
 `policy` is one of POLICIES (default nothing_saveable: only the inputs stay
 alive), `names` the `checkpoint_name`s that save_only_these_names keeps. A
 `checkpoint_name` is a call of a private identity function carrying
 `autodiff.checkpoint_name = "h"`. Forward mode keeps a checkpoint a checkpoint
 (of the jvp function); once no jvp/vjp op is left, checkpoints become calls and
 name markers disappear (`lower_checkpoints`).
+
+Modules: this one holds the driver (`ADDriver`: generated functions, custom
+rules, the combined function and its split); `ad_modes.py` the forward and
+reverse sweeps over a block; `ad_checkpoint.py` checkpoint plans and their
+lowering; `ad_cleanup.py` the clean-up ending each pass; `ad_residuals.py` the
+report of what reverse mode saves.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,20 +50,33 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
+from ..dialects.vocabulary import (
+    AD_OPS,
+    BOUNDARY,
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    CUSTOM_VMAP,
+    JVP,
+    VJP,
+    VMAP,
+    symbol_of,
+)
+from .ad_checkpoint import CheckpointPlan, checkpoint_plan, lower_checkpoints
+from .ad_cleanup import fold_stop_gradients, strip_bookkeeping
+from .ad_modes import ForwardAD, ReverseAD
 from .ad_support import (
     Builder,
-    captured_values,
+    function_type,
     is_float,
     is_known_zero,
     op_name,
     residual_operands,
+    sym_name,
     unique_name,
     walk_ops,
 )
 from .diagnostics import PassFailure, fail
-from .rules.registry import JVP_RULES, VJP_RULES, load_all
-
-AD_OPS = ("autodiff.jvp", "autodiff.vjp")
+from .rules.registry import load_all
 
 #: Inner op lowerers: op name -> `lower(driver, op)` replacing `op` (e.g. an
 #: `autodiff.vmap`) by ordinary IR. Before a function is differentiated, every
@@ -68,19 +86,7 @@ AD_OPS = ("autodiff.jvp", "autodiff.vjp")
 INNER_LOWERERS: dict[str, Callable[[Any, ir.Operation], None]] = {}
 #: op name -> module under `mlir_autodiff.transforms` whose import registers its
 #: lowerer (imported lazily, only when such an op must be lowered).
-INNER_LOWERER_MODULES: dict[str, str] = {"autodiff.vmap": "vmap"}
-
-#: The checkpoint policies `autodiff.checkpoint {policy = ...}` accepts (JAX's names).
-POLICIES = ("nothing_saveable", "everything_saveable", "dots_saveable",
-            "save_only_these_names")
-#: Ops whose outputs `dots_saveable` saves (contractions).
-CONTRACTION_OPS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat",
-                   "linalg.dot", "linalg.batch_matvec", "linalg.batch_vecmat",
-                   "linalg.contract", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b")
-#: Function attribute marking a named identity (`checkpoint_name`): its result is
-#: the value `save_only_these_names` refers to by this name.
-NAME_ATTR = "autodiff.checkpoint_name"
-
+INNER_LOWERER_MODULES: dict[str, str] = {VMAP: "vmap"}
 
 def register_inner_lowerer(name: str, lower: Callable[[Any, ir.Operation], None]) -> None:
     """Let the differentiation passes lower `name` ops found inside differentiated code."""
@@ -89,33 +95,6 @@ def register_inner_lowerer(name: str, lower: Callable[[Any, ir.Operation], None]
 
 def _inner_kinds() -> tuple[str, ...]:
     return AD_OPS + tuple(INNER_LOWERERS)
-
-
-@dataclasses.dataclass
-class CheckpointPlan:
-    """How a reverse pass differentiates `autodiff.checkpoint {fn = @f}` (see
-    `Driver.checkpoint_plan`): the forward code calls `fwd` (args -> outs...,
-    saved...), the backward code calls `remat` (args..., saved...) -> the
-    residuals of @f's vjp (None: `saved` already are all of them), then `bwd`."""
-
-    fwd: str
-    saved_types: list[ir.Type]
-    remat: str | None
-    res_types: list[ir.Type]
-    bwd: str
-    spec: list[int]
-
-
-def _sym_name(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["sym_name"]).value
-
-
-def _fn_attr(op: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(op.attributes["fn"]).value
-
-
-def _func_type(fn: ir.Operation) -> ir.FunctionType:
-    return fn.attributes["function_type"].value
 
 
 def _zero_of(b: Builder, v: ir.Value) -> ir.Value:
@@ -135,15 +114,7 @@ def _zero_of_type(b: Builder, t: ir.Type, at: Any) -> ir.Value:
     return b.create("arith.constant", [], [t], {"value": attr}).result
 
 
-def _is_contraction(op: ir.Operation) -> bool:
-    """A `linalg.generic` that multiplies two inputs and sums (what einsum emits)."""
-    if op_name(op) != "linalg.generic" or "reduction" not in str(op.attributes["iterator_types"]):
-        return False
-    n_in = len(op.operands) - len(op.results)
-    return n_in >= 2 and any(op_name(o) == "arith.mulf" for o in walk_ops(op))
-
-
-class Driver:
+class ADDriver:
     """Per-pass-run state: the module, the caches, the pass name for diagnostics."""
 
     def __init__(self, module: ir.Operation, pass_name: str):
@@ -167,7 +138,7 @@ class Driver:
         out = {}
         for op in self.body.operations:
             if op_name(op) == "func.func":
-                out[_sym_name(op)] = op.operation
+                out[sym_name(op)] = op.operation
         return out
 
     def lookup(self, name: str, at: Any) -> ir.Operation:
@@ -190,7 +161,7 @@ class Driver:
         new = fn.clone(ip=ir.InsertionPoint(self.body))
         new.attributes["sym_name"] = ir.StringAttr.get(name)
         new.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        for attr in ("autodiff.custom_vjp", "autodiff.custom_jvp", "autodiff.custom_vmap",
+        for attr in (CUSTOM_VJP, CUSTOM_JVP, CUSTOM_VMAP,
                      "llvm.emit_c_interface"):
             if attr in new.attributes:
                 del new.attributes[attr]
@@ -217,7 +188,7 @@ class Driver:
             self.lower_all(fn, _inner_kinds())
             for o in walk_ops(fn):
                 if op_name(o) == "func.call":
-                    callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+                    callee = symbol_of(o, "callee")
                     if callee in self.functions():
                         self.prepare(callee, o)
         finally:
@@ -227,9 +198,9 @@ class Driver:
 
     def lower(self, op: ir.Operation) -> None:
         kind = op_name(op)
-        if kind == "autodiff.jvp":
+        if kind == JVP:
             self.lower_jvp_op(op)
-        elif kind == "autodiff.vjp":
+        elif kind == VJP:
             self.lower_vjp_op(op)
         else:
             INNER_LOWERERS[kind](self, op)
@@ -250,9 +221,9 @@ class Driver:
                 raise self.fail(op, f"{what} #{i} has type {g}, expected {w}")
 
     def lower_jvp_op(self, op: ir.Operation) -> None:
-        name = _fn_attr(op)
+        name = symbol_of(op, "fn")
         fn = self.lookup(name, op)
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         self._check_types(op, "operands (primals and tangents of @" + name + ")",
                           [v.type for v in op.operands], params * 2)
@@ -274,7 +245,7 @@ class Driver:
             wrt = list(ir.DenseI64ArrayAttr(op.attributes["wrt"]))
         for i in wrt:
             if not 0 <= i < len(params):
-                raise self.fail(op, f"wrt index {i} is out of range: @{_fn_attr(op)} has "
+                raise self.fail(op, f"wrt index {i} is out of range: @{symbol_of(op, 'fn')} has "
                                     f"{len(params)} parameters")
             if not is_float(params[i]):
                 raise self.fail(op, f"wrt index {i} refers to a parameter of non-float type "
@@ -284,9 +255,9 @@ class Driver:
         return wrt
 
     def lower_vjp_op(self, op: ir.Operation) -> None:
-        name = _fn_attr(op)
+        name = symbol_of(op, "fn")
         fn = self.lookup(name, op)
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         wrt = self.parse_wrt(op, params)
         self._check_types(op, "operands (primals and output cotangents of @" + name + ")",
@@ -341,7 +312,7 @@ class Driver:
         key = (name, tuple(wrt))
         if key not in self.vjp_cache:
             fn = self.lookup(name, at)
-            if "autodiff.custom_vjp" in fn.attributes:
+            if CUSTOM_VJP in fn.attributes:
                 self.vjp_cache[key] = self.custom_vjp(fn, name, list(wrt))
             elif self.custom_jvp_rule(fn, name) is not None:
                 self.vjp_cache[key] = self.transposed_jvp(fn, name, list(wrt))
@@ -376,15 +347,15 @@ class Driver:
 
     def custom_jvp_rule(self, fn: ir.Operation, name: str) -> str | None:
         """@name's checked `autodiff.custom_jvp` rule, None without one."""
-        if "autodiff.custom_jvp" not in fn.attributes:
+        if CUSTOM_JVP not in fn.attributes:
             return None
-        rule = self._rule_function(fn, name, "autodiff.custom_jvp",
-                                   fn.attributes["autodiff.custom_jvp"])
-        ft = _func_type(fn)
+        rule = self._rule_function(fn, name, CUSTOM_JVP,
+                                   fn.attributes[CUSTOM_JVP])
+        ft = function_type(fn)
         want = ir.FunctionType.get(list(ft.inputs) * 2, list(ft.results) * 2)
-        got = _func_type(self.functions()[rule])
+        got = function_type(self.functions()[rule])
         if got != want:
-            raise self.fail(fn, f"autodiff.custom_jvp of @{name}: @{rule} has type {got}, "
+            raise self.fail(fn, f"{CUSTOM_JVP} of @{name}: @{rule} has type {got}, "
                                 f"expected {want} (primals, tangents) -> (results, tangents)")
         return rule
 
@@ -392,16 +363,16 @@ class Driver:
         """`autodiff.custom_vjp = {fwd, bwd}`: fwd (args) -> (outs, residuals), bwd
         (residuals, cotangents) -> cotangents of every input; a small wrapper
         selects the `wrt` ones."""
-        attr = "autodiff.custom_vjp"
+        attr = CUSTOM_VJP
         spec = fn.attributes[attr]
         if not isinstance(spec, ir.DictAttr) or "fwd" not in spec or "bwd" not in spec:
             raise self.fail(fn, f"{attr} of @{name} must be {{fwd = @..., bwd = @...}}")
         fwd = self._rule_function(fn, name, attr, spec["fwd"])
         bwd = self._rule_function(fn, name, attr, spec["bwd"])
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
-        fwd_t = _func_type(self.functions()[fwd])
-        bwd_t = _func_type(self.functions()[bwd])
+        fwd_t = function_type(self.functions()[fwd])
+        bwd_t = function_type(self.functions()[bwd])
         res_types = list(fwd_t.results)[len(results):]
 
         def types(ts: Sequence[ir.Type]) -> str:
@@ -444,7 +415,7 @@ class Driver:
         (with a zero cotangent for ys): fwd(xs) = r_fwd(xs, 0) and
         bwd(res, ct) = r_bwd(res, 0, ct). Higher orders differentiate r."""
         rule = self.custom_jvp_rule(fn, name)
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         n = len(params)
         rfwd, rbwd, rres, rspec = self.vjp_functions(rule, [n + i for i in wrt], fn)
@@ -493,155 +464,8 @@ class Driver:
     # -- checkpointing --------------------------------------------------------------
 
     def checkpoint_plan(self, op: ir.Operation, wrt: Sequence[int]) -> CheckpointPlan:
-        """Reverse mode of `autodiff.checkpoint {fn = @f, policy, names}`.
-
-        The residuals of @f's vjp that the policy saves are returned by the
-        forward call; the others are recomputed in the backward pass by `remat`
-        (a copy of @f's forward that takes the saved ones as arguments), so the
-        enclosing function only keeps the checkpoint's inputs and the saved
-        values alive. Cached per (function, wrt, policy, names)."""
-        name = _fn_attr(op)
-        policy = "nothing_saveable"
-        if "policy" in op.attributes:
-            pa = op.attributes["policy"]
-            policy = pa.value if isinstance(pa, ir.StringAttr) else str(pa)
-        if policy not in POLICIES:
-            raise self.fail(op, f"unknown checkpoint policy '{policy}' (expected one of "
-                                f"{', '.join(POLICIES)})")
-        names: list[str] = []
-        if "names" in op.attributes:
-            na = op.attributes["names"]
-            if not isinstance(na, ir.ArrayAttr) or \
-                    not all(isinstance(a, ir.StringAttr) for a in na):
-                raise self.fail(op, "checkpoint 'names' must be an array of strings")
-            names = [ir.StringAttr(a).value for a in na]
-        if policy == "save_only_these_names" and "names" not in op.attributes:
-            raise self.fail(op, "checkpoint policy 'save_only_these_names' needs a 'names' "
-                                "attribute (an array of strings)")
-        key = ("checkpoint", name, tuple(wrt), policy, tuple(names))
-        if key in self.vjp_cache:
-            return self.vjp_cache[key]
-        fn = self.lookup(name, op)
-        results = list(_func_type(fn).results)
-        params = list(_func_type(fn).inputs)
-        self._check_types(op, f"operands (arguments of @{name})",
-                          [v.type for v in op.operands], params)
-        self._check_types(op, f"results (results of @{name})",
-                          [r.type for r in op.results], results)
-        fwd, bwd, res_types, spec = self.vjp_functions(name, wrt, op)
-        fwd_fn = self.functions()[fwd]
-        fret = list(fwd_fn.regions[0].blocks[0].operations)[-1]
-        res_vals = list(fret.operands)[len(results):]
-        saved = [self._saveable(v, policy, set(names), 0) for v in res_vals]
-        saved_types = [t for t, s in zip(res_types, saved) if s]
-        # Saveable values the recomputation would otherwise redo (a dot whose
-        # output only tanh's result, a residual, is computed from): saved too.
-        extra = self._saveable_intermediates(fwd_fn, res_vals, saved, policy, set(names))
-        fops = list(fwd_fn.regions[0].blocks[0].operations)
-        saved_types += [fops[i].results[r].type for i, r in extra]
-        if all(saved) and not extra:
-            plan = CheckpointPlan(fwd, saved_types, None, res_types, bwd, spec)
-        else:
-            ckpt_fwd = name
-            if any(saved) or extra:  # a copy of fwd returning the outputs and what is saved
-                ckpt_fwd = self.unique_name(f"{name}_ckpt_fwd")
-                new = self.clone_function(fwd_fn, ckpt_fwd)
-                nops = list(new.regions[0].blocks[0].operations)
-                ret = nops[-1]
-                vals = list(ret.operands)
-                keep = vals[: len(results)] + [v for v, s in zip(vals[len(results):], saved)
-                                               if s] + [nops[i].results[r] for i, r in extra]
-                func.ReturnOp(keep, loc=ret.location, ip=ir.InsertionPoint(ret))
-                ret.erase()
-                new.attributes["function_type"] = ir.TypeAttr.get(
-                    ir.FunctionType.get(params, results + saved_types))
-            remat = self.unique_name(f"{name}_remat")
-            new = self.clone_function(fwd_fn, remat)
-            blk = new.regions[0].blocks[0]
-            ret = list(blk.operations)[-1]
-            rops = list(blk.operations)
-            inner = [rops[i].results[r] for i, r in extra]
-            for v, s in zip(list(ret.operands)[len(results):], saved):
-                if s:
-                    v.replace_all_uses_with(blk.add_argument(v.type, new.location))
-            for v in inner:
-                v.replace_all_uses_with(blk.add_argument(v.type, new.location))
-            func.ReturnOp(list(ret.operands)[len(results):], loc=ret.location,
-                          ip=ir.InsertionPoint(ret))
-            ret.erase()
-            new.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get(params + saved_types, res_types))
-            plan = CheckpointPlan(ckpt_fwd, saved_types, remat, res_types, bwd, spec)
-        self.vjp_cache[key] = plan
-        return plan
-
-    def _saveable_intermediates(self, fwd_fn: ir.Operation, res_vals: Sequence[ir.Value],
-                                saved: Sequence[bool], policy: str,
-                                names: set[str]) -> list[tuple[int, int]]:
-        """Values of `fwd_fn` (top-level op index, result number) that the policy
-        saves and that the residuals it does not save are computed from.
-
-        A residual is whatever the reverse rules read (tanh's rule reads its
-        result, not the dot before it); JAX's policies instead name the values
-        that may be kept, and the recomputation starts from them. So under
-        dots_saveable the dot under a tanh is saved and only the tanh recomputed.
-        """
-        if policy not in ("dots_saveable", "save_only_these_names"):
-            return []
-        ops = [o.operation for o in fwd_fn.regions[0].blocks[0].operations]
-        index = {o: i for i, o in enumerate(ops)}
-        seen = {v for v, s in zip(res_vals, saved) if s}
-        stack = [v for v, s in zip(res_vals, saved) if not s]
-        roots = set(stack)
-        out: list[tuple[int, int]] = []
-        while stack:
-            v = stack.pop()
-            if v in seen or not isinstance(v, ir.OpResult):
-                continue
-            seen.add(v)
-            op = v.owner.operation
-            if op not in index:
-                continue
-            if v not in roots and self._saveable(v, policy, names, 0):
-                out.append((index[op], v.result_number))
-                continue
-            stack.extend(op.operands)
-            if op.regions:
-                stack.extend(captured_values(op))
-        return sorted(set(out))
-
-    def _saveable(self, v: ir.Value, policy: str, names: set[str], depth: int) -> bool:
-        """Whether the policy saves residual `v` (looking through calls to its origin)."""
-        if policy == "everything_saveable":
-            return True
-        if policy == "nothing_saveable" or isinstance(v.owner, ir.Block) or depth > 16:
-            return False
-        op = v.owner.operation
-        kind = op_name(op)
-        if policy == "dots_saveable" and (kind in CONTRACTION_OPS or _is_contraction(op)):
-            return True
-        if policy == "save_only_these_names":
-            # The operand of a named identity is the named value itself (a
-            # rule may read it before the name was given, e.g. exp's result).
-            for use in v.uses:
-                if op_name(use.owner) != "func.call":
-                    continue
-                named = self.functions().get(
-                    ir.FlatSymbolRefAttr(use.owner.attributes["callee"]).value)
-                if named is not None and NAME_ATTR in named.attributes and \
-                        ir.StringAttr(named.attributes[NAME_ATTR]).value in names:
-                    return True
-        if kind != "func.call":
-            return False
-        callee = self.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-        if callee is None or not callee.regions[0].blocks:
-            return False
-        if NAME_ATTR in callee.attributes:
-            return policy == "save_only_these_names" and \
-                ir.StringAttr(callee.attributes[NAME_ATTR]).value in names
-        ret = list(callee.regions[0].blocks[0].operations)[-1]
-        k = list(op.results).index(v)
-        return self._saveable(ret.operands[k], policy, names, depth + 1)
+        """Reverse mode of `autodiff.checkpoint` (see `ad_checkpoint.checkpoint_plan`)."""
+        return checkpoint_plan(self, op, wrt)
 
     def generate_jvp(self, fn: ir.Operation, name: str,
                      zeros: frozenset[int] = frozenset()) -> str:
@@ -650,7 +474,7 @@ class Driver:
         # Known before its body is differentiated: a recursive call (directly or
         # through other functions) calls the function being generated.
         self.jvp_cache[(name, zeros)] = new_name
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         block = new.regions[0].blocks[0]
         loc = new.location
@@ -673,7 +497,7 @@ class Driver:
         return new_name
 
     def generate_vjp(self, fn: ir.Operation, name: str, wrt: list[int]) -> tuple:
-        ft = _func_type(fn)
+        ft = function_type(fn)
         params, results = list(ft.inputs), list(ft.results)
         fwd_name = self.unique_name(f"{name}_fwd")
         comb = self.clone_function(fn, fwd_name)
@@ -694,7 +518,7 @@ class Driver:
         # The boundary between the forward and the backward code.
         marker = b.create("arith.constant", [], [idx],
                           {"value": ir.IntegerAttr.get(idx, 0),
-                           "autodiff.boundary": ir.UnitAttr.get()})
+                           BOUNDARY: ir.UnitAttr.get()})
         for v, c in zip(ret.operands, ctargs):
             rev.add_ct(b, v, c)
         rev.sweep(ops[:-1], ip)
@@ -721,7 +545,7 @@ class Driver:
         for o in prefix:
             if op_name(o) != "func.call":
                 continue
-            callee = self.functions().get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+            callee = self.functions().get(symbol_of(o, "callee"))
             if callee is None or not callee.regions[0].blocks:
                 continue
             cblock = callee.regions[0].blocks[0]
@@ -810,374 +634,10 @@ class Driver:
         return out_types, spec
 
 
-class ForwardAD:
-    """Tangent propagation through the ops of a block (in place, after each op)."""
-
-    def __init__(self, driver: Driver, tmap: dict[ir.Value, ir.Value]):
-        self.driver = driver
-        self.t = tmap
-        self.replaced: dict[ir.Value, ir.Value] = {}
-        self.dead: list[ir.Operation] = []
-        self.depth = 0
-
-    def tangent(self, v: ir.Value) -> ir.Value | None:
-        return self.t.get(v)
-
-    def is_active(self, v: ir.Value) -> bool:
-        return v in self.t
-
-    def fail(self, op: Any, msg: str) -> PassFailure:
-        return self.driver.fail(op, msg)
-
-    def jvp_function(self, name: str, at: Any, zeros: frozenset[int] = frozenset()) -> str:
-        return self.driver.jvp_function(name, at, zeros)
-
-    def replace_op(self, op: ir.Operation, new: Sequence[ir.Value]) -> None:
-        """Route the uses of `op`'s results to `new` and erase `op` after its rule."""
-        for old, nv in zip(op.results, new):
-            old.replace_all_uses_with(nv)
-            self.replaced[old] = nv
-        self.dead.append(op.operation)
-
-    def run_block(self, block: ir.Block) -> None:
-        """Differentiate every op of `block` but its terminator."""
-        ops = list(block.operations)
-        for i, op in enumerate(ops[:-1]):
-            self.visit(op.operation, ops[i + 1])
-
-    def visit(self, op: ir.Operation, next_op: Any) -> None:
-        name = op_name(op)
-        if not any(is_float(r.type) for r in op.results):
-            return  # integer, index and i1 results are never active
-        ts = [self.t.get(v) for v in op.operands]
-        if all(t is None for t in ts):
-            if not op.regions or not any(v in self.t for v in captured_values(op)):
-                return
-        rule = JVP_RULES.get(name)
-        if rule is None:
-            raise self.fail(op, f"no forward rule for '{name}'")
-        b = Builder(ir.InsertionPoint(next_op), op.location, self, op)
-        results = list(op.results)
-        self.depth += 1
-        try:
-            touts = rule(b, op, ts)
-        finally:
-            self.depth -= 1
-        for r, t in zip(results, touts):
-            if t is not None and is_float(r.type):
-                while r in self.replaced:
-                    r = self.replaced[r]
-                self.t[r] = t
-        if self.depth == 0:
-            # Replaced ops die only once no enclosing rule can still refer to them.
-            for d in self.dead:
-                d.erase()
-            self.dead.clear()
-            self.replaced.clear()
-
-
-class ReverseAD:
-    """Activity, forward augmentation and the backward sweep over a block's ops."""
-
-    def __init__(self, driver: Driver, seeds: set[ir.Value]):
-        self.driver = driver
-        self.active: set[ir.Value] = set(seeds)
-        self.ct: dict[ir.Value, ir.Value] = {}
-        self.dead: list[ir.Operation] = []
-        self.tapes: dict[Any, Any] = {}
-
-    def is_active(self, v: ir.Value) -> bool:
-        return v in self.active
-
-    def fail(self, op: Any, msg: str) -> PassFailure:
-        return self.driver.fail(op, msg)
-
-    def vjp_functions(self, name: str, wrt: Sequence[int], at: Any):
-        return self.driver.vjp_functions(name, wrt, at)
-
-    def checkpoint_plan(self, op: ir.Operation, wrt: Sequence[int]) -> CheckpointPlan:
-        return self.driver.checkpoint_plan(op, wrt)
-
-    def forward_builder(self, op: ir.Operation) -> Builder:
-        """A builder emitting forward (primal-side) code just before `op`."""
-        return Builder(ir.InsertionPoint(op), op.location, self, op)
-
-    def replace_op(self, op: ir.Operation, new: Sequence[ir.Value]) -> None:
-        for old, nv in zip(op.results, new):
-            old.replace_all_uses_with(nv)
-            if old in self.active:
-                self.active.add(nv)
-        self.dead.append(op.operation)
-
-    def sub(self, seeds: set[ir.Value]) -> ReverseAD:
-        """A nested reverse pass (e.g. over a linalg.generic body)."""
-        return ReverseAD(self.driver, seeds)
-
-    def propagate(self, ops: Sequence[Any]) -> None:
-        """Forward activity: float results of ops that read an active value."""
-        for op in ops:
-            op = op.operation
-            if op_name(op) == "autodiff.stop_gradient":
-                continue
-            reads = list(op.operands)
-            if op.regions:
-                reads += captured_values(op)
-            if any(v in self.active for v in reads):
-                for r in op.results:
-                    if is_float(r.type):
-                        self.active.add(r)
-
-    def prepare_forward(self, ops: Sequence[Any]) -> None:
-        """Let region rules augment the forward code (tapes) before the sweep."""
-        from .rules.registry import FORWARD_AUGMENT
-
-        for op in ops:
-            op = op.operation
-            aug = FORWARD_AUGMENT.get(op_name(op))
-            if aug is not None and any(r in self.active for r in op.results):
-                aug(self, op)
-
-    def add_ct(self, b: Builder, v: ir.Value, c: ir.Value | None) -> None:
-        if c is None or v not in self.active:
-            return
-        old = self.ct.get(v)
-        self.ct[v] = c if old is None else b.accumulate(old, c)
-
-    def sweep(self, ops: Sequence[Any], ip: ir.InsertionPoint) -> None:
-        """Emit the backward code of `ops` (walked in reverse) at `ip`."""
-        for op in reversed(list(ops)):
-            op = op.operation
-            cts = [self.ct.get(r) for r in op.results]
-            if all(c is None for c in cts):
-                continue
-            reads = list(op.operands)
-            if op.regions:
-                reads += captured_values(op)
-            if not any(v in self.active for v in reads):
-                continue
-            name = op_name(op)
-            rule = VJP_RULES.get(name)
-            if rule is None:
-                raise self.fail(op, f"no reverse rule for '{name}'")
-            b = Builder(ip, op.location, self, op)
-            ins = rule(b, op, cts)
-            if len(ins) != len(op.operands):
-                ins = list(ins) + [None] * (len(op.operands) - len(ins))
-            for v, c in zip(list(op.operands), ins):
-                self.add_ct(b, v, c)
-            for d in self.dead:
-                d.erase()
-            self.dead.clear()
-
-
-def _symbol_refs(attr: ir.Attribute, out: set[str]) -> None:
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        out.add(attr.value)
-    elif isinstance(attr, ir.DictAttr):
-        for i in range(len(attr)):
-            _symbol_refs(attr[i].attr, out)
-    elif isinstance(attr, ir.ArrayAttr):
-        for a in attr:
-            _symbol_refs(a, out)
-
-
-def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
-    """Functions referred to by an attribute other than a func.call's callee."""
-    out: set[str] = set()
-    for o in walk_ops(module):
-        for i in range(len(o.attributes)):
-            na = o.attributes[i]
-            if na.name in ("callee", "sym_name", "function_type"):
-                continue
-            _symbol_refs(na.attr, out)
-    return out
-
-
-def dedupe_private_results(module: ir.Operation) -> None:
-    """Make private functions return each value once; calls reuse the duplicates.
-
-    Generated functions often return one value twice (e.g. both cotangents of
-    `x + y` are the output cotangent), which upstream
-    buffer-results-to-out-params{hoist-static-allocs} crashes on (MLIR 22).
-    """
-    body = module.regions[0].blocks[0]
-    funcs = [op.operation for op in body.operations if op_name(op) == "func.func"]
-    calls: dict[str, list[ir.Operation]] = {}
-    for fn in funcs:
-        for o in walk_ops(fn):
-            if op_name(o) == "func.call":
-                calls.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value,
-                                 []).append(o)
-    # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
-    # their signature: their users check it.
-    pinned = _symbol_uses_besides_calls(module)
-    for fn in funcs:
-        vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
-        if vis is None or ir.StringAttr(vis).value != "private" or not fn.regions[0].blocks:
-            continue
-        if _sym_name(fn) in pinned:
-            continue
-        blocks = list(fn.regions[0].blocks)
-        if len(blocks) != 1:
-            continue
-        ret = list(blocks[0].operations)[-1]
-        vals = list(ret.operands)
-        first: dict[ir.Value, int] = {}
-        keep, where = [], []
-        for v in vals:
-            if v not in first:
-                first[v] = len(keep)
-                keep.append(v)
-            where.append(first[v])
-        if len(keep) == len(vals):
-            continue
-        name = _sym_name(fn)
-        ft = _func_type(fn)
-        func.ReturnOp(keep, loc=ret.location, ip=ir.InsertionPoint(ret))
-        ret.erase()
-        fn.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(list(ft.inputs), [v.type for v in keep]))
-        for c in calls.get(name, []):
-            new = func.CallOp([v.type for v in keep], ir.FlatSymbolRefAttr.get(name),
-                              list(c.operands), loc=c.location, ip=ir.InsertionPoint(c))
-            for old, k in zip(list(c.results), where):
-                old.replace_all_uses_with(new.results[k])
-            c.erase()
-
-
-def fold_stop_gradients(module: ir.Operation) -> None:
-    """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it."""
-    ops = walk_ops(module)
-    if any(op_name(o) in AD_OPS for o in ops):
-        return  # a later differentiation pass still needs them
-    for o in ops:
-        if op_name(o) == "autodiff.stop_gradient":
-            o.results[0].replace_all_uses_with(o.operands[0])
-            o.erase()
-
-
-def lower_checkpoints(module: ir.Operation) -> None:
-    """Once no autodiff.jvp/vjp is left, nothing will be differentiated any more:
-    `autodiff.checkpoint` becomes a plain `func.call` and the named identities of
-    `checkpoint_name` disappear. Other passes (vmap) may call this at their end."""
-    ops = walk_ops(module)
-    if any(op_name(o) in AD_OPS for o in ops):
-        return
-    body = module.regions[0].blocks[0]
-    named = {}
-    for f in body.operations:
-        if op_name(f) == "func.func" and NAME_ATTR in f.attributes and f.regions[0].blocks:
-            blk = f.regions[0].blocks[0]
-            ret = list(blk.operations)[-1]
-            args = list(blk.arguments)
-            if len(list(blk.operations)) == 1 and all(v in args for v in ret.operands):
-                named[_sym_name(f)] = [args.index(v) for v in ret.operands]
-    for o in ops:
-        kind = op_name(o)
-        if kind == "autodiff.checkpoint":
-            call = func.CallOp([r.type for r in o.results], ir.FlatSymbolRefAttr.get(
-                _fn_attr(o)), list(o.operands), loc=o.location, ip=ir.InsertionPoint(o))
-            for old, nv in zip(o.results, call.results):
-                old.replace_all_uses_with(nv)
-            o.erase()
-        elif kind == "func.call":
-            where = named.get(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
-            if where is not None:
-                for old, i in zip(o.results, where):
-                    old.replace_all_uses_with(o.operands[i])
-                o.erase()
-
-
-#: Attributes reverse mode's loop rules put on the ops they create (a taped
-#: loop, the tape writes and counters that are not part of the primal); they
-#: mean something only during the differentiation that made them.
-BOOKKEEPING_ATTRS = ("autodiff.taped", "autodiff.tape", "autodiff.recomputed")
-
-
-def strip_bookkeeping(root: ir.Operation) -> None:
-    """Drop the tape rewrite's bookkeeping attributes under `root`."""
-    for o in walk_ops(root):
-        for attr in BOOKKEEPING_ATTRS:
-            if attr in o.attributes:
-                del o.attributes[attr]
-
-
 def run_pass(module: ir.Operation, pass_name: str, kind: str) -> None:
     """Body of --autodiff-jvp / --autodiff-vjp: lower every op of `kind`."""
     with module.location:
-        Driver(module, pass_name).lower_all(module, (kind,))
+        ADDriver(module, pass_name).lower_all(module, (kind,))
         fold_stop_gradients(module)
         lower_checkpoints(module)
         strip_bookkeeping(module)
-
-
-@dataclasses.dataclass(frozen=True)
-class Residual:
-    """One value reverse mode saves: a parameter (`arg` is its index) or the result
-    of op `op` at `location` (`file:line:col`, traced through calls to its origin)."""
-
-    type: ir.Type
-    arg: int | None
-    op: str
-    location: str
-
-
-def residual_report(module: ir.Operation, name: str, wrt: Sequence[int]) -> list[Residual]:
-    """What `--autodiff-vjp` saves for @name w.r.t. `wrt`: generates @name's forward
-    and backward functions in `module` (as the pass would) and describes each
-    residual the backward function receives. Raises ir.MLIRError-like PassFailure
-    (with a diagnostic) if @name cannot be differentiated."""
-    from .diagnostics import _file_location
-
-    with module.context, module.location:
-        d = Driver(module, "autodiff-vjp")
-        fn = d.lookup(name, module)
-        ft = _func_type(fn)
-        params, results = list(ft.inputs), list(ft.results)
-        fwd, _, _, spec = d.vjp_functions(name, list(wrt), fn)
-        fwd_fn = d.functions()[fwd]
-        ret = list(fwd_fn.regions[0].blocks[0].operations)[-1]
-
-        def origin(v: ir.Value, owner_fn: ir.Operation, depth: int) -> Residual:
-            if isinstance(v.owner, ir.Block):
-                args = list(owner_fn.regions[0].blocks[0].arguments)
-                idx = args.index(v) if v in args and owner_fn == fwd_fn else None
-                return Residual(v.type, idx, "a block argument", "")
-            op = v.owner.operation
-            if op_name(op) == "func.call" and depth < 16:
-                callee = d.functions().get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-                if callee is not None and callee.regions[0].blocks and \
-                        NAME_ATTR not in callee.attributes:
-                    cret = list(callee.regions[0].blocks[0].operations)[-1]
-                    inner = cret.operands[list(op.results).index(v)]
-                    cargs = list(callee.regions[0].blocks[0].arguments)
-                    if isinstance(inner.owner, ir.Block) and inner in cargs:
-                        r = origin(op.operands[cargs.index(inner)], owner_fn, depth + 1)
-                    else:
-                        r = origin(inner, callee, depth + 1)
-                    return Residual(v.type, r.arg, r.op, r.location)
-            file, line, col = _file_location(op.location)
-            where = f"{file}:{line}:{col}" if file is not None else ""
-            what = op_name(op)
-            if what == "linalg.generic":  # name it by what its body computes
-                inner = [op_name(o) for o in walk_ops(op)[1:]
-                         if op_name(o) not in ("linalg.yield", "arith.constant")]
-                if inner:
-                    what += "{" + ", ".join(dict.fromkeys(inner)) + "}"
-            # The result of a `checkpoint_name` identity, or the value it names.
-            for c in [op] + [u.owner for u in v.uses]:
-                if op_name(c) == "func.call":
-                    callee = d.functions().get(ir.FlatSymbolRefAttr(c.attributes["callee"]).value)
-                    if callee is not None and NAME_ATTR in callee.attributes:
-                        name = ir.StringAttr(callee.attributes[NAME_ATTR]).value
-                        what = f"checkpoint_name '{name}'"
-                        break
-            return Residual(v.type, None, what, where)
-
-        out = []
-        for e in spec:
-            if e < 0:
-                out.append(Residual(params[-1 - e], -1 - e, "", ""))
-            else:
-                out.append(origin(ret.operands[len(results) + e], fwd_fn, 0))
-        return out

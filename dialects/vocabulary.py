@@ -1,0 +1,129 @@
+"""Every `autodiff.*` name the project spells: the dialect's ops and the attributes.
+
+The front end emits these names, the passes match on them, the back ends tag IR
+with them; each is spelled here once and imported everywhere else
+(`test/python/test_vocabulary.py` fails on an `"autodiff.…"` literal outside
+this module). Ops are those of `autodiff.irdl.mlir`; `ATTRIBUTES` says what
+each attribute means and who writes it. The function attributes a user may
+write by hand are the README's table (`USER_ATTRIBUTES`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlir import ir
+
+#: The dialect's namespace: an op is ours when its name starts with it.
+PREFIX = "autodiff."
+
+# -- ops (dialects/autodiff.irdl.mlir) ----------------------------------------
+
+JVP = "autodiff.jvp"
+VJP = "autodiff.vjp"
+VMAP = "autodiff.vmap"
+STOP_GRADIENT = "autodiff.stop_gradient"
+CHECKPOINT = "autodiff.checkpoint"
+RANDOM = "autodiff.random"
+PHILOX = "autodiff.philox"
+
+#: Every op of the dialect.
+OPS = (JVP, VJP, VMAP, STOP_GRADIENT, CHECKPOINT, RANDOM, PHILOX)
+#: The differentiation ops (`--autodiff-jvp`, `--autodiff-vjp`).
+AD_OPS = (JVP, VJP)
+#: The draws: from the generator state (`random`) and from a key (`philox`).
+DRAW_OPS = (RANDOM, PHILOX)
+
+# -- attributes ------------------------------------------------------------------
+
+# Custom rules and checkpoint names (function attributes, written by the front end
+# or by hand).
+CUSTOM_VJP = "autodiff.custom_vjp"
+CUSTOM_JVP = "autodiff.custom_jvp"
+CUSTOM_VMAP = "autodiff.custom_vmap"
+IN_AXES = "autodiff.in_axes"
+OUT_AXES = "autodiff.out_axes"
+CHECKPOINT_NAME = "autodiff.checkpoint_name"
+#: The custom rule attributes of a primal function.
+CUSTOM_RULES = (CUSTOM_VJP, CUSTOM_JVP, CUSTOM_VMAP)
+
+# Random numbers (--autodiff-functionalize-rng, the front end's pinned draws).
+RNG_KEY = "autodiff.rng_key"
+RNG_STATE = "autodiff.rng_state"
+RNG_BLOCKS = "autodiff.rng_blocks"
+RNG_PINS = "autodiff.rng_pins"
+
+# Bookkeeping of the differentiation passes.
+TAPED = "autodiff.taped"
+TAPE = "autodiff.tape"
+RECOMPUTED = "autodiff.recomputed"
+BOUNDARY = "autodiff.boundary"
+#: What reverse mode's loop rules put on the ops they create (a taped loop, the
+#: tape writes and counters that are not part of the primal): they mean something
+#: only during the differentiation that made them (stripped at its end).
+BOOKKEEPING = (TAPED, TAPE, RECOMPUTED)
+
+# Symbols and back ends.
+RENAMED_SYMBOLS = "autodiff.renamed_symbols"
+DONATED_ARGS = "autodiff.donated_args"
+RESULT_ARGS = "autodiff.result_args"
+PINNED_RESULTS = "autodiff.pinned_results"
+CPU_SCHEDULE = "autodiff.cpu_schedule"
+CPU_ROW_GROUP = "autodiff.cpu_row_group"
+CPU_ZERO_INIT = "autodiff.cpu_zero_init"
+ROW_TILES = "autodiff.row_tiles"
+GPU_NUM_OUTPUTS = "autodiff.gpu.num_outputs"
+
+#: attribute -> (where it sits, what it means).
+ATTRIBUTES: dict[str, str] = {
+    CUSTOM_VJP: "on @f: {fwd, bwd}, reverse mode calls these instead of differentiating @f",
+    CUSTOM_JVP: "on @f: @r, forward mode calls it instead of differentiating @f",
+    CUSTOM_VMAP: "on @f: @r or [@r1, ...], batching rules of @f",
+    IN_AXES: "on a custom_vmap rule: each argument's batch axis, -1 = unbatched",
+    OUT_AXES: "on a custom_vmap rule: each result's batch axis, -1 = unbatched",
+    CHECKPOINT_NAME: "on a private identity function: the name a checkpoint policy saves by",
+    RNG_KEY: "on @f: the index of the [seed, offset] argument its draws are keyed by",
+    RNG_STATE: "on a function that draws: its last two args / last result are the RNG state",
+    RNG_BLOCKS: "on a function that draws (i64): the counter blocks one call consumes",
+    RNG_PINS: "on the key draw of `pin_draws`: the key-rooted function it pins to the stream",
+    TAPED: "on a loop while reverse mode runs: the loop whose values are taped",
+    TAPE: "on an op while reverse mode runs: it builds a tape, not part of the primal",
+    RECOMPUTED: "on an op while reverse mode runs: the backward loop recomputes it",
+    BOUNDARY: "on the marker constant that splits a combined function into fwd and bwd",
+    RENAMED_SYMBOLS: "on the module (dictionary of strings): source symbol -> lowered name",
+    DONATED_ARGS: "on a public function (array<i64>): the arguments marked writable (donated)",
+    RESULT_ARGS: "on a public function (array<i64>): per result, the argument whose buffer "
+                 "it is, or -1 (an out-parameter)",
+    PINNED_RESULTS: "on a function (i64): trailing results PinRecomputedProducers added",
+    CPU_SCHEDULE: "on a scheduled op: names it in the CPU transform script",
+    CPU_ROW_GROUP: "on each member of a CPU row group (FuseRowGroups)",
+    CPU_ZERO_INIT: "on a zero linalg.fill read only by a contraction without an outer k loop",
+    ROW_TILES: "on the loop over a CPU row group's row tiles (PrefetchRowTiles)",
+    GPU_NUM_OUTPUTS: "on a GPU function: how many trailing memref arguments are out-parameters",
+}
+
+#: The function attributes a user writes (the README's table).
+USER_ATTRIBUTES = (CUSTOM_VJP, CUSTOM_JVP, CUSTOM_VMAP, IN_AXES, OUT_AXES, RNG_KEY)
+
+
+# -- accessors -------------------------------------------------------------------
+
+
+def is_autodiff(name: str) -> bool:
+    """Whether an op name is of the autodiff dialect."""
+    return name.startswith(PREFIX)
+
+
+def symbol_of(op: Any, attr: str) -> str:
+    """The flat symbol name `op`'s attribute `attr` refers to."""
+    return ir.FlatSymbolRefAttr(op.operation.attributes[attr]).value
+
+
+def string_of(op: Any, attr: str) -> str:
+    """The value of `op`'s string attribute `attr`."""
+    return ir.StringAttr(op.operation.attributes[attr]).value
+
+
+def i64s_of(op: Any, attr: str) -> list[int]:
+    """The values of `op`'s `array<i64>` attribute `attr`."""
+    return list(ir.DenseI64ArrayAttr(op.operation.attributes[attr]))
