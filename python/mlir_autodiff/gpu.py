@@ -48,7 +48,7 @@ from mlir_autodiff.runtime import (
     shared_libs,
 )
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
-from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
 from mlir_autodiff.transforms.pipeline import run_pipeline
 
 __all__ = [
