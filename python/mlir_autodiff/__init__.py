@@ -24,7 +24,8 @@ depend on) the front end.
 # table and checks every import), so there is no import circle:
 #
 #   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
-#   layer 1  errors, pytree, rng_state   exceptions; pytrees; the generator state
+#   layer 1  errors, pytree, rng_state, signatures  exceptions; pytrees; the generator
+#                                        state; what numpy may pass to compiled code
 #   layer 2  tracing, runtime            Tracer and traces; the CPU JIT runtime
 #   layer 3  primitives, gpu             the ops a trace emits; the GPU runtime
 #   layer 4  numpy                       numpy's API; installs Tracer's operators and methods
