@@ -47,13 +47,8 @@ import numpy as np
 from mlir import ir
 from mlir_autodiff import dialects
 from mlir_autodiff.dialects.vocabulary import is_autodiff
-from mlir_autodiff.runtime import (
-    CompiledModule,
-    CompileError,
-    check_args,
-    from_python,
-    signature_of,
-)
+from mlir_autodiff.runtime import CompiledModule, CompileError
+from mlir_autodiff.signatures import check_args, from_python, signature_of
 from mlir_autodiff.tools.common import ToolError, guarded_main, read_input
 from mlir_autodiff.transforms.ad_support import walk_ops
 from mlir_autodiff.transforms.diagnostics import Diag, mlir_error_diags

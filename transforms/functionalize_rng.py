@@ -68,7 +68,7 @@ The contract
   the draws of an ordinary call of the function. If `@g`'s consumption is not
   static, the op stays an ordinary `bits` draw (a fresh key: the same
   distribution, other numbers). Custom functions pin their primal and rule
-  functions to one key this way (`mlir_autodiff.custom`).
+  functions to one key this way (`mlir_autodiff.custom_core`).
 
 Errors (at the op, naming the pass): a draw with a non-static shape or bad
 attributes; a draw reached through recursion (its offsets would not be

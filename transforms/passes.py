@@ -32,7 +32,7 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-lower-to-cpu": "cpu.pipeline",
     "autodiff-unshare-empty-tensors": "bufferize",
     "autodiff-fuse-row-groups": "cpu.row_groups",
-    "autodiff-lower-to-gpu": "lower_to_gpu",
+    "autodiff-lower-to-gpu": "gpu.pipeline",
     "autodiff-verify": "verify",
 }
 

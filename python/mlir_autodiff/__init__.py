@@ -24,15 +24,18 @@ depend on) the front end.
 # table and checks every import), so there is no import circle:
 #
 #   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
-#   layer 1  errors, pytree, rng_state   exceptions; pytrees; the generator state
+#   layer 1  errors, pytree, rng_state, signatures  exceptions; pytrees; the generator
+#                                        state; what numpy may pass to compiled code
 #   layer 2  tracing, runtime            Tracer and traces; the CPU JIT runtime
 #   layer 3  primitives, gpu             the ops a trace emits; the GPU runtime
 #   layer 4  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 5  api                         jit and lower (imports numpy: traces see a full Tracer)
 #   layer 6  batching, random            vmap; random draws
-#   layer 7  custom, differentiate, lax  custom rules and checkpoint; grad & co; loops
-#   layer 8  nn
-#   layer 9  __init__                    this namespace, imported lazily (PEP 562)
+#   layer 7  custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
+#   layer 8  custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
+#   layer 9  custom                      custom_vjp, custom_jvp
+#   layer 10 custom_function             the torch-style Function (a custom_vjp call)
+#   layer 11 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 
@@ -60,17 +63,17 @@ _EXPORTS: dict[str, str | None] = {
     "value_and_grad": "differentiate",
     "vjp": "differentiate",
     "vmap": "batching",
-    "Function": "custom",
-    "FunctionCtx": "custom",
-    "SavedResidual": "custom",
-    "checkpoint": "custom",
-    "checkpoint_name": "custom",
-    "checkpoint_policies": "custom",
+    "Function": "custom_function",
+    "FunctionCtx": "custom_function",
+    "SavedResidual": "checkpointing",
+    "checkpoint": "checkpointing",
+    "checkpoint_name": "checkpointing",
+    "checkpoint_policies": "checkpointing",
     "custom_jvp": "custom",
     "custom_vjp": "custom",
-    "print_saved_residuals": "custom",
-    "remat": "custom",
-    "saved_residuals": "custom",
+    "print_saved_residuals": "checkpointing",
+    "remat": "checkpointing",
+    "saved_residuals": "checkpointing",
     "AutodiffError": "errors",
     "CompilationError": "errors",
     "ConcretizationTypeError": "errors",

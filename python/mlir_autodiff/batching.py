@@ -59,7 +59,7 @@ class VmapLevel:
     arguments that carry the batch. Custom functions traced meanwhile
     (`Function` with a `vmap` rule) ask the innermost level for the batch
     size and for which of their arguments depend on a batched argument, to
-    emit a batching rule for exactly this level (see `custom.py`).
+    emit a batching rule for exactly this level (see `custom_vmap.py`).
     """
 
     trace: FunctionTrace

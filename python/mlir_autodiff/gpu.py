@@ -42,13 +42,15 @@ from mlir_autodiff.runtime import (
     CompiledModule,
     CompileError,
     _parse,
-    _uncallable_functions,
-    function_signatures,
-    mark_args_read_only,
     shared_libs,
 )
+from mlir_autodiff.signatures import (
+    function_signatures,
+    mark_args_read_only,
+    uncallable_functions,
+)
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
-from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
 from mlir_autodiff.transforms.pipeline import run_pipeline
 
 __all__ = [
@@ -184,7 +186,7 @@ class CompiledGpuModule(CompiledModule):
             else:
                 self.module = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
             self.signatures = function_signatures(self.module)
-            self._uncallable = _uncallable_functions(self.module)
+            self._uncallable = uncallable_functions(self.module)
             mark_args_read_only(self.module)
             run_pipeline(self.module, [self.pass_])
             with collect_diagnostics(self.context) as diags:

@@ -522,9 +522,9 @@ def test_wrong_vmap_rule_is_a_clear_error(dims, shape_fn, message):
     assert f"(defined at {_rule_line(F)})" in msg, msg
     # the failure leaves nothing behind: no rule bookkeeping, vmap level or trace
     # stays active, and a Function with a good rule works
-    from mlir_autodiff import batching, custom, tracing
+    from mlir_autodiff import batching, custom_core, tracing
 
-    assert not custom._IN_RULES and not custom._IN_PRIMAL
+    assert not custom_core._IN_RULES and not custom_core._IN_PRIMAL
     assert not batching._LEVELS.stack and not batching._LEVELS.peeled
     assert not tracing._STATE.stack
     good = _reentrant(0)

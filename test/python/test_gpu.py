@@ -28,7 +28,7 @@ from mlir import ir
 from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
 from mlir_autodiff.runtime import CompiledModule
-from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu, parallel_stage_on_cpu_pipeline
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
 from mlir_autodiff.transforms.pipeline import PipelineError, run_pipeline
 
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
@@ -881,7 +881,7 @@ def _kernels_per_call(module: ir.Module, entry: str) -> int:
 @pytest.mark.parametrize("name, limit", [("mlp_train_step", 12), ("gmm_gradient", 10),
                                          ("jvp_layer", 3), ("philox_noise", 1)])
 def test_generated_code_kernel_counts(name: str, limit: int) -> None:
-    """Regression guard on fusion (counts as of this pipeline; see lower_to_gpu.py)."""
+    """Regression guard on fusion (counts as of this pipeline; see transforms/gpu/pipeline.py)."""
     module = lowered(generated_text(name), stage="kernels")
     assert 1 <= _kernels_per_call(module, GENERATED[name][2]) <= limit
 

@@ -17,7 +17,7 @@ from mlir import ir
 
 from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
-from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
 from mlir_autodiff.transforms.pipeline import run_pipeline
 
 pytest.importorskip("jax", reason="the rule tables use jax functions as their oracles")

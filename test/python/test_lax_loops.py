@@ -359,7 +359,7 @@ def test_gradient_of_loops_on_the_gpu_path():
     from mlir import ir
     from mlir_autodiff import dialects
     from mlir_autodiff.runtime import CompiledModule
-    from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu, parallel_stage_on_cpu_pipeline
+    from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
     from mlir_autodiff.transforms.pipeline import run_pipeline
 
     def f(x, w, xs):

@@ -28,7 +28,7 @@ COMPILER = {"dialects": ROOT / "dialects", "transforms": ROOT / "transforms"}
 #: Function-local imports of package modules that stay, (module, imported module) -> why.
 FUNCTION_LOCAL: dict[tuple[str, str], str] = {
     ("api", "mlir_autodiff.gpu"):
-        "the GPU back end (lower_to_gpu) loads only when a function is jitted for device='gpu'",
+        "the GPU back end (transforms/gpu) loads only when a function is jitted for device='gpu'",
 }
 
 

@@ -19,7 +19,8 @@ import pytest
 from mlir import ir
 
 from mlir_autodiff import runtime
-from mlir_autodiff.runtime import ArgSpec, CompiledModule, memref_descriptor
+from mlir_autodiff.runtime import CompiledModule, memref_descriptor
+from mlir_autodiff.signatures import ArgSpec
 
 DTYPES = {
     "f16": np.float16, "f32": np.float32, "f64": np.float64, "i1": np.bool_,

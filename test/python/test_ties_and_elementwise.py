@@ -585,7 +585,7 @@ def test_gelu_rejects_a_non_bool_approximate(bad) -> None:
 def test_op_table_reaches_a_gpu_fatbin() -> None:
     """The whole op table (differentiated and batched) also lowers for the GPU."""
     from mlir_autodiff import gpu as adgpu
-    from mlir_autodiff.transforms.lower_to_gpu import LowerToGpu
+    from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
 
     text = build_module([_fn(r) for r in ROWS], "autodiff-vmap,autodiff-jvp,autodiff-vjp")
     with ir.Context() as ctx, ir.Location.unknown():

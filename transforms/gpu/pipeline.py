@@ -1,0 +1,307 @@
+"""`--autodiff-lower-to-gpu`: lower tensor programs to NVIDIA GPUs (NVVM, PTX, cubin).
+
+Usage::
+
+    autodiff-opt model.mlir --autodiff-vjp \\
+        '--autodiff-lower-to-gpu=chip=sm_90 features=+ptx80 format=fatbin opt-level=3'
+
+Options
+-------
+`chip` (default `sm_80`)
+    The SM architecture ptxas compiles for: `sm_<digits>` with an optional
+    `a`/`f` suffix (`sm_90a`). A cubin runs on devices of the same major
+    version and an equal or higher minor version (sm_80 code runs on sm_86,
+    not on sm_90); the binary holds no PTX, so it is not JIT-compiled for
+    newer GPUs. The CUDA 13 ptxas on PATH accepts sm_75 and newer.
+`features` (default: empty, the lowest PTX ISA the chip allows)
+    PTX ISA version as an NVPTX feature, e.g. `+ptx80`.
+`format` (default `fatbin`)
+    What `gpu-module-to-binary` produces in each `gpu.binary`: `fatbin`
+    (a CUDA fat binary around the cubin, what the runtime loads), `bin` (a
+    bare cubin ELF), `isa` (PTX text: how to read the generated code) or
+    `llvm` (LLVM bitcode for offloading, not loadable by the CUDA runtime).
+`opt-level` (default 3)
+    LLVM/ptxas optimisation level, 0 to 3.
+`block-size` (default 256)
+    Threads per block for the parallel loops (a power of two, at most 1024).
+`stage` (default `binary`)
+    Stop early to look at (or test) an intermediate form: `parallel` (the
+    bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
+    from; it still runs on the CPU), `kernels` (`gpu.launch_func` on the
+    host, `gpu.func` kernels in `gpu.module`s), `nvvm` (kernels lowered to
+    the LLVM/NVVM dialects, target attached, before serialisation) or
+    `binary` (everything: host code in the LLVM dialect, `gpu.binary`).
+
+Inspect the PTX with `format=isa`: each `gpu.binary` then holds the PTX text
+(`.version`, `.target sm_80`, the kernels' `.visible .entry` points) in its
+`#gpu.object`, e.g.::
+
+    autodiff-opt f.mlir '--autodiff-lower-to-gpu=chip=sm_90 format=isa' \\
+        | grep -o 'assembly = "[^"]*"' | sed 's/\\\\0A/\\n/g; s/\\\\09/\\t/g'
+
+`stage=kernels` shows the kernels and launches before any of that.
+
+What runs where
+---------------
+1. Tensors. Calls are inlined (fusion then sees across the forward and
+   backward functions the autodiff passes generate). Splat constants become
+   `linalg.fill`s next to each use; elementwise ops that read their init
+   (`acc + contribution`) get it as an input instead (see
+   ElementwiseInitsToInputs: upstream fusion miscompiles them otherwise);
+   named ops are generalized and elementwise producers fused into their
+   consumers (`linalg-fuse-elementwise-ops`); reduction dimensions are
+   moved innermost. One-shot bufferization, identity layouts at function
+   boundaries.
+2. Every linalg op becomes an `scf.parallel` over its parallel dimensions;
+   reduction dimensions stay sequential `scf.for` loops inside it: each GPU
+   thread reduces its own output element (race-free, no atomics, no shared
+   memory). Adjacent parallel loops over the same iteration space are fused
+   (`scf-parallel-loop-fusion`): a fill, a matmul and its bias/activation
+   chain become one kernel.
+3. Tensor results become caller-owned out-parameters
+   (`buffer-results-to-out-params`, as in `--autodiff-lower-to-cpu`);
+   temporaries are freed by `buffer-deallocation-pipeline`; i1 buffers hold
+   one byte per element (numpy's bool layout).
+4. Each parallel loop is tiled into blocks x threads (`block-size` threads,
+   the innermost, contiguous dimension on `threadIdx.x`, out-of-range threads
+   masked by an `scf.if`). Host code that touches memory (a rank-0 fill, a
+   full reduction to a scalar, `tensor.insert`) is wrapped into a
+   one-iteration `scf.parallel`: a single-thread kernel. This is
+   `stage=parallel`, the program tests also run on the CPU.
+5. Memory: every buffer the kernels touch lives in device memory.
+   Allocations become `gpu.alloc`/`gpu.dealloc`; constants (`memref.global`)
+   are copied to the device where they are used; a scalar the host needs (a
+   loss value, a loop bound) comes back with `gpu.memcpy`. Each public
+   function `@f` becomes a host wrapper with the same signature (host
+   memrefs: numpy owns inputs and outputs) that allocates device buffers,
+   copies the inputs in, calls `@f_on_device`, copies the out-parameters back
+   and frees the device buffers. `gpu-async-region` chains everything with
+   async tokens; the host waits only where it reads memory or returns.
+6. `gpu-map-parallel-loops` + `convert-parallel-loops-to-gpu` +
+   `gpu-kernel-outlining` give `gpu.launch_func` and `gpu.module`s
+   (`stage=kernels`); `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
+   kernels to NVVM, math functions calling libdevice (`stage=nvvm`);
+   `gpu-to-llvm` lowers the host side to calls of the MLIR CUDA runtime
+   (`libmlir_cuda_runtime.so`: mgpuMemAlloc, mgpuMemcpy, mgpuLaunchKernel,
+   streams and events), and `gpu-module-to-binary` runs ptxas (and
+   fatbinary), embedding real device code in each `gpu.binary`.
+
+The host module is then ready for the ExecutionEngine with
+`libmlir_cuda_runtime.so` (see `mlir_autodiff.gpu.CompiledGpuModule`, which
+first checks for a CUDA driver and device and raises `NoCudaDevice`).
+
+Limits (what bounds the kernel count and speed)
+-----------------------------------------------
+- Fusion merges only adjacent loops over identical iteration spaces, so each
+  distinct shape (each matmul and its transposes in a backward pass, each
+  parameter's update) is its own kernel: an MLP training step (2 layers,
+  vjp + SGD) is 12 kernels, a GMM negative log-likelihood gradient 9.
+- A reduction to a scalar (a loss) is a single-thread kernel; there is no
+  tree or `gpu.all_reduce` reduction, and no shared-memory tiling of
+  contractions: each thread accumulates one output element in global memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+from ..bufferize import (
+    BUFFERIZE,
+    BoolBuffersToBytes,
+    ElementwiseInitsToInputs,
+    UnshareEmptyTensors,
+)
+from ..cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
+from ..passes import Pass, PipelineElement, register
+from .calling_convention import CheckGpuLowerable, DistinctReturnBuffers, HostWrappers
+from .device_memory import DeviceMemory
+from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
+from .tensors import ReductionsInnermost, SplatsToFills
+
+#: The CPU pipeline's bufferization, also accepting loops that yield new buffers
+#: (an scf.for over tensors whose body computes a fresh tensor each iteration).
+GPU_BUFFERIZE = BUFFERIZE if "allow-return-allocs-from-loops" in BUFFERIZE else (
+    BUFFERIZE[:-1] + " allow-return-allocs-from-loops}"
+)
+
+FORMATS = ("isa", "bin", "fatbin", "llvm")
+STAGES = ("parallel", "kernels", "nvvm", "binary")
+_CHIP_RE = re.compile(r"sm_\d+[af]?")
+_FEATURES_RE = re.compile(r"(\+ptx\d+)?")
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LowerToGpu(Pass):
+    name = "autodiff-lower-to-gpu"
+    summary = "Lower to GPU kernels (NVVM) with real cubins from ptxas; host calls the CUDA runtime"
+
+    chip: str = dataclasses.field(default="sm_80", metadata={"help": "SM architecture"})
+    features: str = dataclasses.field(default="", metadata={"help": "PTX ISA, e.g. +ptx80"})
+    format: str = dataclasses.field(
+        default="fatbin", metadata={"help": "gpu.binary format", "choices": FORMATS}
+    )
+    opt_level: int = dataclasses.field(default=3, metadata={"help": "optimisation level 0-3"})
+    block_size: int = dataclasses.field(default=256, metadata={"help": "threads per block"})
+    stage: str = dataclasses.field(
+        default="binary", metadata={"help": "stop after this stage", "choices": STAGES}
+    )
+
+    def __post_init__(self) -> None:
+        if not _CHIP_RE.fullmatch(self.chip):
+            raise ValueError(
+                f"unknown chip '{self.chip}': expected an NVIDIA SM architecture such as "
+                "sm_80 or sm_90a"
+            )
+        if not _FEATURES_RE.fullmatch(self.features):
+            raise ValueError(
+                f"unknown features '{self.features}': expected a PTX ISA version such as +ptx80"
+            )
+        if self.format not in FORMATS:
+            raise ValueError(
+                f"unknown format '{self.format}': expected one of {', '.join(FORMATS)}"
+            )
+        if self.stage not in STAGES:
+            raise ValueError(f"unknown stage '{self.stage}': expected one of {', '.join(STAGES)}")
+        if not 0 <= self.opt_level <= 3:
+            raise ValueError(f"opt-level must be between 0 and 3, got {self.opt_level}")
+        if self.block_size < 1 or self.block_size > 1024 or \
+                self.block_size & (self.block_size - 1):
+            raise ValueError(
+                f"block-size must be a power of two between 1 and 1024, got {self.block_size}"
+            )
+
+    def expand(self) -> Sequence[PipelineElement]:
+        stages: dict[str, Callable[[], list[PipelineElement]]] = {
+            "parallel": self._parallel_stage,
+            "kernels": self._kernel_stage,
+            "nvvm": self._nvvm_stage,
+            "binary": self._binary_stage,
+        }
+        out: list[PipelineElement] = []
+        for stage in STAGES:
+            out += stages[stage]()
+            if stage == self.stage:
+                break
+        return out
+
+    def _parallel_stage(self) -> list[PipelineElement]:
+        from ..reserved_symbols import RenameReservedSymbols
+
+        return [
+            CheckGpuLowerable(),
+            # User functions named like the runtime or library routines the
+            # host code calls (`@malloc`, `@sinh`) would capture those calls.
+            RenameReservedSymbols(),
+            # One function body per entry point: fusion sees across the forward
+            # and backward functions the autodiff passes generate, and residuals
+            # stop being copied into out-parameters.
+            "inline",
+            "symbol-dce",
+            "canonicalize",
+            "cse",
+            # arith/math ops applied to whole tensors (as the front end writes them).
+            "func.func(convert-elementwise-to-linalg)",
+            SplatsToFills(),
+            ElementwiseInitsToInputs(),
+            # Named elementwise ops (linalg.exp, linalg.add...) fuse only as generics.
+            "func.func(linalg-generalize-named-ops)",
+            "func.func(linalg-fuse-elementwise-ops)",
+            ReductionsInnermost(),
+            UnshareEmptyTensors(),
+            "eliminate-empty-tensors",
+            GPU_BUFFERIZE,
+            "canonicalize",
+            # Parallel loops before out-params: fusion needs the results to be
+            # fresh allocations, which cannot alias the function's arguments.
+            "func.func(convert-linalg-to-parallel-loops)",
+            "canonicalize",
+            "func.func(scf-parallel-loop-fusion)",
+            # Hoisting (no copy kernel per result) is safe here: calls are
+            # inlined first, and the upstream crash seen on the CPU path
+            # (cpu/pipeline.py) needs private functions returning buffers.
+            DistinctReturnBuffers(),
+            "buffer-results-to-out-params{hoist-static-allocs modify-public-functions}",
+            "canonicalize",
+            "buffer-deallocation-pipeline",
+            "convert-bufferization-to-memref",
+            # Integer powers have no NVVM (or LLVM) lowering: small outlined
+            # functions (with unstructured control flow, hence after buffer
+            # deallocation), which kernel outlining copies into each gpu.module.
+            "convert-math-to-funcs",
+            CopiesToLinalg(),
+            "func.func(convert-linalg-to-parallel-loops)",
+            "canonicalize",
+            "func.func(scf-parallel-loop-fusion)",
+            "cse",
+            BoolBuffersToBytes(),
+            # No canonicalize from here on until the loops are mapped: it would
+            # merge the block and thread loops back into one.
+            TileParallelLoops(block_size=self.block_size),
+            SerialKernels(),
+            "cse",
+        ]
+
+    def _kernel_stage(self) -> list[PipelineElement]:
+        return [
+            DeviceMemory(),
+            "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
+            "func.func(convert-parallel-loops-to-gpu)",
+            "canonicalize",
+            # Constants and index arithmetic move into the kernels (constant trip
+            # counts for ptxas) instead of becoming kernel arguments.
+            "gpu-launch-sink-index-computations",
+            "gpu-kernel-outlining",
+            "lower-affine",
+            "canonicalize",
+            "cse",
+            HostWrappers(),
+            "func.func(gpu-async-region)",
+        ]
+
+    def _nvvm_stage(self) -> list[PipelineElement]:
+        target = f"nvvm-attach-target{{chip={self.chip} O={self.opt_level}"
+        if self.features:
+            target += f" features={self.features}"
+        return [
+            # No NVVM lowering for these (as on the CPU): clampf by upstream's
+            # expansion, isinf/isnormal as comparisons of |x|.
+            "math-expand-ops{ops=clampf}",
+            ExpandFloatClassTests(),
+            target + "}",
+            "gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm,canonicalize,cse,"
+            "reconcile-unrealized-casts)",
+        ]
+
+    def _binary_stage(self) -> list[PipelineElement]:
+        return [
+            "convert-scf-to-cf",
+            "expand-strided-metadata",
+            "lower-affine",
+            "func.func(math-expand-ops)",
+            "convert-math-to-llvm",
+            "convert-math-to-libm",
+            "arith-expand",
+            "convert-arith-to-llvm",
+            "convert-index-to-llvm",
+            "finalize-memref-to-llvm",
+            "convert-func-to-llvm",
+            "gpu-to-llvm",
+            "convert-cf-to-llvm",
+            "convert-ub-to-llvm",
+            "reconcile-unrealized-casts",
+            f"gpu-module-to-binary{{format={self.format}}}",
+        ]
+
+
+def parallel_stage_on_cpu_pipeline(**options: object) -> list[PipelineElement]:
+    """A pipeline that runs the pre-mapping (`stage=parallel`) program on the CPU.
+
+    For `runtime.CompiledModule(..., pipeline=...)`: the same bufferized, fused
+    and tiled `scf.parallel` program the GPU mapping starts from, lowered with
+    the CPU pipeline's LLVM steps, so tests compare it against numpy.
+    `options` are further LowerToGpu options (e.g. block_size=64).
+    """
+    return [LowerToGpu(stage="parallel", **options), *TO_LLVM]  # type: ignore[arg-type]
