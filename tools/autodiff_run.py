@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 from mlir import ir
+
 from mlir_autodiff import dialects
 from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import CompiledModule, CompileError

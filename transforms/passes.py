@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Union
 
 from mlir import ir
 
-
 #: pass flag -> module (under mlir_autodiff.transforms) that defines it: every
 #: project pass, so that its flag works in a fresh process (`register` refuses
 #: a project pass missing here; test_passes.py runs every listed flag).

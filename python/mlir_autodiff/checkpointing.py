@@ -24,9 +24,9 @@ from mlir import ir
 from mlir.dialects import func
 
 from . import dialects, pytree
-from .dialects.vocabulary import CHECKPOINT, CHECKPOINT_NAME
 from .api import _leaf_aval
 from .custom_core import EagerCache, argnums, fun_name, is_float, split_args, trace_primal
+from .dialects.vocabulary import CHECKPOINT, CHECKPOINT_NAME
 from .tracing import (
     FunctionTrace,
     ShapedArray,

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from . import pytree
-from .dialects.vocabulary import CUSTOM_JVP, CUSTOM_VJP, CUSTOM_VMAP
 from .custom_core import (
     EagerCache,
     Primal,
@@ -55,6 +54,7 @@ from .custom_core import (
     vjp_rule_functions,
 )
 from .custom_vmap import VmapSpec, trace_vmap_rule, vmap_rule_function
+from .dialects.vocabulary import CUSTOM_JVP, CUSTOM_VJP, CUSTOM_VMAP
 from .tracing import ShapedArray, TracedFunction, Tracer, as_tracer, current_trace, trace_function
 
 

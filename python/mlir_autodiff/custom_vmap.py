@@ -14,8 +14,8 @@ from mlir import ir
 
 from . import pytree
 from .batching import _prefix_leaves, peeled
-from .dialects.vocabulary import IN_AXES, OUT_AXES
 from .custom_core import Primal, RngPin, Wrapper, index_of, leaf_like, rule_site
+from .dialects.vocabulary import IN_AXES, OUT_AXES
 from .tracing import ShapedArray, TracedFunction, Tracer, as_tracer, trace_function
 from .transforms.vmap import batched_outputs
 

@@ -168,7 +168,6 @@ def assert_close(got, want, rtol: float, atol: float, what: str) -> None:
 
 def check_first_order(cm: CompiledModule, f: Fn, rng, *, eps=1e-6, rtol=1e-6, atol=1e-8):
     """JVP vs central FD; VJP by the dot-product test; primal outputs agree."""
-    n = len(f.params)
     xs = random_args(f, rng)
     ts = random_like(f.params, rng)
     cs = random_like(f.results, rng)

@@ -3,9 +3,10 @@ module after a prefix of the CPU pipeline, and the strict-schedules fixture."""
 
 from __future__ import annotations
 
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff.numpy as anp
 
 _RNG = np.random.default_rng(7)
 LETTERS = "abcdefgh"
@@ -80,6 +81,7 @@ def mlp(params, x):
 def scheduled_ir(text: str, threads: int = 1) -> str:
     """The module after the schedule pass alone (tiled and vectorized, on tensors)."""
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.schedule_linalg import ScheduleLinalgForCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -97,6 +99,7 @@ def fused_ir(text: str, through: str = "SumBeforeContracting", **options: object
     the rewrite of summed contractions after it (or up to pass `through`),
     with `options` of `--autodiff-lower-to-cpu`."""
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.pipeline import LowerToCpu
     from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -114,6 +117,7 @@ def fused_ir(text: str, through: str = "SumBeforeContracting", **options: object
 def facts(text: str, fact) -> list:
     """`fact(op)` for every op of module `text` where it is not None."""
     from mlir import ir
+
     from mlir_autodiff import dialects
 
     ctx = ir.Context()

@@ -140,7 +140,7 @@ ELEMENTWISE: list[Elt] = [
         f"%z = arith.constant 0.0 : f64\n%i0 = arith.constant 0 : index\n"
         f"%a0 = tensor.extract %a[%i0] : {t.T}\n%p = arith.cmpf olt, %a0, %z : f64\n"
         f"%s = math.sin %a : {t.T}\n%r = arith.select %p, %b, %s : {t.T}") if t.tensor else
-        f"%p = arith.cmpf ogt, %a, %b : f64\n%r = arith.select %p, %b, %a : f64"),
+        "%p = arith.cmpf ogt, %a, %b : f64\n%r = arith.select %p, %b, %a : f64"),
     Elt("constant", 1, lambda t: (f"%k = arith.constant {t.c('2.5')}\n"
                                   f"%r = arith.mulf %a, %k : {t.T}")),
     Elt("fptosi_sitofp", 1, lambda t: (

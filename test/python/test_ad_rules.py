@@ -14,8 +14,6 @@ import zlib
 
 import numpy as np
 import pytest
-
-from mlir_autodiff import dialects
 from ad_check import (
     Fn,
     check_against_jax,
@@ -23,6 +21,8 @@ from ad_check import (
     check_second_order,
     compile_fns,
 )
+
+from mlir_autodiff import dialects
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)

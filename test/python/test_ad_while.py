@@ -16,7 +16,6 @@ import zlib
 
 import numpy as np
 import pytest
-
 from ad_check import (
     Fn,
     check_against_jax,

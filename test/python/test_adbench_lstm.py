@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import re
 
+import composition_cases as cc
 import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-
-import composition_cases as cc
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)

@@ -15,6 +15,7 @@ from cpu_cases import (
     ulp_error,
     unary_text,
 )
+
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu.approximations import APPROX_MAX_ULP
 from mlir_autodiff.transforms.cpu.parameters import ELEMENTWISE

@@ -5,13 +5,14 @@ unvectorizable reductions keep the scalar loops, and the rest keeps its schedule
 
 from __future__ import annotations
 
-import mlir_autodiff as ad
 import numpy as np
 from cpu_cases import (
     contraction_text,
     scheduled_ir,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
+import mlir_autodiff as ad
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu import classify
 

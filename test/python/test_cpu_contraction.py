@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from cpu_cases import (
@@ -20,6 +18,9 @@ from cpu_cases import (
     scheduled_ir,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu import contraction, parameters
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library

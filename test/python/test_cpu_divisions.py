@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from cpu_cases import strict_schedules  # noqa: F401  (autouse)
+
 from mlir_autodiff.runtime import CompiledModule
 
 RNG = np.random.default_rng(11)
@@ -14,6 +15,7 @@ def test_division_by_a_row_value_is_one_reciprocal_per_row() -> None:
     only (no division per element), and the result matches numpy's division
     to within the one extra rounding."""
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.divisions import ReciprocalOfBroadcastDivisors
     from mlir_autodiff.transforms.pipeline import run_pipeline

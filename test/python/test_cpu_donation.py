@@ -7,6 +7,7 @@ from cpu_cases import (
     strict_schedules,  # noqa: F401  (autouse)
     unary_text,
 )
+
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu.parameters import ELEMENTWISE
 

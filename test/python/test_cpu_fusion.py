@@ -13,6 +13,7 @@ from cpu_cases import (
     randn,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 
@@ -223,6 +224,7 @@ func.func @f(%x: tensor<64x128xf32>, %bias: tensor<128xf32>, %w: tensor<128x10xf
 def _fused(text: str) -> str:
     """`text` after the CPU pipeline's elementwise fusion step (with its fusion control)."""
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.fusion import PinRecomputedProducers, UnpinProducers
     from mlir_autodiff.transforms.pipeline import run_pipeline

@@ -8,13 +8,14 @@ import os
 import platform
 import sys
 
-import mlir_autodiff as ad
 import numpy as np
 import pytest
 from cpu_cases import (
     mlp,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
+import mlir_autodiff as ad
 from mlir_autodiff.errors import CompilationError
 from mlir_autodiff.transforms.cpu import openmp
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library

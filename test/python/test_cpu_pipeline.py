@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from cpu_cases import (
@@ -21,6 +19,9 @@ from cpu_cases import (
     ulp_error,
     unary_text,
 )
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu.approximations import APPROX_MAX_ULP
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import re
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from cpu_cases import (
@@ -17,6 +15,9 @@ from cpu_cases import (
     fused_ir,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff.transforms.cpu import row_groups
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 

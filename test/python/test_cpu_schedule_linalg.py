@@ -14,6 +14,7 @@ from cpu_cases import (
     scheduled_ir,
     strict_schedules,  # noqa: F401  (autouse)
 )
+
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu import parameters
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library

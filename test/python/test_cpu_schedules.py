@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from cpu_cases import (
@@ -23,6 +21,9 @@ from cpu_cases import (
     strict_schedules,  # noqa: F401  (autouse)
     tensor_type,
 )
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.cpu import parameters
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library

@@ -4,11 +4,12 @@ vectorizable op lowered on n-d vectors.
 
 from __future__ import annotations
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from cpu_cases import strict_schedules  # noqa: F401  (autouse)
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 
 RNG = np.random.default_rng(7)
 
@@ -73,6 +74,7 @@ ND_VECTOR_EXEMPT = {"arith.constant", "arith.scaling_extf", "arith.scaling_trunc
 def test_nd_vector_op_table_covers_the_vectorizable_ops() -> None:
     """A new arith op, or a math op made vectorizable, gets a row (or an exemption)."""
     from mlir.dialects import arith
+
     from mlir_autodiff.transforms.cpu.parameters import VECTORIZABLE_BODY_OPS
 
     ops = {getattr(arith, n).OPERATION_NAME for n in dir(arith)
@@ -87,6 +89,7 @@ def test_every_elementwise_op_lowers_on_nd_vectors() -> None:
     the CPU lowering computes those on 1-d vectors (FlattenNdVectorOps)."""
     from mlir import ir
     from mlir.execution_engine import ExecutionEngine
+
     from mlir_autodiff import dialects
     from mlir_autodiff.transforms.cpu.to_llvm import LOWER_VECTORS, TO_LLVM
     from mlir_autodiff.transforms.pipeline import run_pipeline

@@ -11,10 +11,11 @@ Expected values come from hand-derived formulas, finite differences or jax
 
 from __future__ import annotations
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 
 try:
     import jax
@@ -476,6 +477,7 @@ def test_inner_lowerer_extension_point():
     """Another pass's op inside a differentiated function is lowered first by the
     lowerer it registered (how `autodiff.vmap` composes under grad)."""
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.runtime import CompiledModule
     from mlir_autodiff.transforms import ad_driver

@@ -11,10 +11,11 @@ autograd.Function with a vmap staticmethod) where those are installed.
 
 from __future__ import annotations
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 
 try:
     import jax

@@ -30,6 +30,7 @@ import re
 import types
 from typing import Any
 
+import differential_cases as dc
 import numpy as np
 import pytest
 
@@ -37,8 +38,6 @@ import mlir_autodiff as ad
 from mlir_autodiff import nn
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.tracing import Tracer
-
-import differential_cases as dc
 
 try:
     import jax

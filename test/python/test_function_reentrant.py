@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import inspect
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 
 try:
     import jax

@@ -11,10 +11,11 @@ same recurrence as a `lax.fori_loop` with the trip count the loop takes
 
 from __future__ import annotations
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff import lax
 from mlir_autodiff.errors import CompilationError
 
@@ -357,6 +358,7 @@ def test_gradient_of_loops_on_the_gpu_path():
     import shutil
 
     from mlir import ir
+
     from mlir_autodiff import dialects
     from mlir_autodiff.runtime import CompiledModule
     from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline

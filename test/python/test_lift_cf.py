@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ad_check import (Fn, check_against_jax, check_first_order, check_second_order, compile_fns,
-                      random_args)
+from ad_check import (
+    Fn,
+    check_against_jax,
+    check_first_order,
+    check_second_order,
+    compile_fns,
+    random_args,
+)
 
 from mlir_autodiff.runtime import CompiledModule
 

@@ -31,11 +31,12 @@ from __future__ import annotations
 import functools
 import re
 
-import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 import numpy as np
 import pytest
 from mlir import ir
+
+import mlir_autodiff as ad
+import mlir_autodiff.numpy as anp
 from mlir_autodiff import dialects, lax
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.pipeline import run_pipeline

@@ -11,7 +11,6 @@ from mlir_autodiff import dialects
 from mlir_autodiff.transforms import diagnostics, passes, pipeline
 from mlir_autodiff.transforms.pipeline import PipelineError, parse_options, parse_pipeline
 
-
 SEEN: list[str] = []
 
 

@@ -30,9 +30,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-import mlir_autodiff as ad
-from mlir_autodiff import numpy as anp
 from ad_check import (
     Fn,
     check_against_jax,
@@ -41,6 +38,9 @@ from ad_check import (
     compile_fns,
     vdot,
 )
+
+import mlir_autodiff as ad
+from mlir_autodiff import numpy as anp
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)

@@ -34,8 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mlir import ir
-
 from ad_check import (
     Fn,
     _shape,
@@ -47,11 +45,13 @@ from ad_check import (
     vdot,
     wrappers,
 )
+from mlir import ir
+from rule_cases import CASES, Case
+
 from mlir_autodiff import dialects
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.pipeline import InternalError, run_pipeline
 from mlir_autodiff.transforms.rules import batching, registry
-from rule_cases import CASES, Case
 
 #: autodiff-run's default transforms (tools/autodiff_run.py DEFAULT_TRANSFORMS).
 PIPELINE = ("autodiff-functionalize-rng,autodiff-jvp,autodiff-vjp,autodiff-vmap,"

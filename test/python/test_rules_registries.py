@@ -15,6 +15,7 @@ import re
 
 import pytest
 from mlir import ir
+
 from mlir_autodiff import dialects
 from mlir_autodiff.transforms.pipeline import run_pipeline
 from mlir_autodiff.transforms.rules import batching, registry
@@ -111,8 +112,9 @@ def test_rules_reading_the_result_declare_it(monkeypatch) -> None:
     (tensor form) while `Builder.ans` records which op's rule read it.
     """
     from ad_check import Fn, wrappers
-    from mlir_autodiff.transforms import ad_support
     from rule_cases import CASES
+
+    from mlir_autodiff.transforms import ad_support
 
     readers: set[str] = set()
     ans = ad_support.Builder.ans

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+
 from mlir_autodiff.transforms.reserved_symbols import LIBRARY_FUNCTIONS, is_reserved
 
 X = np.array([0.25, 0.5, 0.75, 0.125, 0.625])  # in every function's domain

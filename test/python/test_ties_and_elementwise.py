@@ -25,6 +25,7 @@ import zlib
 
 import numpy as np
 import pytest
+from ad_check import Fn, build_module, check_first_order, check_second_order
 from mlir import ir
 
 import mlir_autodiff as ad
@@ -32,7 +33,6 @@ from mlir_autodiff import dialects, nn
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.pipeline import run_pipeline
-from ad_check import Fn, build_module, check_first_order, check_second_order
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-import mlir_autodiff.numpy as anp
 from mlir_autodiff import lax
 
 ROOT = Path(__file__).resolve().parents[2]

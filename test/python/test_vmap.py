@@ -14,12 +14,12 @@ import re
 
 import numpy as np
 import pytest
+from vmap_cases import CASES, T3, T34, T43, Case
 
 import mlir_autodiff as ad
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.batching import vmap
 from mlir_autodiff.runtime import CompiledModule
-from vmap_cases import CASES, T3, T34, T43, Case
 
 B = 5
 PIPELINE = "autodiff-vmap,autodiff-lower-to-cpu"

@@ -15,6 +15,7 @@ import pathlib
 import re
 
 from mlir import ir
+
 from mlir_autodiff.dialects import IRDL_FILE
 from mlir_autodiff.dialects import vocabulary as V
 
