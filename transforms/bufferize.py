@@ -17,12 +17,54 @@ from mlir.dialects import arith
 from mlir.dialects import tensor as tensor_d
 
 from .ad_support import post_order_ops, walk_ops
-from .passes import Pass, register
+from .diagnostics import fail
+from .passes import Pass, PipelineElement, register
+from .reserved_symbols import RenameReservedSymbols
 
 BUFFERIZE = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
 )
+
+
+# -- the entry of both lowerings ------------------------------------------------------------
+
+
+def public_functions(module: ir.Operation) -> list[ir.Operation]:
+    """The module's public functions: those that meet a back end's calling convention
+    (private ones are inlined into their callers by `entry_prologue`)."""
+    out = []
+    for op in module.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name != "func.func":
+            continue
+        vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
+        if vis is None or ir.StringAttr(vis).value != "private":
+            out.append(op)
+    return out
+
+
+def check_result_types(fn: ir.Operation, pass_name: str) -> list[ir.Type]:
+    """A public function's result types, after a diagnostic for any the caller cannot
+    allocate (a dynamic shape, an unranked type)."""
+    results = list(fn.attributes["function_type"].value.results)
+    for t in results:
+        if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
+            raise fail(fn, f"{pass_name}: result type {t} has a dynamic shape; "
+                           "results must have static shapes (the caller allocates them)")
+        if isinstance(t, (ir.UnrankedTensorType, ir.UnrankedMemRefType)):
+            raise fail(fn, f"{pass_name}: unranked result type {t}")
+    return results
+
+
+def entry_prologue(check: Pass) -> list[PipelineElement]:
+    """The first steps of both lowerings: `check` the input, rename user functions
+    named like a routine the lowered code calls (`@sinh`, `@malloc` would capture
+    those calls), inline into one body per entry point (fusion sees across the
+    forward/backward functions the autodiff passes generate, and residuals never
+    cross a call), clean up, and make arith/math on whole tensors linalg."""
+    return [check, RenameReservedSymbols(), "inline", "symbol-dce", "canonicalize", "cse",
+            "func.func(convert-elementwise-to-linalg)"]
 
 
 # -- shared empty tensors ---------------------------------------------------------------------

@@ -41,7 +41,7 @@ from mlir_autodiff.runtime import (
     CompiledFunction,
     CompiledModule,
     CompileError,
-    _parse,
+    parsed_module,
     shared_libs,
 )
 from mlir_autodiff.signatures import (
@@ -181,10 +181,7 @@ class CompiledGpuModule(CompiledModule):
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
-            if isinstance(module, str):
-                self.module = _parse(module, source_name)
-            else:
-                self.module = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
+            self.module = parsed_module(module, source_name)
             self.signatures = function_signatures(self.module)
             self._uncallable = uncallable_functions(self.module)
             mark_args_read_only(self.module)

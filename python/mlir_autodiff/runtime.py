@@ -438,12 +438,7 @@ class CompiledModule:
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
-            if isinstance(module, str):
-                self.module = _parse(module, source_name)
-            else:
-                # Print with locations so diagnostics still point into the source.
-                text = module.operation.get_asm(enable_debug_info=True)
-                self.module = ir.Module.parse(text)
+            self.module = parsed_module(module, source_name)
             self.signatures = function_signatures(self.module)
             self._uncallable = uncallable_functions(self.module)
             self._donated = donated_arguments(self.module)
@@ -500,6 +495,15 @@ class CompiledModule:
 
 
 _STDIN_LOC = re.compile(r'"-":(\d+):(\d+)')
+
+
+def parsed_module(module: ir.Module | str, source_name: str | None = None) -> ir.Module:
+    """A new module in the active context: `module`'s text parsed (its locations
+    naming `source_name`), or a module reparsed from its print with locations, so
+    diagnostics still point into the source and the caller's module is untouched."""
+    if isinstance(module, str):
+        return _parse(module, source_name)
+    return ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
 
 
 def _parse(text: str, source_name: str | None) -> ir.Module:

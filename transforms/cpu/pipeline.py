@@ -45,11 +45,13 @@ from ..bufferize import (
     BoolBuffersToBytes,
     ElementwiseInitsToInputs,
     UnshareEmptyTensors,
+    check_result_types,
+    entry_prologue,
     post_order_ops,
+    public_functions,
 )
 from ..diagnostics import fail
 from ..passes import Pass, PipelineElement, register
-from ..reserved_symbols import RenameReservedSymbols
 from .contraction import OuterProductsToElementwise
 from .divisions import ReciprocalOfBroadcastDivisors
 from .donation import (
@@ -80,26 +82,8 @@ class CheckCpuLowerable(Pass):
     summary = "Check that public functions have a CPU-callable signature"
 
     def run(self, module: ir.Operation) -> None:
-        for op in module.regions[0].blocks[0].operations:
-            if op.operation.name.startswith(PREFIX) or op.operation.name == "builtin.module":
-                continue
-            if op.operation.name != "func.func":
-                continue
-            # Private functions are inlined into their callers (the pipeline's
-            # first step), so only the public ones meet the calling convention.
-            vis = op.attributes.get("sym_visibility")
-            if vis is not None and ir.StringAttr(vis).value == "private":
-                continue
-            ftype = op.attributes["function_type"].value
-            for t in ftype.results:
-                if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
-                    raise fail(
-                        op,
-                        f"autodiff-lower-to-cpu: result type {t} has a dynamic shape; "
-                        "results must have static shapes (the caller allocates them)",
-                    )
-                if isinstance(t, ir.UnrankedTensorType):
-                    raise fail(op, f"autodiff-lower-to-cpu: unranked result type {t}")
+        for fn in public_functions(module):
+            check_result_types(fn, "autodiff-lower-to-cpu")
         for op in post_order_ops(module):
             if op.name.startswith(PREFIX):
                 raise fail(
@@ -152,19 +136,7 @@ class LowerToCpu(Pass):
     def expand(self) -> Sequence[PipelineElement]:
         strict = self.strict or strict_schedules()
         return [
-            CheckCpuLowerable(),
-            # A user function named like a routine the lowered code calls
-            # (`@sinh`, `@malloc`) would capture those calls.
-            RenameReservedSymbols(),
-            # One body per entry point: fusion and scheduling see across the
-            # forward/backward functions the autodiff passes generate, and
-            # residuals (dynamically shaped tapes too) never cross a call.
-            "inline",
-            "symbol-dce",
-            "canonicalize",
-            "cse",
-            # arith/math on whole tensors (legal MLIR, not bufferizable as is).
-            "func.func(convert-elementwise-to-linalg)",
+            *entry_prologue(CheckCpuLowerable()),
             # Unit dims (keepdims reductions: [512, 1] rows read as [512, 1, 256])
             # out of the loops: the shapes then line up for elementwise fusion
             # and row groups, without expand/collapse_shape between the ops.

@@ -19,6 +19,7 @@ from ...dialects.vocabulary import GPU_NUM_OUTPUTS as NUM_OUTPUTS_ATTR
 from ...dialects.vocabulary import PREFIX
 from ..ad_support import unique_symbol, walk_ops
 from ..bufferize import ContextPass as _Step
+from ..bufferize import check_result_types, public_functions
 from ..diagnostics import fail
 from .device_memory import device_alloc, dynamic_sizes
 from .support import functions, identity_layout
@@ -91,21 +92,9 @@ class CheckGpuLowerable(_Step):
             if op.name.startswith("gpu."):
                 raise fail(op, f"autodiff-lower-to-gpu: input already contains '{op.name}'; "
                                "the pipeline expects tensor programs")
-        for fn in functions(module):
-            vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
-            if vis is not None and ir.StringAttr(vis).value == "private":
-                continue  # inlined into its callers by the parallel stage
-            ftype = fn.attributes["function_type"].value
+        for fn in public_functions(module):  # private ones are inlined into their callers
             outputs = 0
-            for t in ftype.results:
-                if isinstance(t, ir.RankedTensorType) and not t.has_static_shape:
-                    raise fail(
-                        fn,
-                        f"autodiff-lower-to-gpu: result type {t} has a dynamic shape; "
-                        "results must have static shapes (the caller allocates them)",
-                    )
-                if isinstance(t, (ir.UnrankedTensorType, ir.UnrankedMemRefType)):
-                    raise fail(fn, f"autodiff-lower-to-gpu: unranked result type {t}")
+            for t in check_result_types(fn, "autodiff-lower-to-gpu"):
                 if isinstance(t, ir.MemRefType):
                     raise fail(fn, f"autodiff-lower-to-gpu: memref result type {t}; "
                                    "functions take and return tensors")

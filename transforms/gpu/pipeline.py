@@ -112,6 +112,7 @@ from ..bufferize import (
     BoolBuffersToBytes,
     ElementwiseInitsToInputs,
     UnshareEmptyTensors,
+    entry_prologue,
 )
 from ..cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
 from ..passes import Pass, PipelineElement, register
@@ -188,22 +189,8 @@ class LowerToGpu(Pass):
         return out
 
     def _parallel_stage(self) -> list[PipelineElement]:
-        from ..reserved_symbols import RenameReservedSymbols
-
         return [
-            CheckGpuLowerable(),
-            # User functions named like the runtime or library routines the
-            # host code calls (`@malloc`, `@sinh`) would capture those calls.
-            RenameReservedSymbols(),
-            # One function body per entry point: fusion sees across the forward
-            # and backward functions the autodiff passes generate, and residuals
-            # stop being copied into out-parameters.
-            "inline",
-            "symbol-dce",
-            "canonicalize",
-            "cse",
-            # arith/math ops applied to whole tensors (as the front end writes them).
-            "func.func(convert-elementwise-to-linalg)",
+            *entry_prologue(CheckGpuLowerable()),
             SplatsToFills(),
             ElementwiseInitsToInputs(),
             # Named elementwise ops (linalg.exp, linalg.add...) fuse only as generics.
