@@ -159,7 +159,10 @@ def _callback(p: Pass, crash: _Crash):
             pass_.signal_pass_failure()
             return
         try:
-            p.run(op)
+            # A pass builds IR in the op's context, whatever context the caller
+            # has active (none, when a pipeline runs on a module held by an object).
+            with op.context:
+                p.run(op)
         except PassFailure:
             pass_.signal_pass_failure()
         except BaseException as err:  # a bug: keep it for the driver to report

@@ -276,6 +276,18 @@ def test_lower_stages() -> None:
         lowered.as_text("nope")
 
 
+def test_lower_to_llvm_of_a_gradient_with_contractions() -> None:
+    """Python passes build IR in the module's context: `as_text("llvm")` runs the CPU
+    pipeline with no context active (a matmul gradient's OuterProductsToElementwise
+    used to fail with "requires a Context")."""
+    def loss(w: Any, x: Any) -> Any:
+        return anp.sum(anp.tanh(x @ w) ** 2)
+
+    w, x = randn(64, 32), randn(16, 64)
+    llvm = ad.lower(ad.grad(loss), w, x).as_text("llvm")
+    assert "llvm.func" in llvm and "linalg." not in llvm
+
+
 def test_lower_of_jitted_function_uses_its_static_argnums() -> None:
     jf = ad.jit(lambda x, k: x * k, static_argnums=1)
     text = str(jf.lower(randn(2), 5))
