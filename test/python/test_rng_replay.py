@@ -16,6 +16,7 @@ central finite differences of `jit(f)` reseeded, so the numbers are fixed.
 
 from __future__ import annotations
 
+import composition_cases as cc
 import numpy as np
 import pytest
 
@@ -176,42 +177,11 @@ def test_dynamic_consumption_still_replays_between_primal_and_pullback():
 # -- custom rules whose function draws: every rule sees the primal call's numbers
 
 
-def _custom_vjp_of(f):
-    cf = ad.custom_vjp(lambda x: f(x))
-    cf.defvjp(lambda x: (f(x), x), lambda x, g: (ad.vjp(f, x)[1](g)[0],))
-    return cf
-
-
-def _custom_jvp_of(f):
-    cf = ad.custom_jvp(lambda x: f(x))
-    cf.defjvp(lambda primals, tangents: ad.jvp(f, primals, tangents))
-    return cf
-
-
-def _function_of(f):
-    class Wrapped(ad.Function):
-        @staticmethod
-        def forward(x):
-            return f(x)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return ad.vjp(f, x)[1](g)[0]
-
-        @staticmethod
-        def jvp(ctx, t):
-            (x,) = ctx.saved_tensors
-            return ad.jvp(f, (x,), (t,))[1]
-
-    return Wrapped.apply
-
-
-CUSTOM = {"custom_vjp": _custom_vjp_of, "custom_jvp": _custom_jvp_of, "Function": _function_of}
+#: The composition table's custom-rule wrappers: each rule re-runs f (bwd calls
+#: vjp(f, x), the JVP rules call jvp(f, ...)).
+CUSTOM = {name: (lambda make: lambda f: make(f, None, None))(make)
+          for name, make in (("custom_vjp", cc._cvjp_ours), ("custom_jvp", cc._cjvp_ours),
+                             ("Function", cc._function_ours))}
 
 
 @pytest.mark.parametrize("wrap", sorted(CUSTOM))
@@ -244,7 +214,7 @@ def test_custom_rules_replay_the_primal_draws(wrap, kind):
 
 @pytest.mark.parametrize("randomness", ["same", "different"])
 def test_custom_vjp_that_draws_under_vmap(randomness):
-    cf = _custom_vjp_of(_f("normal"))
+    cf = CUSTOM["custom_vjp"](_f("normal"))
     xs = np.stack([X + 0.1 * k for k in range(3)])
 
     def one(x):
