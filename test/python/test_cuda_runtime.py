@@ -1,0 +1,783 @@
+"""The C runtime behind exported GPU artifacts (csrc/cuda_runtime.c).
+
+No GPU is needed: every test builds the runtime and a fake CUDA driver
+(``libcuda.so.1`` written below) that logs each driver call, hands out host
+memory for device allocations and copies with memcpy.  Each scenario runs in
+its own Python process because the runtime reads AUTODIFF_CUDA_DRIVER and
+loads the driver once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import mlir_autodiff
+
+RUNTIME_SOURCE = Path(mlir_autodiff.__file__).parent / "csrc" / "cuda_runtime.c"
+CC = shutil.which("cc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler `cc`")
+
+FAKE_DRIVER = r"""
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+static int next_handle = 1;
+
+static void note(const char *fmt, ...) {
+  const char *path = getenv("FAKE_CUDA_LOG");
+  if (!path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fclose(f);
+}
+
+/* FAKE_CUDA_FAIL=name:code makes `name` fail with `code`. */
+static CUresult outcome(const char *name) {
+  const char *spec = getenv("FAKE_CUDA_FAIL");
+  size_t n = strlen(name);
+  if (spec && strncmp(spec, name, n) == 0 && spec[n] == ':')
+    return atoi(spec + n + 1);
+  return 0;
+}
+#define RETURN(name) return outcome(name)
+
+static void *handle(void) { return (void *)(uintptr_t)(0x1000 * next_handle++); }
+static int id(const void *h) { return (int)((uintptr_t)h / 0x1000); }
+
+CUresult cuGetErrorName(CUresult e, const char **s) {
+  *s = e == 209 ? "CUDA_ERROR_NO_BINARY_FOR_GPU"
+     : e == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE";
+  return 0;
+}
+CUresult cuInit(unsigned flags) { note("cuInit %u", flags); RETURN("cuInit"); }
+CUresult cuDeviceGet(int *d, int ordinal) {
+  *d = ordinal; note("cuDeviceGet %d", ordinal); RETURN("cuDeviceGet");
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+  *v = attr == 115 ? 1 : attr == 97 ? 232448 : 0;
+  note("cuDeviceGetAttribute %d", attr); (void)dev; RETURN("cuDeviceGetAttribute");
+}
+static void *current;
+CUresult cuDevicePrimaryCtxRetain(void **c, int dev) {
+  *c = handle(); note("cuDevicePrimaryCtxRetain %d -> ctx%d", dev, id(*c));
+  RETURN("cuDevicePrimaryCtxRetain");
+}
+CUresult cuCtxGetCurrent(void **c) { *c = current; return 0; }
+CUresult cuCtxSetCurrent(void *c) {
+  current = c; note("cuCtxSetCurrent ctx%d", id(c)); RETURN("cuCtxSetCurrent");
+}
+CUresult cuCtxSynchronize(void) { note("cuCtxSynchronize"); RETURN("cuCtxSynchronize"); }
+CUresult cuModuleLoadData(void **m, const void *image) {
+  const unsigned char *b = image;
+  int text = 1;
+  for (int i = 0; i < 4; ++i) text = text && b[i] >= 32 && b[i] < 127;
+  if (text) note("cuModuleLoadData %s", (const char *)image);
+  else note("cuModuleLoadData bytes=%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
+  CUresult r = outcome("cuModuleLoadData");
+  if (!r) *m = handle();
+  return r;
+}
+CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *opts, void **vals) {
+  note("cuModuleLoadDataEx %s nopts=%u opt0=%d val0=%d", (const char *)image, n,
+       opts[0], (int)(intptr_t)vals[0]);
+  CUresult r = outcome("cuModuleLoadDataEx");
+  if (r) strcpy((char *)vals[1], "ptxas fatal: bad ptx");
+  else *m = handle();
+  return r;
+}
+CUresult cuModuleUnload(void *m) { note("cuModuleUnload mod%d", id(m)); RETURN("cuModuleUnload"); }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+  *f = handle(); note("cuModuleGetFunction mod%d %s", id(m), name);
+  RETURN("cuModuleGetFunction");
+}
+CUresult cuFuncSetAttribute(void *f, int attr, int value) {
+  note("cuFuncSetAttribute %d %d", attr, value); (void)f; RETURN("cuFuncSetAttribute");
+}
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                        void *s, void **params, void **extra) {
+  note("cuLaunchKernel grid=%u,%u,%u block=%u,%u,%u smem=%u stream%d",
+       gx, gy, gz, bx, by, bz, smem, id(s));
+  /* the "kernel": doubles the float array passed as first parameter */
+  if (params && getenv("FAKE_KERNEL_DOUBLES")) {
+    float *x = *(float **)params[0];
+    int n = *(int *)params[1];
+    for (int i = 0; i < n; ++i) x[i] *= 2.0f;
+  }
+  (void)f; (void)extra; RETURN("cuLaunchKernel");
+}
+CUresult cuStreamCreate(void **s, unsigned flags) {
+  *s = handle(); note("cuStreamCreate flags=%u -> stream%d", flags, id(*s));
+  RETURN("cuStreamCreate");
+}
+CUresult cuStreamDestroy_v2(void *s) { note("cuStreamDestroy_v2 stream%d", id(s)); RETURN("cuStreamDestroy_v2"); }
+CUresult cuStreamSynchronize(void *s) { note("cuStreamSynchronize stream%d", id(s)); RETURN("cuStreamSynchronize"); }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
+  note("cuStreamWaitEvent stream%d event%d", id(s), id(e)); (void)flags; RETURN("cuStreamWaitEvent");
+}
+CUresult cuEventCreate(void **e, unsigned flags) {
+  *e = handle(); note("cuEventCreate flags=%u -> event%d", flags, id(*e)); RETURN("cuEventCreate");
+}
+CUresult cuEventDestroy_v2(void *e) { note("cuEventDestroy_v2 event%d", id(e)); RETURN("cuEventDestroy_v2"); }
+CUresult cuEventRecord(void *e, void *s) { note("cuEventRecord event%d stream%d", id(e), id(s)); RETURN("cuEventRecord"); }
+CUresult cuEventSynchronize(void *e) { note("cuEventSynchronize event%d", id(e)); RETURN("cuEventSynchronize"); }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+  *ms = 1.5f; note("cuEventElapsedTime event%d event%d", id(a), id(b)); RETURN("cuEventElapsedTime");
+}
+CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
+  *p = (uintptr_t)malloc(n); note("cuMemAlloc_v2 %zu", n); RETURN("cuMemAlloc_v2");
+}
+CUresult cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); note("cuMemFree_v2"); RETURN("cuMemFree_v2"); }
+CUresult cuMemAllocManaged(unsigned long long *p, size_t n, unsigned flags) {
+  *p = (uintptr_t)malloc(n); note("cuMemAllocManaged %zu flags=%u", n, flags); RETURN("cuMemAllocManaged");
+}
+#ifndef FAKE_NO_POOLS
+CUresult cuMemAllocAsync(unsigned long long *p, size_t n, void *s) {
+  CUresult r = outcome("cuMemAllocAsync");
+  if (!r) *p = (uintptr_t)malloc(n);
+  note("cuMemAllocAsync %zu stream%d", n, id(s));
+  return r;
+}
+CUresult cuMemFreeAsync(unsigned long long p, void *s) {
+  free((void *)(uintptr_t)p); note("cuMemFreeAsync stream%d", id(s)); RETURN("cuMemFreeAsync");
+}
+CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) {
+  *pool = handle(); note("cuDeviceGetDefaultMemPool %d -> pool%d", dev, id(*pool));
+  RETURN("cuDeviceGetDefaultMemPool");
+}
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+  note("cuMemPoolSetAttribute pool%d %d %llu", id(pool), attr,
+       (unsigned long long)*(uint64_t *)value);
+  RETURN("cuMemPoolSetAttribute");
+}
+#endif
+CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, void *st) {
+  memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+  note("cuMemcpyAsync %zu stream%d", n, id(st)); RETURN("cuMemcpyAsync");
+}
+CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void *st) {
+  for (size_t i = 0; i < n; ++i) ((unsigned *)(uintptr_t)d)[i] = v;
+  note("cuMemsetD32Async %u %zu stream%d", v, n, id(st)); RETURN("cuMemsetD32Async");
+}
+CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, void *st) {
+  for (size_t i = 0; i < n; ++i) ((unsigned short *)(uintptr_t)d)[i] = v;
+  note("cuMemsetD16Async %u %zu stream%d", (unsigned)v, n, id(st)); RETURN("cuMemsetD16Async");
+}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+  note("cuMemHostRegister_v2 %zu %u", n, flags); (void)p; RETURN("cuMemHostRegister_v2");
+}
+CUresult cuMemHostUnregister(void *p) { note("cuMemHostUnregister"); (void)p; RETURN("cuMemHostUnregister"); }
+"""
+
+# Prelude of every scenario script: loads the runtime through ctypes with the
+# argument types of the LLVM declarations that gpu-to-llvm emits.
+PRELUDE = """
+import ctypes, os, sys
+P, I64, I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+rt = ctypes.CDLL(sys.argv[1])
+sig = {
+    "mgpuModuleLoad": (P, [P, I64]),
+    "mgpuModuleLoadJIT": (P, [P, I32]),
+    "mgpuModuleUnload": (None, [P]),
+    "mgpuModuleGetFunction": (P, [P, ctypes.c_char_p]),
+    "mgpuLaunchKernel": (None, [P] + [I64] * 6 + [I32, P, P, P, I64]),
+    "mgpuLaunchClusterKernel": (None, [P] + [I64] * 9 + [I32, P, P, P, I64]),
+    "mgpuStreamCreate": (P, []),
+    "mgpuStreamDestroy": (None, [P]),
+    "mgpuStreamSynchronize": (None, [P]),
+    "mgpuStreamWaitEvent": (None, [P, P]),
+    "mgpuEventCreate": (P, []),
+    "mgpuEventDestroy": (None, [P]),
+    "mgpuEventRecord": (None, [P, P]),
+    "mgpuEventSynchronize": (None, [P]),
+    "mgpuMemAlloc": (P, [I64, P, ctypes.c_int8]),
+    "mgpuMemFree": (None, [P, P]),
+    "mgpuMemcpy": (None, [P, P, I64, P]),
+    "mgpuMemset32": (None, [P, I32, I64, P]),
+    "mgpuMemset16": (None, [P, ctypes.c_int16, I64, P]),
+    "mgpuMemHostRegisterMemRef": (None, [I64, P, I64]),
+    "mgpuMemHostUnregisterMemRef": (None, [I64, P, I64]),
+    "mgpuSetDefaultDevice": (None, [I32]),
+    "autodiff_cuda_error": (ctypes.c_char_p, []),
+    "autodiff_cuda_clear_error": (None, []),
+    "autodiff_cuda_launch_count": (ctypes.c_longlong, []),
+    "autodiff_cuda_reset_counters": (None, []),
+    "autodiff_cuda_kernel_ms": (ctypes.c_double, []),
+}
+for name, (res, args) in sig.items():
+    getattr(rt, name).restype = res
+    getattr(rt, name).argtypes = args
+
+def err():
+    e = rt.autodiff_cuda_error()
+    return None if e is None else e.decode()
+
+def log(msg):
+    with open(os.environ["FAKE_CUDA_LOG"], "a") as f:
+        f.write("# " + msg + "\\n")
+
+IMAGE = ctypes.create_string_buffer(b"FATBIN")
+"""
+
+
+def _compile(tmp: Path, source: Path, out: Path, *flags: str) -> None:
+    cmd = [
+        CC,
+        "-std=c11",
+        "-O2",
+        "-fPIC",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-shared",
+        *flags,
+        str(source),
+        "-o",
+        str(out),
+        "-ldl",
+        "-lpthread",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cudart")
+    runtime = tmp / "libautodiff_cuda.so"
+    _compile(tmp, RUNTIME_SOURCE, runtime)
+    fake_src = tmp / "fake_cuda.c"
+    fake_src.write_text(FAKE_DRIVER)
+    drivers = {}
+    for name, flags in {"pools": (), "nopools": ("-DFAKE_NO_POOLS",)}.items():
+        d = tmp / name
+        d.mkdir()
+        # the fake is test code, compiled without -Werror's strictness on
+        # unused parameters of the driver signatures it mimics
+        cmd = [
+            CC,
+            "-std=c11",
+            "-O0",
+            "-fPIC",
+            "-shared",
+            *flags,
+            str(fake_src),
+            "-o",
+            str(d / "libcuda.so.1"),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        drivers[name] = d / "libcuda.so.1"
+    return runtime, drivers
+
+
+def _run(built, tmp_path, body, driver="pools", env=None):
+    """Runs PRELUDE + body in a fresh process; returns (stdout, driver log)."""
+    runtime, drivers = built
+    script = tmp_path / "scenario.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    log = tmp_path / "driver.log"
+    if log.exists():
+        log.unlink()
+    full_env = dict(os.environ)
+    full_env.pop("AUTODIFF_CUDA_PROFILE", None)
+    full_env.update(FAKE_CUDA_LOG=str(log), AUTODIFF_CUDA_DRIVER=str(drivers[driver]))
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(runtime)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = log.read_text().splitlines() if log.exists() else []
+    return proc.stdout, lines
+
+
+INIT_POOLS = [
+    "cuInit 0",
+    "cuDeviceGet 0",
+    "cuDevicePrimaryCtxRetain 0 -> ctx1",
+    "cuCtxSetCurrent ctx1",
+    "cuDeviceGetAttribute 115",
+    "cuDeviceGetDefaultMemPool 0 -> pool2",
+    f"cuMemPoolSetAttribute pool2 4 {2**64 - 1}",
+]
+
+# What one call of a lowered function does (see the host code that
+# --autodiff-lower-to-gpu produces): a stream per call, device buffers,
+# copies in, launch, copy out, free, sync, destroy.
+ONE_CALL = """
+def call(fn, data):
+    n = len(data)
+    host = (ctypes.c_float * n)(*data)
+    out = (ctypes.c_float * n)()
+    s = rt.mgpuStreamCreate()
+    d = rt.mgpuMemAlloc(4 * n, s, 0)
+    rt.mgpuMemcpy(d, ctypes.addressof(host), 4 * n, s)
+    ptr, cnt = ctypes.c_void_p(d), ctypes.c_int(n)
+    params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(cnt))
+    rt.mgpuLaunchKernel(fn, 4, 1, 1, 256, 1, 1, 0, s, params, None, 2)
+    rt.mgpuMemcpy(ctypes.addressof(out), d, 4 * n, s)
+    rt.mgpuMemFree(d, s)
+    rt.mgpuStreamSynchronize(s)
+    rt.mgpuStreamDestroy(s)
+    return list(out)
+"""
+
+
+def test_round_trip_sequence(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        ONE_CALL
+        + """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"f_kernel")
+print(call(fn, [1.0, 2.0, 3.5]))
+rt.mgpuModuleUnload(mod)
+print(err(), rt.autodiff_cuda_launch_count())
+""",
+        env={"FAKE_KERNEL_DOUBLES": "1"},
+    )
+    assert out.splitlines() == ["[2.0, 4.0, 7.0]", "None 1"]
+    assert lines == INIT_POOLS + [
+        "cuModuleLoadData FATBIN",
+        "cuModuleGetFunction mod3 f_kernel",
+        "cuStreamCreate flags=1 -> stream5",
+        "cuMemAllocAsync 12 stream5",
+        "cuMemcpyAsync 12 stream5",
+        "cuLaunchKernel grid=4,1,1 block=256,1,1 smem=0 stream5",
+        "cuMemcpyAsync 12 stream5",
+        "cuMemFreeAsync stream5",
+        "cuStreamSynchronize stream5",
+        "cuModuleUnload mod3",
+    ]
+
+
+def test_streams_and_memory_are_cached(built, tmp_path):
+    """The second call reuses the pooled stream (no cuStreamCreate, no
+    cuStreamDestroy) and the driver's memory pool (no cuMemAlloc_v2)."""
+    out, lines = _run(
+        built,
+        tmp_path,
+        ONE_CALL
+        + """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"f_kernel")
+log("first")
+call(fn, [1.0])
+log("second")
+call(fn, [1.0])
+log("two at once")
+a = rt.mgpuStreamCreate(); b = rt.mgpuStreamCreate()
+print(a != b)
+rt.mgpuStreamDestroy(a); rt.mgpuStreamDestroy(b)
+rt.mgpuStreamDestroy(rt.mgpuStreamCreate())
+print(rt.autodiff_cuda_launch_count(), err())
+rt.autodiff_cuda_reset_counters()
+print(rt.autodiff_cuda_launch_count())
+""",
+    )
+    assert out.splitlines() == ["True", "2 None", "0"]
+    second = lines[lines.index("# second") + 1 : lines.index("# two at once")]
+    assert second == [
+        "cuMemAllocAsync 4 stream5",
+        "cuMemcpyAsync 4 stream5",
+        "cuLaunchKernel grid=4,1,1 block=256,1,1 smem=0 stream5",
+        "cuMemcpyAsync 4 stream5",
+        "cuMemFreeAsync stream5",
+        "cuStreamSynchronize stream5",
+    ]
+    # two live streams need one new stream; both return to the pool
+    assert lines[lines.index("# two at once") + 1 :] == ["cuStreamCreate flags=1 -> stream6"]
+    assert not any("cuStreamDestroy" in x or "cuMemAlloc_v2" in x for x in lines)
+
+
+def test_without_memory_pools_falls_back_to_cuMemAlloc(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        ONE_CALL
+        + """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"k")
+print(call(fn, [5.0, 6.0]), err())
+""",
+        driver="nopools",
+        env={"FAKE_KERNEL_DOUBLES": "1"},
+    )
+    assert out.splitlines() == ["[10.0, 12.0] None"]
+    assert lines[:4] == INIT_POOLS[:4]
+    body = lines[lines.index("cuStreamCreate flags=1 -> stream4") :]
+    assert body == [
+        "cuStreamCreate flags=1 -> stream4",
+        "cuMemAlloc_v2 8",
+        "cuMemcpyAsync 8 stream4",
+        "cuLaunchKernel grid=4,1,1 block=256,1,1 smem=0 stream4",
+        "cuMemcpyAsync 8 stream4",
+        "cuMemFree_v2",
+        "cuStreamSynchronize stream4",
+    ]
+
+
+def test_events_memset_host_shared_and_registration(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+s = rt.mgpuStreamCreate()
+log("events")
+e = rt.mgpuEventCreate()
+rt.mgpuEventRecord(e, s)
+t = rt.mgpuStreamCreate()
+rt.mgpuStreamWaitEvent(t, e)
+rt.mgpuEventSynchronize(e)
+rt.mgpuEventDestroy(e)
+e2 = rt.mgpuEventCreate()
+print(e2 == e)
+log("memset")
+d = rt.mgpuMemAlloc(8, t, 0)
+rt.mgpuMemset32(d, 0x01020304, 2, t)
+print(list((ctypes.c_uint32 * 2).from_address(d)))
+rt.mgpuMemset16(d, 7, 4, t)
+print(list((ctypes.c_uint16 * 4).from_address(d)))
+log("host shared")
+m = rt.mgpuMemAlloc(16, None, 1)
+rt.mgpuMemFree(m, t)
+log("sync free")
+rt.mgpuMemFree(d, None)
+log("register")
+class Desc(ctypes.Structure):
+    _fields_ = [("alloc", P), ("aligned", P), ("offset", I64),
+                ("sizes", I64 * 2), ("strides", I64 * 2)]
+buf = (ctypes.c_float * 12)()
+desc = Desc(ctypes.addressof(buf), ctypes.addressof(buf), 0, (3, 4), (4, 1))
+rt.mgpuMemHostRegisterMemRef(2, ctypes.byref(desc), 4)
+rt.mgpuMemHostUnregisterMemRef(2, ctypes.byref(desc), 4)
+print(err())
+log("strided")
+desc.strides[1] = 2
+rt.mgpuMemHostRegisterMemRef(2, ctypes.byref(desc), 4)
+print(err())
+""",
+    )
+    assert out.splitlines() == [
+        "True",
+        "[16909060, 16909060]",
+        "[7, 7, 7, 7]",
+        "None",
+        "mgpuMemHostRegisterMemRef: only densely packed memrefs can be "
+        "registered (dimension 1 has stride 2, expected 1)",
+    ]
+
+    def section(name):
+        start = lines.index("# " + name) + 1
+        rest = lines[start:]
+        end = next((i for i, x in enumerate(rest) if x.startswith("# ")), len(rest))
+        return rest[:end]
+
+    assert section("events") == [
+        "cuEventCreate flags=2 -> event4",
+        "cuEventRecord event4 stream3",
+        "cuStreamCreate flags=1 -> stream5",
+        "cuStreamWaitEvent stream5 event4",
+        "cuEventSynchronize event4",
+    ]
+    assert section("memset") == [
+        "cuMemAllocAsync 8 stream5",
+        "cuMemsetD32Async 16909060 2 stream5",
+        "cuMemsetD16Async 7 4 stream5",
+    ]
+    assert section("host shared") == ["cuMemAllocManaged 16 flags=1", "cuMemFree_v2"]
+    assert section("sync free") == ["cuCtxSynchronize", "cuMemFreeAsync stream0"]
+    assert section("register") == ["cuMemHostRegister_v2 48 0", "cuMemHostUnregister"]
+    assert section("strided") == []
+
+
+def test_module_load_failure_is_recorded_and_later_calls_are_noops(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+print(mod, err())
+log("after")
+fn = rt.mgpuModuleGetFunction(mod, b"k")
+s = rt.mgpuStreamCreate()
+d = rt.mgpuMemAlloc(64, s, 0)
+rt.mgpuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, None, None, 0)
+rt.mgpuMemcpy(d, d, 64, s)
+rt.mgpuMemFree(d, s)
+rt.mgpuStreamSynchronize(s)
+rt.mgpuStreamDestroy(s)
+rt.mgpuModuleUnload(mod)
+print(fn, s, d, rt.autodiff_cuda_launch_count(), err())
+rt.autodiff_cuda_clear_error()
+print(err())
+log("cleared")
+print(rt.mgpuStreamCreate() is not None, err())
+""",
+        env={"FAKE_CUDA_FAIL": "cuModuleLoadData:209"},
+    )
+    msg = "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU (209)"
+    assert out.splitlines() == [f"None {msg}", f"None None None 0 {msg}", "None", "True None"]
+    after = lines[lines.index("# after") + 1 : lines.index("# cleared")]
+    assert after == []
+    assert lines[lines.index("# cleared") + 1 :] == ["cuStreamCreate flags=1 -> stream3"]
+
+
+def test_jit_failure_includes_the_jit_log(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+ptx = ctypes.create_string_buffer(b"PTX")
+print(rt.mgpuModuleLoadJIT(ptx, 2), err())
+""",
+        env={"FAKE_CUDA_FAIL": "cuModuleLoadDataEx:218"},
+    )
+    assert out.strip() == (
+        "None cuModuleLoadDataEx (JIT log: ptxas fatal: bad ptx) failed: CUDA_ERROR_FAKE (218)"
+    )
+    assert lines[-1] == "cuModuleLoadDataEx PTX nopts=3 opt0=7 val0=2"
+
+
+def test_init_failure_is_recorded_and_sticks(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+print(rt.mgpuStreamCreate(), err())
+rt.autodiff_cuda_clear_error()
+print(rt.mgpuMemAlloc(4, None, 0), err())
+""",
+        env={"FAKE_CUDA_FAIL": "cuInit:100"},
+    )
+    msg = "cuInit failed: CUDA_ERROR_FAKE (100)"
+    assert out.splitlines() == [f"None {msg}", f"None {msg}"]
+    assert lines == ["cuInit 0"]
+
+
+def test_missing_driver(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+rt.mgpuModuleUnload(mod)
+rt.mgpuStreamDestroy(rt.mgpuStreamCreate())
+print(mod, err())
+""",
+        env={"AUTODIFF_CUDA_DRIVER": str(tmp_path / "nowhere" / "libcuda.so.1")},
+    )
+    assert out.startswith("None cannot load the CUDA driver ")
+    assert str(tmp_path / "nowhere" / "libcuda.so.1") + ": " in out
+    assert lines == []
+
+
+def test_default_device_and_cluster_launch(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        """
+rt.mgpuSetDefaultDevice(1)
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"k")
+s = rt.mgpuStreamCreate()
+log("big smem")
+rt.mgpuLaunchKernel(fn, 2, 3, 4, 32, 2, 1, 100000, s, None, None, 0)
+print(rt.autodiff_cuda_launch_count(), err())
+rt.mgpuSetDefaultDevice(1)
+print(err())
+rt.mgpuSetDefaultDevice(0)
+print(err())
+""",
+        driver="pools",
+    )
+    assert out.splitlines() == [
+        "1 None",
+        "None",
+        "mgpuSetDefaultDevice(0): the CUDA context already lives on device 1",
+    ]
+    assert lines[1] == "cuDeviceGet 1"
+    assert lines[lines.index("# big smem") + 1 :] == [
+        "cuDeviceGetAttribute 97",
+        "cuFuncSetAttribute 8 100000",
+        "cuLaunchKernel grid=2,3,4 block=32,2,1 smem=100000 stream5",
+    ]
+
+
+def test_profile_sums_kernel_times(built, tmp_path):
+    body = (
+        ONE_CALL
+        + """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"k")
+call(fn, [1.0]); call(fn, [1.0])
+print(rt.autodiff_cuda_kernel_ms(), err())
+rt.autodiff_cuda_reset_counters()
+print(rt.autodiff_cuda_kernel_ms())
+"""
+    )
+    out, lines = _run(built, tmp_path, body, env={"AUTODIFF_CUDA_PROFILE": "1"})
+    assert out.splitlines() == ["3.0 None", "0.0"]
+    assert sum("cuEventElapsedTime" in x for x in lines) == 2
+    out, lines = _run(built, tmp_path, body)
+    assert out.splitlines() == ["0.0 None", "0.0"]
+    assert not any("cuEvent" in x for x in lines)
+
+
+def test_exports_only_runtime_symbols(built):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm")
+    runtime, _ = built
+    proc = subprocess.run(
+        [nm, "-D", "--defined-only", str(runtime)], capture_output=True, text=True, check=True
+    )
+    names = {
+        line.split()[-1]
+        for line in proc.stdout.splitlines()
+        if line.split() and line.split()[-2] in "TDBRVW"
+    }
+    names = {n for n in names if not n.startswith("_")}
+    assert names and all(n.startswith(("mgpu", "autodiff_cuda_")) for n in names), sorted(names)
+    assert {
+        "mgpuModuleLoad",
+        "mgpuLaunchKernel",
+        "mgpuMemAlloc",
+        "mgpuMemset16",
+        "mgpuEventRecord",
+        "mgpuSetDefaultDevice",
+        "autodiff_cuda_error",
+    } <= names
+
+
+# -- the runtime linked with real host code from --autodiff-lower-to-gpu ----------------------
+
+E2E_FUNCTION = """
+func.func @f(%x: tensor<1024xf32>, %y: tensor<1024xf32>) -> tensor<1024xf32> {
+  %e = tensor.empty() : tensor<1024xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i)->(i)>, affine_map<(i)->(i)>,
+                                        affine_map<(i)->(i)>],
+                       iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<1024xf32>, tensor<1024xf32>) outs(%e : tensor<1024xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %t = math.tanh %a : f32
+    %m = arith.mulf %t, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<1024xf32>
+  return %r : tensor<1024xf32>
+}
+"""
+
+E2E_CALL = """
+class Desc(ctypes.Structure):
+    _fields_ = [("alloc", P), ("aligned", P), ("offset", I64),
+                ("sizes", I64 * 1), ("strides", I64 * 1)]
+bufs = [(ctypes.c_float * 1024)() for _ in range(3)]
+descs = [Desc(ctypes.addressof(b), ctypes.addressof(b), 0, (1024,), (1,))
+         for b in bufs]
+log("loaded " + str(err()))
+fn = rt._mlir_ciface_f
+fn.restype = None
+fn.argtypes = [P] * 3
+fn(*[ctypes.addressof(d) for d in descs])
+print(err(), rt.autodiff_cuda_launch_count())
+"""
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_links_with_lowered_host_code(built, tmp_path):
+    """Host code from --autodiff-lower-to-gpu, compiled to an object and linked
+    with the runtime into one shared object: every mgpu* symbol resolves, the
+    global constructors load the kernels at dlopen time, a call runs the
+    expected driver sequence on one pooled stream."""
+    from mlir import ir
+
+    from mlir_autodiff import dialects
+    from mlir_autodiff.gpu import lower_to_gpu
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(E2E_FUNCTION)
+        lower_to_gpu(module, chip="sm_80")
+        text = str(module)
+    translate = Path(ir.__file__).parent / "bin" / "mlir-translate"
+    llc = shutil.which("llc", path=str(Path(sys.executable).parent)) or str(
+        Path(__import__("llvm").__file__).parent / "bin" / "llc"
+    )
+    ll = subprocess.run(
+        [str(translate), "--mlir-to-llvmir"],
+        input=text,
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    obj = tmp_path / "host.o"
+    subprocess.run(
+        [llc, "-O2", "-filetype=obj", "-relocation-model=pic", "-o", str(obj)],
+        input=ll,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    linked = tmp_path / "libf.so"
+    proc = subprocess.run(
+        [
+            CC,
+            "-std=c11",
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-Wl,--no-undefined",
+            str(obj),
+            str(RUNTIME_SOURCE),
+            "-o",
+            str(linked),
+            "-ldl",
+            "-lpthread",
+            "-lm",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    _, drivers = built
+    out, lines = _run((linked, drivers), tmp_path, E2E_CALL)
+    assert out.split() == ["None", "1"]
+    loaded = lines.index("# loaded None")
+    assert lines[: len(INIT_POOLS)] == INIT_POOLS
+    assert [x.split()[0] for x in lines[len(INIT_POOLS) : loaded]] == ["cuModuleLoadData"]
+    # a fatbin (magic 0xba55ed50) or cubin (ELF) image went to the driver
+    assert lines[len(INIT_POOLS)] in (
+        "cuModuleLoadData bytes=50ed55ba",
+        "cuModuleLoadData bytes=7f454c46",
+    )
+    calls = [x.split()[0] for x in lines[loaded + 1 :]]
+    assert calls.count("cuStreamCreate") == 1
+    assert calls.count("cuLaunchKernel") == 1
+    assert calls.count("cuMemAllocAsync") == calls.count("cuMemFreeAsync") >= 2
+    assert "cuStreamDestroy_v2" not in calls and "cuMemAlloc_v2" not in calls
+    # the global destructors unload the module at exit
+    assert calls[-2:] == ["cuStreamSynchronize", "cuModuleUnload"]
