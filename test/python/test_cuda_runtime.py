@@ -781,3 +781,32 @@ def test_links_with_lowered_host_code(built, tmp_path):
     assert "cuStreamDestroy_v2" not in calls and "cuMemAlloc_v2" not in calls
     # the global destructors unload the module at exit
     assert calls[-2:] == ["cuStreamSynchronize", "cuModuleUnload"]
+
+
+def test_cache_off_creates_and_destroys_per_request(built, tmp_path):
+    out, lines = _run(
+        built,
+        tmp_path,
+        ONE_CALL
+        + """
+mod = rt.mgpuModuleLoad(IMAGE, 6)
+fn = rt.mgpuModuleGetFunction(mod, b"k")
+call(fn, [1.0])
+log("second")
+call(fn, [1.0])
+print(err())
+""",
+        env={"AUTODIFF_CUDA_CACHE": "0"},
+    )
+    assert out.split() == ["None"]
+    assert lines[:4] == INIT_POOLS[:4] and "cuDeviceGetDefaultMemPool" not in str(lines)
+    assert lines[lines.index("# second") + 1 :] == [
+        "cuStreamCreate flags=1 -> stream5",
+        "cuMemAlloc_v2 4",
+        "cuMemcpyAsync 4 stream5",
+        "cuLaunchKernel grid=4,1,1 block=256,1,1 smem=0 stream5",
+        "cuMemcpyAsync 4 stream5",
+        "cuMemFree_v2",
+        "cuStreamSynchronize stream5",
+        "cuStreamDestroy_v2 stream5",
+    ]

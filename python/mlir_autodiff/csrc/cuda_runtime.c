@@ -23,6 +23,9 @@
  *    the driver or device lacks memory pools).
  *  - AUTODIFF_CUDA_PROFILE=1 brackets every launch with timing events;
  *    autodiff_cuda_kernel_ms() sums them.  Unset, it costs one branch.
+ *  - AUTODIFF_CUDA_CACHE=0 turns the pools and the cached allocator off
+ *    (a stream, event and allocation per request, as upstream MLIR's
+ *    wrappers do): for debugging and for measuring what the caching saves.
  *
  * Only mgpu* and autodiff_cuda_* symbols are exported; everything else is
  * static.  Build: cc -std=c11 -O2 -fPIC -shared cuda_runtime.c -ldl -lpthread
@@ -210,6 +213,7 @@ static CUdevice g_device;
 static CUcontext g_context;
 static int g_async_alloc;    /* stream-ordered allocator available */
 static int g_profile;        /* AUTODIFF_CUDA_PROFILE=1 */
+static int g_no_cache;       /* AUTODIFF_CUDA_CACHE=0 */
 
 static void init_failed(void) {
   pthread_mutex_lock(&g_error_lock);
@@ -222,6 +226,8 @@ static void init_driver(void) {
   const char *path = (env != NULL && env[0] != '\0') ? env : "libcuda.so.1";
   const char *profile = getenv("AUTODIFF_CUDA_PROFILE");
   g_profile = profile != NULL && profile[0] != '\0' && strcmp(profile, "0");
+  const char *cache = getenv("AUTODIFF_CUDA_CACHE");
+  g_no_cache = cache != NULL && strcmp(cache, "0") == 0;
 
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
@@ -254,7 +260,7 @@ static void init_driver(void) {
   CUmemoryPool pool = NULL;
   uint64_t threshold = UINT64_MAX;
   g_async_alloc =
-      drv.cuMemAllocAsync != NULL && drv.cuMemFreeAsync != NULL &&
+      !g_no_cache && drv.cuMemAllocAsync != NULL && drv.cuMemFreeAsync != NULL &&
       drv.cuDeviceGetDefaultMemPool != NULL &&
       drv.cuMemPoolSetAttribute != NULL && drv.cuDeviceGetAttribute != NULL &&
       drv.cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
@@ -301,6 +307,8 @@ static HandlePool g_events = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
 
 static void *pool_take(HandlePool *pool) {
   void *item = NULL;
+  if (g_no_cache)
+    return NULL;
   pthread_mutex_lock(&pool->lock);
   if (pool->count > 0)
     item = pool->items[--pool->count];
@@ -311,6 +319,8 @@ static void *pool_take(HandlePool *pool) {
 /* Returns 1 when the pool kept the handle. */
 static int pool_give(HandlePool *pool, void *item) {
   int kept = 0;
+  if (g_no_cache)
+    return 0;
   pthread_mutex_lock(&pool->lock);
   if (pool->count < POOL_CAPACITY) {
     pool->items[pool->count++] = item;
