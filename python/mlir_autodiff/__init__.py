@@ -24,18 +24,21 @@ depend on) the front end.
 # table and checks every import), so there is no import circle:
 #
 #   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
-#   layer 1  errors, pytree, rng_state, signatures  exceptions; pytrees; the generator
-#                                        state; what numpy may pass to compiled code
-#   layer 2  tracing, runtime            Tracer and traces; the CPU JIT runtime
-#   layer 3  primitives, gpu             the ops a trace emits; the GPU runtime
-#   layer 4  numpy                       numpy's API; installs Tracer's operators and methods
-#   layer 5  api                         jit and lower (imports numpy: traces see a full Tracer)
-#   layer 6  batching, random            vmap; random draws
-#   layer 7  custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
-#   layer 8  custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
-#   layer 9  custom                      custom_vjp, custom_jvp
-#   layer 10 custom_function             the torch-style Function (a custom_vjp call)
-#   layer 11 __init__                    this namespace, imported lazily (PEP 562)
+#   layer 1  argspec, cuda_driver, errors, pytree, rng_state  argument specs; the CUDA driver
+#                                        query; exceptions; pytrees; the generator state
+#   layer 2  signatures, native_call     specs read from MLIR; calling compiled code (no MLIR)
+#   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
+#                                        call's outputs (numpy only)
+#   layer 4  aot                         loading exported artifacts (numpy and ctypes only)
+#   layer 5  primitives, gpu             the ops a trace emits; the GPU runtime
+#   layer 6  numpy                       numpy's API; installs Tracer's operators and methods
+#   layer 7  api                         jit and lower (imports numpy: traces see a full Tracer)
+#   layer 8  batching, random, exporting  vmap; random draws; ahead-of-time export
+#   layer 9  custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
+#   layer 10 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
+#   layer 11 custom                      custom_vjp, custom_jvp
+#   layer 12 custom_function             the torch-style Function (a custom_vjp call)
+#   layer 13 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from typing import Any
 
 #: public name -> submodule that defines it (None: the name is the submodule).
 _EXPORTS: dict[str, str | None] = {
+    "aot": None,
     "errors": None,
     "lax": None,
     "nn": None,
@@ -53,6 +57,7 @@ _EXPORTS: dict[str, str | None] = {
     "JitFunction": "api",
     "Lowered": "api",
     "jit": "api",
+    "export": "exporting",
     "lower": "api",
     "grad": "differentiate",
     "hessian": "differentiate",

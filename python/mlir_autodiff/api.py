@@ -43,9 +43,9 @@ from mlir.dialects import bufferization, func
 
 from . import dialects, pytree
 from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
+from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, UnsupportedError
-from .rng_state import call_with_state
 from .runtime import CompiledModule
 from .tracing import (
     FunctionTrace,
@@ -53,7 +53,6 @@ from .tracing import (
     Tracer,
     as_tracer,
     current_trace,
-    storage_dtype,
 )
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
@@ -438,8 +437,6 @@ class _Executable:
         #: donated leaves returned as outputs unchanged (handed back, not copied)
         returned = {what for kind, what in traced.plan if kind == "arg"}
         self.returned_donated = [a for a in donated if a in returned]
-        self._bool_in = any(a.dtype == np.bool_ for a in traced.in_avals)
-        self._bool_out = any(a.dtype == np.bool_ for a in traced.out_avals)
         self._main: Any = None  # compiled["main"], looked up on the first call
         if traced.out_avals:
             what = f"jit({fname}): compiling the traced module"
@@ -463,6 +460,10 @@ class _Executable:
                 except (ir.MLIRError, ValueError, RuntimeError) as err:
                     raise _compile_error(what, err) from None
         self._warn_unused(donated)
+        self.call_plan = CallPlan(traced.out_tree, traced.plan,
+                                  [a.dtype for a in traced.in_avals],
+                                  [a.dtype for a in traced.out_avals], self.remap,
+                                  self.returned_donated, traced.uses_rng)
 
     def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
                           donated: Sequence[int]) -> None:
@@ -495,51 +496,9 @@ class _Executable:
                           "place; those arrays are left unchanged)", stacklevel=4)
 
     def __call__(self, values: list[Any]) -> Any:
-        outs: list[Any] = []
-        if self.compiled is not None:
-            args = values
-            if self._bool_in:
-                # bool arrays travel as int8 (see tracing.BOOL_AS_I8): reinterpret, no copy
-                args = [v.view(storage_dtype(a.dtype)) if a.dtype == np.bool_ else v
-                        for v, a in zip(values, self.traced.in_avals)]
-            if self._main is None:
-                self._main = self.compiled["main"]
-            main = self._main
-
-            def call(a: list[Any]) -> list[Any]:
-                unique = main.call(a)
-                return [unique[j] for j in self.remap]
-
-            if self.traced.uses_rng:
-                # Trailing (seed, offset) in, advanced offset out (functionalize-rng).
-                outs = call_with_state(call, args)
-            else:
-                outs = call(args)
-            if self._bool_out:
-                outs = [o.view(np.bool_) if a.dtype == np.bool_ else o
-                        for o, a in zip(outs, self.traced.out_avals)]
-        return pytree.tree_unflatten(self.traced.out_tree, self._output_leaves(values, outs))
-
-    def _output_leaves(self, values: list[Any], outs: list[Any]) -> list[Any]:
-        """Output leaves that never alias each other or a caller's array not donated.
-
-        Each output is a fresh array, except a donated array, which is handed
-        back (as the result computed in its buffer, or returned unchanged).
-        """
-        used: set[int] = set()
-        leaves = []
-        for kind, what in self.traced.plan:
-            if kind == "const":
-                out = np.array(what)
-            elif kind == "arg":
-                out = values[what] if what in self.returned_donated else np.array(values[what])
-            else:
-                out = outs[what]
-            if id(out) in used:  # one array returned twice: give independent copies
-                out = np.array(out)
-            used.add(id(out))
-            leaves.append(out)
-        return leaves
+        if self.compiled is not None and self._main is None:
+            self._main = self.compiled["main"]
+        return self.call_plan(self._main, values)
 
 
 class JitFunction:

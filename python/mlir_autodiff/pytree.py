@@ -123,6 +123,67 @@ def tree_unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
     return out
 
 
+_KEY_TYPES = {"str": str, "int": int, "bool": bool}
+
+
+def treedef_to_json(treedef: TreeDef) -> Any:
+    """`treedef` as JSON-ready data (exported artifacts store their structures so).
+
+    Dict keys must be str, int or bool; a namedtuple is stored by its module,
+    qualified name and fields. Raises TypeError for anything else.
+    """
+    out: dict[str, Any] = {"kind": treedef.kind}
+    if treedef.kind == _DICT:
+        keys = []
+        for k in treedef.aux:
+            if type(k) not in (str, int, bool):
+                raise TypeError(f"a dict key {k!r} of type {type(k).__name__} cannot be "
+                                "stored (keys of str, int or bool can)")
+            keys.append([type(k).__name__, k])
+        out["keys"] = keys
+    elif treedef.kind == _NAMEDTUPLE:
+        cls = treedef.aux
+        out["namedtuple"] = [cls.__module__, cls.__qualname__, list(cls._fields)]
+    if treedef.children:
+        out["children"] = [treedef_to_json(c) for c in treedef.children]
+    return out
+
+
+def _namedtuple_class(module: str, qualname: str, fields: list[str]) -> type:
+    """The namedtuple class `module.qualname` if it imports with these fields, else a
+    namedtuple of the same name and fields (the loading program may lack the module)."""
+    import collections
+    import importlib
+
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, type) and list(getattr(obj, "_fields", ())) == fields:
+            return obj
+    except Exception:  # noqa: BLE001 - any failure to import falls back to a look-alike
+        pass
+    return collections.namedtuple(qualname.rsplit(".", 1)[-1], fields)  # type: ignore[misc]
+
+
+def treedef_from_json(data: Any) -> TreeDef:
+    """The inverse of `treedef_to_json`; ValueError for malformed data."""
+    try:
+        kind = data["kind"]
+        children = tuple(treedef_from_json(c) for c in data.get("children", ()))
+        if kind == _DICT:
+            aux: Any = tuple(_KEY_TYPES[t](k) for t, k in data["keys"])
+        elif kind == _NAMEDTUPLE:
+            aux = _namedtuple_class(*data["namedtuple"])
+        elif kind in (_LEAF, _NONE, _TUPLE, _LIST):
+            aux = None
+        else:
+            raise ValueError(f"unknown pytree node kind {kind!r}")
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"malformed pytree structure: {err!r}") from None
+    return TreeDef(kind, aux, children)
+
+
 def tree_leaves(tree: Any) -> list[Any]:
     return tree_flatten(tree)[0]
 

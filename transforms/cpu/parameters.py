@@ -6,8 +6,11 @@ is what it is, with the measurements behind it: benchmarks/notes/cpu-schedules.m
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
+from collections.abc import Iterator
 
 # -- schedule parameters (data) ---------------------------------------------------------------
 
@@ -51,12 +54,30 @@ class ReductionSchedule:
 
 
 def host_vector_bits() -> int:
-    """Width of the host's widest float vector registers (the JIT targets the host CPU).
+    """Width of the target's widest float vector registers: the host's (the JIT targets
+    the host CPU) unless `target_vector_bits` says otherwise.
 
     The ExecutionEngine compiles for the host CPU and its features (it was
     checked to emit AVX-512 `vfmadd231ps zmm` here), so schedules follow it.
     """
-    return _host_vector_bits()
+    return _TARGET_BITS.get() or _host_vector_bits()
+
+
+_TARGET_BITS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "autodiff_target_vector_bits", default=None)
+
+
+@contextlib.contextmanager
+def target_vector_bits(bits: int | None) -> Iterator[None]:
+    """Schedule for `bits`-wide vectors (128, 256, 512) inside the block: code compiled
+    for another CPU than the host's (`ad.export`'s portable targets). None: the host's."""
+    if bits not in (None, 128, 256, 512):
+        raise ValueError(f"vector width must be 128, 256 or 512 bits, got {bits}")
+    token = _TARGET_BITS.set(bits)
+    try:
+        yield
+    finally:
+        _TARGET_BITS.reset(token)
 
 
 @functools.cache

@@ -116,7 +116,12 @@ from ..bufferize import (
 )
 from ..cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
 from ..passes import Pass, PipelineElement, register
-from .calling_convention import CheckGpuLowerable, DistinctReturnBuffers, HostWrappers
+from .calling_convention import (
+    CheckGpuLowerable,
+    DistinctReturnBuffers,
+    HostLoopAllocaScopes,
+    HostWrappers,
+)
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .tensors import ReductionsInnermost, SplatsToFills
@@ -264,6 +269,7 @@ class LowerToGpu(Pass):
 
     def _binary_stage(self) -> list[PipelineElement]:
         return [
+            HostLoopAllocaScopes(),
             "convert-scf-to-cf",
             "expand-strided-metadata",
             "lower-affine",
