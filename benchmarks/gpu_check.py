@@ -202,6 +202,15 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def _host(value: Any) -> Any:
+    """`value` with torch tensors (and jax arrays) as numpy arrays, tuples/lists kept."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host(v) for v in value)
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
 def _check(got: np.ndarray, want: np.ndarray, row: dict[str, Any]) -> tuple[bool, float]:
     got_s = _sampled(got)
     if got_s.shape != want.shape:
@@ -450,7 +459,8 @@ def run_check(folder: str, out_json: str | None, peers: bool = True,
                     first = thunk()
                     res[f"{fw}_first_s"] = time.perf_counter() - t0
                     if not row["bitwise"]:
-                        peer = _to_numpy(case.output(first) if case.output else first)
+                        host = _host(first)
+                        peer = _to_numpy(case.output(host) if case.output else host)
                         if peer.size == got.size:
                             d = np.abs(peer.astype(np.float64).ravel() - got.astype(np.float64)
                                        .ravel())

@@ -239,14 +239,18 @@ def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
         entry = os.path.join(tmp, "entry.c")
         with open(entry, "w") as f:
             f.write(packed_entry_source(lowered, symbols))
-        sources = [entry]
+        sources = [entry, csrc("cpu_support.c")]
         libs = ["-lm"]
         if target.device == "gpu":
             sources.append(csrc("cuda_runtime.c"))
             libs += ["-ldl", "-lpthread"]
+        # Every symbol resolved at link time (a missing runtime function is an export
+        # error naming it, not a failure to load on another machine) -- except the
+        # OpenMP runtime's, which `aot` loads before the artifact.
+        defs = [] if _calls_openmp(lowered) else ["-Wl,-z,defs"]
         tmp_out = os.path.join(tmp, "artifact.so")
-        _run([cc, "-shared", "-fPIC", "-O2", "-std=gnu11", "-o", tmp_out, obj, *sources, *libs],
-             f"linking with {os.path.basename(cc)}")
+        _run([cc, "-shared", "-fPIC", "-O2", "-std=gnu11", *defs, "-o", tmp_out, obj, *sources,
+              *libs], f"linking with {os.path.basename(cc)}")
         shutil.copyfile(tmp_out, out_path)
 
 
@@ -381,6 +385,11 @@ def _lower_copy(module: ir.Module, context: ir.Context, target: Target, what: st
         "openmp": _uses_openmp(copy),
     }
     return _Lowered(copy, info)
+
+
+def _calls_openmp(lowered: ir.Module) -> bool:
+    """Whether lowered code calls the OpenMP runtime (`__kmpc_*`, from omp.* ops)."""
+    return _uses_openmp(lowered)
 
 
 def _uses_openmp(module: ir.Module) -> bool:

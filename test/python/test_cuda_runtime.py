@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fake_cuda import build_fake_driver
 
 import mlir_autodiff
 
@@ -24,166 +25,7 @@ RUNTIME_SOURCE = Path(mlir_autodiff.__file__).parent / "csrc" / "cuda_runtime.c"
 CC = shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler `cc`")
 
-FAKE_DRIVER = r"""
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-typedef int CUresult;
-static int next_handle = 1;
-
-static void note(const char *fmt, ...) {
-  const char *path = getenv("FAKE_CUDA_LOG");
-  if (!path) return;
-  FILE *f = fopen(path, "a");
-  if (!f) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(f, fmt, ap);
-  va_end(ap);
-  fputc('\n', f);
-  fclose(f);
-}
-
-/* FAKE_CUDA_FAIL=name:code makes `name` fail with `code`. */
-static CUresult outcome(const char *name) {
-  const char *spec = getenv("FAKE_CUDA_FAIL");
-  size_t n = strlen(name);
-  if (spec && strncmp(spec, name, n) == 0 && spec[n] == ':')
-    return atoi(spec + n + 1);
-  return 0;
-}
-#define RETURN(name) return outcome(name)
-
-static void *handle(void) { return (void *)(uintptr_t)(0x1000 * next_handle++); }
-static int id(const void *h) { return (int)((uintptr_t)h / 0x1000); }
-
-CUresult cuGetErrorName(CUresult e, const char **s) {
-  *s = e == 209 ? "CUDA_ERROR_NO_BINARY_FOR_GPU"
-     : e == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE";
-  return 0;
-}
-CUresult cuInit(unsigned flags) { note("cuInit %u", flags); RETURN("cuInit"); }
-CUresult cuDeviceGet(int *d, int ordinal) {
-  *d = ordinal; note("cuDeviceGet %d", ordinal); RETURN("cuDeviceGet");
-}
-CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
-  *v = attr == 115 ? 1 : attr == 97 ? 232448 : 0;
-  note("cuDeviceGetAttribute %d", attr); (void)dev; RETURN("cuDeviceGetAttribute");
-}
-static void *current;
-CUresult cuDevicePrimaryCtxRetain(void **c, int dev) {
-  *c = handle(); note("cuDevicePrimaryCtxRetain %d -> ctx%d", dev, id(*c));
-  RETURN("cuDevicePrimaryCtxRetain");
-}
-CUresult cuCtxGetCurrent(void **c) { *c = current; return 0; }
-CUresult cuCtxSetCurrent(void *c) {
-  current = c; note("cuCtxSetCurrent ctx%d", id(c)); RETURN("cuCtxSetCurrent");
-}
-CUresult cuCtxSynchronize(void) { note("cuCtxSynchronize"); RETURN("cuCtxSynchronize"); }
-CUresult cuModuleLoadData(void **m, const void *image) {
-  const unsigned char *b = image;
-  int text = 1;
-  for (int i = 0; i < 4; ++i) text = text && b[i] >= 32 && b[i] < 127;
-  if (text) note("cuModuleLoadData %s", (const char *)image);
-  else note("cuModuleLoadData bytes=%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
-  CUresult r = outcome("cuModuleLoadData");
-  if (!r) *m = handle();
-  return r;
-}
-CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *opts, void **vals) {
-  note("cuModuleLoadDataEx %s nopts=%u opt0=%d val0=%d", (const char *)image, n,
-       opts[0], (int)(intptr_t)vals[0]);
-  CUresult r = outcome("cuModuleLoadDataEx");
-  if (r) strcpy((char *)vals[1], "ptxas fatal: bad ptx");
-  else *m = handle();
-  return r;
-}
-CUresult cuModuleUnload(void *m) { note("cuModuleUnload mod%d", id(m)); RETURN("cuModuleUnload"); }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
-  *f = handle(); note("cuModuleGetFunction mod%d %s", id(m), name);
-  RETURN("cuModuleGetFunction");
-}
-CUresult cuFuncSetAttribute(void *f, int attr, int value) {
-  note("cuFuncSetAttribute %d %d", attr, value); (void)f; RETURN("cuFuncSetAttribute");
-}
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
-                        unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                        void *s, void **params, void **extra) {
-  note("cuLaunchKernel grid=%u,%u,%u block=%u,%u,%u smem=%u stream%d",
-       gx, gy, gz, bx, by, bz, smem, id(s));
-  /* the "kernel": doubles the float array passed as first parameter */
-  if (params && getenv("FAKE_KERNEL_DOUBLES")) {
-    float *x = *(float **)params[0];
-    int n = *(int *)params[1];
-    for (int i = 0; i < n; ++i) x[i] *= 2.0f;
-  }
-  (void)f; (void)extra; RETURN("cuLaunchKernel");
-}
-CUresult cuStreamCreate(void **s, unsigned flags) {
-  *s = handle(); note("cuStreamCreate flags=%u -> stream%d", flags, id(*s));
-  RETURN("cuStreamCreate");
-}
-CUresult cuStreamDestroy_v2(void *s) { note("cuStreamDestroy_v2 stream%d", id(s)); RETURN("cuStreamDestroy_v2"); }
-CUresult cuStreamSynchronize(void *s) { note("cuStreamSynchronize stream%d", id(s)); RETURN("cuStreamSynchronize"); }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
-  note("cuStreamWaitEvent stream%d event%d", id(s), id(e)); (void)flags; RETURN("cuStreamWaitEvent");
-}
-CUresult cuEventCreate(void **e, unsigned flags) {
-  *e = handle(); note("cuEventCreate flags=%u -> event%d", flags, id(*e)); RETURN("cuEventCreate");
-}
-CUresult cuEventDestroy_v2(void *e) { note("cuEventDestroy_v2 event%d", id(e)); RETURN("cuEventDestroy_v2"); }
-CUresult cuEventRecord(void *e, void *s) { note("cuEventRecord event%d stream%d", id(e), id(s)); RETURN("cuEventRecord"); }
-CUresult cuEventSynchronize(void *e) { note("cuEventSynchronize event%d", id(e)); RETURN("cuEventSynchronize"); }
-CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
-  *ms = 1.5f; note("cuEventElapsedTime event%d event%d", id(a), id(b)); RETURN("cuEventElapsedTime");
-}
-CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
-  *p = (uintptr_t)malloc(n); note("cuMemAlloc_v2 %zu", n); RETURN("cuMemAlloc_v2");
-}
-CUresult cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); note("cuMemFree_v2"); RETURN("cuMemFree_v2"); }
-CUresult cuMemAllocManaged(unsigned long long *p, size_t n, unsigned flags) {
-  *p = (uintptr_t)malloc(n); note("cuMemAllocManaged %zu flags=%u", n, flags); RETURN("cuMemAllocManaged");
-}
-#ifndef FAKE_NO_POOLS
-CUresult cuMemAllocAsync(unsigned long long *p, size_t n, void *s) {
-  CUresult r = outcome("cuMemAllocAsync");
-  if (!r) *p = (uintptr_t)malloc(n);
-  note("cuMemAllocAsync %zu stream%d", n, id(s));
-  return r;
-}
-CUresult cuMemFreeAsync(unsigned long long p, void *s) {
-  free((void *)(uintptr_t)p); note("cuMemFreeAsync stream%d", id(s)); RETURN("cuMemFreeAsync");
-}
-CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) {
-  *pool = handle(); note("cuDeviceGetDefaultMemPool %d -> pool%d", dev, id(*pool));
-  RETURN("cuDeviceGetDefaultMemPool");
-}
-CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
-  note("cuMemPoolSetAttribute pool%d %d %llu", id(pool), attr,
-       (unsigned long long)*(uint64_t *)value);
-  RETURN("cuMemPoolSetAttribute");
-}
-#endif
-CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, void *st) {
-  memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
-  note("cuMemcpyAsync %zu stream%d", n, id(st)); RETURN("cuMemcpyAsync");
-}
-CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void *st) {
-  for (size_t i = 0; i < n; ++i) ((unsigned *)(uintptr_t)d)[i] = v;
-  note("cuMemsetD32Async %u %zu stream%d", v, n, id(st)); RETURN("cuMemsetD32Async");
-}
-CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, void *st) {
-  for (size_t i = 0; i < n; ++i) ((unsigned short *)(uintptr_t)d)[i] = v;
-  note("cuMemsetD16Async %u %zu stream%d", (unsigned)v, n, id(st)); RETURN("cuMemsetD16Async");
-}
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
-  note("cuMemHostRegister_v2 %zu %u", n, flags); (void)p; RETURN("cuMemHostRegister_v2");
-}
-CUresult cuMemHostUnregister(void *p) { note("cuMemHostUnregister"); (void)p; RETURN("cuMemHostUnregister"); }
-"""
 
 # Prelude of every scenario script: loads the runtime through ctypes with the
 # argument types of the LLVM declarations that gpu-to-llvm emits.
@@ -262,28 +104,8 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cudart")
     runtime = tmp / "libautodiff_cuda.so"
     _compile(tmp, RUNTIME_SOURCE, runtime)
-    fake_src = tmp / "fake_cuda.c"
-    fake_src.write_text(FAKE_DRIVER)
-    drivers = {}
-    for name, flags in {"pools": (), "nopools": ("-DFAKE_NO_POOLS",)}.items():
-        d = tmp / name
-        d.mkdir()
-        # the fake is test code, compiled without -Werror's strictness on
-        # unused parameters of the driver signatures it mimics
-        cmd = [
-            CC,
-            "-std=c11",
-            "-O0",
-            "-fPIC",
-            "-shared",
-            *flags,
-            str(fake_src),
-            "-o",
-            str(d / "libcuda.so.1"),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        drivers[name] = d / "libcuda.so.1"
+    drivers = {name: build_fake_driver(tmp / name, CC, *flags)
+               for name, flags in {"pools": (), "nopools": ("-DFAKE_NO_POOLS",)}.items()}
     return runtime, drivers
 
 
