@@ -104,6 +104,18 @@ _EXPORTS: dict[str, str | None] = {
 __all__ = sorted(_EXPORTS)
 
 
+def _package_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mlir-autodiff")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "0+unknown"
+
+
+__version__ = _package_version()
+
+
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'mlir_autodiff' has no attribute '{name}'")

@@ -192,10 +192,32 @@ class Target:
         out: dict[str, Any] = {"device": self.device, "cpu": self.cpu,
                                "threads": self.threads, "opt_level": self.opt_level}
         if self.cpu == "native":
+            # code for this CPU: the loader checks the features it may use
             out["host_cpu"] = _host_cpu_name()
+            out["cpu_flags"] = sorted(_host_flags() & NATIVE_FLAGS)
         if self.device == "gpu":
             out["chip"] = self.chip
         return out
+
+
+#: /proc/cpuinfo flags that native code may use and a loading machine must have.
+NATIVE_FLAGS = frozenset({
+    "sse4_1", "sse4_2", "ssse3", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c",
+    "movbe", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16",
+    "avx512_fp16", "avx512vnni", "avx512ifma", "avx512vbmi", "avx512_vbmi2",
+    "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+})
+
+
+def _host_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def _host_cpu_name() -> str:

@@ -204,6 +204,10 @@ def test_donation_writes_in_place_like_jit(tmp_path):
     ad.export(step, w, g, path=tmp_path / "d", donate_argnums=0, cpu="native")
     manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
     assert manifest["donated"] == [0] and manifest["in_place"] == {"0": 0}
+    # native code records the CPU features it may use; this machine has them
+    assert manifest["target"]["cpu"] == "native"
+    assert set(manifest["target"]["cpu_flags"]) <= (aot.cpu_flags() or set())
+    assert "avx2" in manifest["target"]["cpu_flags"] or "avx2" not in (aot.cpu_flags() or ())
     f = aot.load(tmp_path / "d")
     w1 = w.copy()
     out = f(w1, g)
