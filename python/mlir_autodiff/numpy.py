@@ -273,19 +273,59 @@ def _fmod_fix(d: np.dtype, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value
     return floordiv, mod
 
 
-def _int_mod(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+# Integer division never traps (x86's idiv raises SIGFPE for a zero divisor and for
+# INT_MIN / -1): jax's defined results instead. Truncating division by zero is -1
+# (all bits set), INT_MIN / -1 is INT_MIN; the truncating remainder by zero is the
+# dividend and INT_MIN % -1 is 0; floor_divide corrects the truncated quotient by
+# the signs as jax does (so 7 // 0 == -2, 0 // 0 == -1); remainder and fmod by zero
+# are 0. The divisor the hardware sees is 1 wherever it would trap.
+
+def _safe_divisor(d: np.dtype, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(b with 1 where dividing by it would trap, b == 0)."""
+    eq = arith.CmpIPredicate.eq
+    is_zero = arith.cmpi(eq, b, _f(d, 0))
+    overflow = arith.andi(arith.cmpi(eq, a, _f(d, int(np.iinfo(d).min))),
+                          arith.cmpi(eq, b, _f(d, -1)))
+    return arith.select(arith.ori(is_zero, overflow), _f(d, 1), b), is_zero
+
+
+def _signs_differ(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """sign(a) != sign(b), with sign(0) == 0."""
     zero = _f(d, 0)
-    r = arith.remsi(a, b)
+    neg = [arith.cmpi(arith.CmpIPredicate.slt, v, zero) for v in (a, b)]
+    pos = [arith.cmpi(arith.CmpIPredicate.sgt, v, zero) for v in (a, b)]
+    return arith.ori(arith.xori(*neg), arith.xori(*pos))
+
+
+def _int_mod(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """Python's (and jax's) remainder: the sign of the divisor; 0 for a zero divisor."""
+    zero = _f(d, 0)
+    safe, _ = _safe_divisor(d, a, b)
+    r = arith.remsi(a, safe)
     r_nz = arith.cmpi(arith.CmpIPredicate.ne, r, zero)
     sign_differs = arith.xori(arith.cmpi(arith.CmpIPredicate.slt, r, zero),
                               arith.cmpi(arith.CmpIPredicate.slt, b, zero))
     return arith.select(arith.andi(r_nz, sign_differs), arith.addi(r, b), r)
 
 
+def _int_floor_divide(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    safe, is_zero = _safe_divisor(d, a, b)
+    q = arith.select(is_zero, _f(d, -1), arith.divsi(a, safe))
+    rem = arith.select(is_zero, a, arith.remsi(a, safe))
+    fix = arith.andi(_signs_differ(d, a, b),
+                     arith.cmpi(arith.CmpIPredicate.ne, rem, _f(d, 0)))
+    return arith.select(fix, arith.subi(q, _f(d, 1)), q)
+
+
+def _int_fmod(d: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """C's truncating remainder; 0 for a zero divisor (and for INT_MIN % -1)."""
+    return arith.remsi(a, _safe_divisor(d, a, b)[0])
+
+
 @_api()
 def floor_divide(x1: ArrayLike, x2: ArrayLike) -> Any:
     return _binary("floor_divide", x1, x2, lambda d, a, b: _fmod_fix(d, a, b)[0],
-                   lambda d, a, b: arith.floordivsi(a, b), bool_as=np.dtype(np.int8))
+                   _int_floor_divide, bool_as=np.dtype(np.int8))
 
 
 @_api()
@@ -299,8 +339,7 @@ mod = _api("mod")(remainder.__wrapped__)  # type: ignore[attr-defined]
 
 @_api()
 def fmod(x1: ArrayLike, x2: ArrayLike) -> Any:
-    return _binary("fmod", x1, x2, lambda d, a, b: arith.remf(a, b),
-                   lambda d, a, b: arith.remsi(a, b))
+    return _binary("fmod", x1, x2, lambda d, a, b: arith.remf(a, b), _int_fmod)
 
 
 def _int_pow_static(d: np.dtype, a: ir.Value, n: int) -> ir.Value:
