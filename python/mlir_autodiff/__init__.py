@@ -82,6 +82,7 @@ _EXPORTS: dict[str, str | None] = {
     "AutodiffError": "errors",
     "CompilationError": "errors",
     "ConcretizationTypeError": "errors",
+    "InvalidArgumentError": "errors",
     "ShapeError": "errors",
     "TracerArrayConversionError": "errors",
     "TracerBoolConversionError": "errors",

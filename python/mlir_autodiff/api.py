@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,13 +46,14 @@ from . import dialects, pytree
 from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
 from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
-from .errors import CompilationError, UnsupportedError
+from .errors import CompilationError, InvalidArgumentError, UnsupportedError
 from .runtime import CompiledModule
 from .tracing import (
     FunctionTrace,
     ShapedArray,
     Tracer,
     as_tracer,
+    canonical_dtype,
     current_trace,
 )
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
@@ -109,6 +111,9 @@ def _leaf_aval(x: Any, where: str) -> tuple[ShapedArray, Any]:
     if isinstance(x, bool):
         return ShapedArray((), np.bool_, True), np.asarray(x)
     if isinstance(x, int):
+        if not -(1 << 63) <= x < (1 << 63):
+            raise InvalidArgumentError(f"{where}: the Python int {x} does not fit in int64; "
+                                       "pass it as a float or a numpy array")
         return ShapedArray((), np.int64, True), np.asarray(x, np.int64)
     if isinstance(x, float):
         return ShapedArray((), np.float64, True), np.asarray(x, np.float64)
@@ -119,7 +124,7 @@ def _leaf_aval(x: Any, where: str) -> tuple[ShapedArray, Any]:
         except UnsupportedError as err:
             raise TypeError(f"{where}: {err}") from None
         return aval, arr
-    raise TypeError(
+    raise InvalidArgumentError(
         f"{where}: a value of type {type(x).__name__} is not a valid jit argument (arrays, "
         "numpy scalars, Python scalars and tuples/lists/dicts of them are); pass it with "
         "static_argnums if it is configuration"
@@ -265,15 +270,16 @@ def _trace_main(fun: Callable[..., Any], context: ir.Context, sig: _Signature) -
         dyn, kwargs = pytree.tree_unflatten(sig.in_tree, trace.args)
         it = iter(dyn)
         call_args = [sig.static[i] if i in sig.static else next(it) for i in range(sig.n_args)]
+        _check_call(fun, call_args, {**kwargs, **sig.static_kwargs})
         out = fun(*call_args, **kwargs, **sig.static_kwargs)
         out_leaves, out_tree = pytree.tree_flatten(out)
         plan: list[tuple[str, Any]] = []
         results: list[Tracer] = []
         arg_index = {id(a): i for i, a in enumerate(trace.args)}
         seen: dict[int, int] = {}
-        for leaf in out_leaves:
+        for i, leaf in enumerate(out_leaves):
             if not isinstance(leaf, Tracer):
-                plan.append(("const", np.asarray(leaf)))
+                plan.append(("const", _constant_output(function_name(fun), i, leaf)))
                 continue
             if id(leaf) in arg_index:
                 plan.append(("arg", arg_index[id(leaf)]))
@@ -286,6 +292,37 @@ def _trace_main(fun: Callable[..., Any], context: ir.Context, sig: _Signature) -
         trace.finish(results)
     return _Traced(module, out_tree, plan, list(sig.in_avals), trace.out_avals,
                    _draws_random(module))
+
+
+def _check_call(fun: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """The arguments fit `fun`'s signature, or an InvalidArgumentError naming the function
+    (not the function's own TypeError from inside the library)."""
+    try:
+        signature = inspect.signature(fun, follow_wrapped=False)
+    except (TypeError, ValueError):  # builtins and callables without a signature
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as err:
+        raise InvalidArgumentError(
+            f"jit({function_name(fun)}): the call does not fit the function's signature "
+            f"{signature}: {err}") from None
+
+
+def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
+    """An output leaf that is not traced (a constant) as an array; InvalidArgumentError
+    for anything but arrays and numbers of the supported dtypes."""
+    if isinstance(leaf, (bool, int, float, np.ndarray, np.generic)):
+        arr = np.asarray(leaf)
+        if arr.dtype.kind in "biuf":
+            try:
+                canonical_dtype(arr.dtype)
+                return arr
+            except UnsupportedError:
+                pass
+    raise InvalidArgumentError(
+        f"jit({fname}): output leaf {i} is a value of type {type(leaf).__name__}, not an "
+        "array: a jitted function returns arrays, numbers and tuples/lists/dicts of them")
 
 
 def _module_text(module: ir.Module) -> str:
@@ -509,6 +546,9 @@ class JitFunction:
                  static_argnames: str | Sequence[str] = (), threads: int | None = None):
         if isinstance(fun, JitFunction):
             fun = fun.fun
+        if not callable(fun):
+            raise InvalidArgumentError(f"jit: expected a function, got a value of type "
+                                       f"{type(fun).__name__}")
         if device not in DEVICES:
             raise ValueError(f"jit: device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.device = device

@@ -13,6 +13,9 @@ the first frame outside the `mlir_autodiff` package.
     │   ├── UnexpectedTracerError        a traced value used outside the trace it belongs to
     │   ├── ShapeError                   broadcasting/reshape/matmul shape mismatch (ValueError)
     │   └── UnsupportedError             a numpy feature this front end does not trace
+    ├── InvalidArgumentError             a jit argument or output that is not an array, a
+    │                                    scalar or a pytree of them; a call that does not fit
+    │                                    the function's signature; jit of a non-function
     └── CompilationError                 the MLIR pipeline rejected the traced module
 """
 
@@ -55,6 +58,11 @@ class UnsupportedError(TracerError, NotImplementedError):
     """A numpy feature (argument, index kind, dtype) that the tracer does not support."""
 
 
+class InvalidArgumentError(AutodiffError, TypeError):
+    """What `jit` was given or returned is not a pytree of arrays and scalars, or the
+    call does not fit the function's signature (also a TypeError)."""
+
+
 class CompilationError(AutodiffError):
     """The MLIR pipeline failed on a traced module; the message holds its diagnostics."""
 
@@ -67,6 +75,7 @@ __all__ = [
     "AutodiffError",
     "CompilationError",
     "ConcretizationTypeError",
+    "InvalidArgumentError",
     "ShapeError",
     "TracerArrayConversionError",
     "TracerBoolConversionError",

@@ -599,7 +599,20 @@ class Tracer:
             raise TypeError(f"iteration over a 0-d traced value at {format_site()}")
         return (self[i] for i in range(self.shape[0]))
 
-    __hash__ = None  # type: ignore[assignment]  # like ndarray: mutable-looking, unhashable
+    def __hash__(self) -> int:  # like ndarray: unhashable, but with the tracer's error
+        raise ConcretizationTypeError(
+            f"unhashable type: a traced value ({self.aval.str_short()}) cannot be hashed "
+            f"(a dict key, a set element, hash()) at {format_site()}: its value is not known "
+            "while tracing; pass it with static_argnums if it must be a Python value")
+
+    def tolist(self) -> Any:
+        raise TracerArrayConversionError(
+            f"cannot convert a traced value ({self.aval.str_short()}) to a Python list "
+            f"(.tolist()) at {format_site()}: its value is not known while tracing"
+        )
+
+    def item(self, *args: Any) -> Any:
+        raise self._concrete(".item()")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise TracerArrayConversionError(

@@ -224,6 +224,8 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, ad.AutodiffError)
     assert issubclass(ad.TracerBoolConversionError, TypeError)
     assert issubclass(ad.CompilationError, ad.AutodiffError)
+    assert issubclass(ad.InvalidArgumentError, ad.AutodiffError)
+    assert issubclass(ad.InvalidArgumentError, TypeError)
 
 
 def test_where_is_the_fix_for_data_dependent_choice() -> None:
