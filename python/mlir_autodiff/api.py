@@ -47,7 +47,7 @@ from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators an
 from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, InvalidArgumentError, UnsupportedError
-from .runtime import CompiledModule
+from .runtime import COMPILE_LOCK, CompiledModule
 from .tracing import (
     FunctionTrace,
     ShapedArray,
@@ -575,8 +575,11 @@ class JitFunction:
     def context(self) -> ir.Context:
         """The MLIR context that holds every version of this function."""
         if self._context is None:
-            self._context = ir.Context()
-            dialects.load(self._context)
+            with COMPILE_LOCK:
+                if self._context is None:
+                    context = ir.Context()
+                    dialects.load(context)
+                    self._context = context
         return self._context
 
     def _cache_size(self) -> int:
@@ -602,10 +605,15 @@ class JitFunction:
         sig = self._signature(args, kwargs)
         exe = self._cache.get(sig.key)
         if exe is None:
-            traced = _trace_main(self.fun, self.context, sig)
-            exe = _Executable(traced, self.context, self._name, self.device, sig.donated,
-                              self.threads)
-            self._cache[sig.key] = exe
+            # One compile at a time (the context is shared, see runtime.COMPILE_LOCK);
+            # a thread that waited finds the version another one compiled.
+            with COMPILE_LOCK:
+                exe = self._cache.get(sig.key)
+                if exe is None:
+                    traced = _trace_main(self.fun, self.context, sig)
+                    exe = _Executable(traced, self.context, self._name, self.device,
+                                      sig.donated, self.threads)
+                    self._cache[sig.key] = exe
         if fast is not None:
             self._by_arrays[fast[0]] = exe
         return exe(sig.values)
@@ -617,7 +625,8 @@ class JitFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace for these arguments and return the MLIR at each stage (see `lower`)."""
         sig = self._signature(args, kwargs)
-        return Lowered(_trace_main(self.fun, self.context, sig), self.context, self._name)
+        with COMPILE_LOCK:
+            return Lowered(_trace_main(self.fun, self.context, sig), self.context, self._name)
 
     def __repr__(self) -> str:
         return f"<jit {self._name}>"
@@ -753,9 +762,10 @@ class Lowered:
         if stage == "llvm":
             passes = passes + [LOWER_PASS]
         what = f"lower({self._fname}): stage '{stage}'"
-        copy = _reparse(self._traced.module, self._context, what)
-        _run_pipeline(copy, passes, what)
-        self._text[stage] = str(copy.operation)
+        with COMPILE_LOCK:
+            copy = _reparse(self._traced.module, self._context, what)
+            _run_pipeline(copy, passes, what)
+            self._text[stage] = str(copy.operation)
         return self._text[stage]
 
     def as_text(self, stage: str = "capture", *, debug_info: bool = False) -> str:

@@ -44,6 +44,7 @@ from mlir_autodiff.cuda_driver import (  # noqa: F401  (re-exported: gpu's publi
     cuda_device,
 )
 from mlir_autodiff.runtime import (
+    COMPILE_LOCK,
     CompiledFunction,
     CompiledModule,
     CompileError,
@@ -99,6 +100,12 @@ class CompiledGpuModule(CompiledModule):
             )
         self.pass_ = LowerToGpu(chip=chip, features=features, format="fatbin",
                                 opt_level=opt_level, block_size=block_size)
+        with COMPILE_LOCK:
+            self._compile_gpu(module, opt_level, context, source_name)
+        self._functions: dict[str, CompiledFunction] = {}
+
+    def _compile_gpu(self, module: ir.Module | str, opt_level: int,
+                     context: ir.Context | None, source_name: str | None) -> None:
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
@@ -118,7 +125,6 @@ class CompiledGpuModule(CompiledModule):
                     raise CompileError(f"JIT compilation failed: {detail}") from None
             # Runs the global constructors that load each kernel binary (mgpuModuleLoad).
             self.engine.initialize()
-        self._functions: dict[str, CompiledFunction] = {}
 
 
 # -- looking into gpu.binary ops -------------------------------------------------------------

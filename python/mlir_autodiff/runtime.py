@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
@@ -70,6 +71,13 @@ from mlir_autodiff.transforms.diagnostics import collect_diagnostics
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
 from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
+
+#: Held while anything builds or transforms IR for compilation (tracing for jit,
+#: the pass pipelines, the ExecutionEngine): MLIR contexts are shared (one per
+#: jitted function) and may not be reconfigured while a pass manager runs on them
+#: in another thread (an assertion aborted the process). Calls of compiled code do
+#: not take it, so they run in parallel. Re-entrant: a compile may nest another.
+COMPILE_LOCK = threading.RLock()
 
 
 def shared_libs() -> list[str]:
@@ -132,6 +140,12 @@ class CompiledModule:
                  pipeline: str | Sequence[PipelineElement] = "autodiff-lower-to-cpu",
                  opt_level: int = 3, context: ir.Context | None = None,
                  source_name: str | None = None):
+        with COMPILE_LOCK:
+            self._compile(module, pipeline, opt_level, context, source_name)
+        self._functions: dict[str, CompiledFunction] = {}
+
+    def _compile(self, module: ir.Module | str, pipeline: str | Sequence[PipelineElement],
+                 opt_level: int, context: ir.Context | None, source_name: str | None) -> None:
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
@@ -152,7 +166,6 @@ class CompiledModule:
                     detail = diags.render() or str(err)
                     raise CompileError(f"JIT compilation failed: {detail}") from None
             self.engine.initialize()
-        self._functions: dict[str, CompiledFunction] = {}
 
     #: Set by __init__; subclasses with another pipeline keep these (empty) defaults.
     _donated: Mapping[str, list[int]] = MappingProxyType({})
@@ -175,6 +188,13 @@ class CompiledModule:
         return iter(self.signatures)
 
     def __getitem__(self, name: str) -> CompiledFunction:
+        fn = self._functions.get(name)
+        if fn is not None:
+            return fn
+        with COMPILE_LOCK:  # the first lookup materializes the function in the JIT
+            return self._lookup(name)
+
+    def _lookup(self, name: str) -> CompiledFunction:
         fn = self._functions.get(name)
         if fn is None:
             if name in self._uncallable:
