@@ -57,6 +57,7 @@ _EXPORTS: dict[str, str | None] = {
     "JitFunction": "api",
     "Lowered": "api",
     "jit": "api",
+    "clear_caches": "api",
     "export": "exporting",
     "lower": "api",
     "grad": "differentiate",

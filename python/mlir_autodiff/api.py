@@ -31,10 +31,15 @@ returns fresh arrays, which later calls never overwrite.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
+import gc
 import inspect
+import itertools
+import os
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -462,6 +467,17 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
 class _Executable:
     """One compiled version of a jitted function (one signature)."""
 
+    #: when it was last called (a tick of `_USE_CLOCK`), for least-recently-used eviction
+    last_used: int = 0
+
+    def release(self) -> None:
+        """Break the references that keep the compiled code alive in a cycle (a
+        compiled module and its functions point at each other), so it is freed as
+        soon as no call is using it rather than at the next full garbage collection."""
+        compiled = self.compiled
+        if compiled is not None and hasattr(compiled, "_functions"):
+            compiled._functions.clear()
+
     def __init__(self, traced: _Traced, context: ir.Context, fname: str,
                  device: str = "cpu", donated: Sequence[int] = (), threads: int = 1) -> None:
         self.traced = traced
@@ -538,6 +554,49 @@ class _Executable:
         return self.call_plan(self._main, values)
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+#: Compiled versions each jitted function keeps (AUTODIFF_JIT_CACHE_SIZE, default 64)
+#: and all of them together keep (AUTODIFF_JIT_CACHE_TOTAL, default 512): beyond, the
+#: least recently used version is dropped (and its native code freed with it). Each
+#: version holds its machine code and MLIR (about 1.5 MB for a small function), so
+#: a function called with ever new shapes no longer grows the process without bound.
+JIT_CACHE_SIZE = _env_int("AUTODIFF_JIT_CACHE_SIZE", 64)
+JIT_CACHE_TOTAL = _env_int("AUTODIFF_JIT_CACHE_TOTAL", 512)
+_LIVE_JITS: weakref.WeakSet[JitFunction] = weakref.WeakSet()
+_USE_CLOCK = itertools.count()
+
+
+def _cached_versions() -> int:
+    return sum(len(jf._cache) for jf in list(_LIVE_JITS))
+
+
+def clear_caches() -> None:
+    """Drop every compiled version of every jitted function (jax.clear_caches).
+
+    Their native code and MLIR contexts are freed; the next call of each
+    function compiles again. Freed memory is handed back to the system.
+    """
+    with COMPILE_LOCK:
+        for jf in list(_LIVE_JITS):
+            jf.clear_cache()
+        gc.collect()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Return free heap pages to the system (glibc keeps them otherwise, see runtime)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 class JitFunction:
     """A function compiled on first call per signature; see `jit`."""
 
@@ -570,6 +629,7 @@ class JitFunction:
                                  or self.static_argnames)
         self._name = getattr(fun, "__name__", "fn")
         functools.update_wrapper(self, fun)
+        _LIVE_JITS.add(self)
 
     @property
     def context(self) -> ir.Context:
@@ -586,8 +646,34 @@ class JitFunction:
         return len(self._cache)
 
     def clear_cache(self) -> None:
-        self._cache.clear()
-        self._by_arrays.clear()
+        """Drop this function's compiled versions (and its MLIR context with them)."""
+        with COMPILE_LOCK:
+            for exe in self._cache.values():
+                exe.release()
+            self._cache.clear()
+            self._by_arrays.clear()
+            self._context = None
+
+    def _insert(self, key: Any, exe: _Executable) -> None:
+        """Keep `exe` for `key`; evict least recently used versions beyond the bounds."""
+        self._cache[key] = exe
+        exe.last_used = next(_USE_CLOCK)
+        while len(self._cache) > JIT_CACHE_SIZE:
+            self._evict_oldest()
+        if _cached_versions() > JIT_CACHE_TOTAL:
+            victims = [jf for jf in list(_LIVE_JITS) if jf._cache]
+            while victims and _cached_versions() > JIT_CACHE_TOTAL:
+                oldest = min(victims, key=lambda jf: min(e.last_used
+                                                         for e in jf._cache.values()))
+                oldest._evict_oldest()
+                victims = [jf for jf in victims if jf._cache]
+
+    def _evict_oldest(self) -> None:
+        key = min(self._cache, key=lambda k: self._cache[k].last_used)
+        exe = self._cache.pop(key)
+        for k in [k for k, e in self._by_arrays.items() if e is exe]:
+            del self._by_arrays[k]
+        exe.release()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if current_trace() is not None:
@@ -601,6 +687,7 @@ class JitFunction:
         if fast is not None:
             exe = self._by_arrays.get(fast[0])
             if exe is not None:
+                exe.last_used = next(_USE_CLOCK)
                 return exe(fast[1])
         sig = self._signature(args, kwargs)
         exe = self._cache.get(sig.key)
@@ -613,9 +700,13 @@ class JitFunction:
                     traced = _trace_main(self.fun, self.context, sig)
                     exe = _Executable(traced, self.context, self._name, self.device,
                                       sig.donated, self.threads)
-                    self._cache[sig.key] = exe
-        if fast is not None:
-            self._by_arrays[fast[0]] = exe
+                    self._insert(sig.key, exe)
+                if fast is not None:
+                    self._by_arrays[fast[0]] = exe
+        else:
+            exe.last_used = next(_USE_CLOCK)
+            if fast is not None:
+                self._by_arrays[fast[0]] = exe
         return exe(sig.values)
 
     def _signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> _Signature:
