@@ -24,8 +24,9 @@ depend on) the front end.
 # table and checks every import), so there is no import circle:
 #
 #   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
-#   layer 1  argspec, cuda_driver, errors, pytree, rng_state  argument specs; the CUDA driver
-#                                        query; exceptions; pytrees; the generator state
+#   layer 1  argspec, cuda_driver, errors, pytree, rng_state, tracebacks  argument specs; the
+#                                        CUDA driver query; exceptions; pytrees; the generator
+#                                        state; filtered tracebacks
 #   layer 2  signatures, native_call     specs read from MLIR; calling compiled code (no MLIR)
 #   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
 #                                        call's outputs (numpy only)

@@ -53,6 +53,7 @@ from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, InvalidArgumentError, UnsupportedError
 from .runtime import COMPILE_LOCK, CompiledModule
+from .tracebacks import api_boundary
 from .tracing import (
     FunctionTrace,
     ShapedArray,
@@ -675,6 +676,7 @@ class JitFunction:
             del self._by_arrays[k]
         exe.release()
 
+    @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if current_trace() is not None:
             # Called while tracing another function: inline into that trace.
@@ -809,6 +811,7 @@ def traced_or_jitted(transform: Callable[..., Any]) -> Callable[..., Any]:
     jitted = JitFunction(transform)
 
     @functools.wraps(transform)
+    @api_boundary
     def run(*args: Any, **kwargs: Any) -> Any:
         if current_trace() is not None:
             return transform(*args, **kwargs)
