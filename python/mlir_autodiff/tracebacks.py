@@ -11,6 +11,7 @@ it is re-raised, is the one that remains) and a note saying so.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import threading
 import types
@@ -29,11 +30,14 @@ def _roots() -> tuple[str, ...]:
     """Directories whose files are the library: the front end, the compiler packages."""
     global _ROOTS
     if not _ROOTS:
-        import mlir_autodiff
-        from mlir_autodiff import dialects, transforms
-
-        _ROOTS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                       for m in (mlir_autodiff, dialects, transforms) if m.__file__)
+        # The compiler packages are mapped from other folders of the tree (pyproject):
+        # ask where they are without importing them here.
+        roots = [os.path.dirname(os.path.abspath(__file__))]
+        for name in ("mlir_autodiff.dialects", "mlir_autodiff.transforms"):
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.submodule_search_locations:
+                roots += [os.path.abspath(p) for p in spec.submodule_search_locations]
+        _ROOTS = tuple(r + os.sep for r in roots)
     return _ROOTS
 
 
