@@ -600,10 +600,11 @@ def _emit_branches(who: str, names: Sequence[str], branches: Sequence[Callable[.
     leaves, in_tree = pytree.tree_flatten(operands)
     args = [as_tracer(x) for x in leaves]
     staged, regions, outs, trees = [], [], [], []
+    with parent.emitting():
+        true = arith.constant(ir.IntegerType.get_signless(1), 1)
     try:
         for fn in branches:
             with parent.emitting():
-                true = arith.constant(ir.IntegerType.get_signless(1), 1)
                 st = scf.IfOp(true, [], has_else=False)
             staged.append(st)
             region = RegionTrace(parent, st.then_block, [], who)
@@ -628,6 +629,7 @@ def _emit_branches(who: str, names: Sequence[str], branches: Sequence[Callable[.
             region.finished = True
         for st in staged:
             st.operation.erase()
+        true.owner.erase()
         raise
     loc = user_location(parent.context)
     with parent.context, loc:
@@ -654,6 +656,7 @@ def _emit_branches(who: str, names: Sequence[str], branches: Sequence[Callable[.
         op = chain(0, ir.InsertionPoint(parent.block))
     for st in staged:
         st.operation.erase()
+    true.owner.erase()
     return pytree.tree_unflatten(trees[0], _results(parent, op.results, avals))
 
 
