@@ -176,10 +176,12 @@ func.func @vjp_er(%x: f64, %c: f64) -> (f64, f64) {
 /// linalg.generic before the sweep, and the cotangent seeds the new op
 /// (reading the replaced value crashed).
 // CHECK-LABEL: func.func private @cond_reduce_bwd(
-// CHECK: scf.if
+// CHECK: %[[Z:.*]] = arith.constant dense<0.000000e+00> : tensor<4xf64>
+// CHECK: scf.if %{{.*}} -> (tensor<4xf64>)
 // CHECK: linalg.generic
+// CHECK: arith.mulf
 // CHECK: } else {
-// CHECK: return
+// CHECK: scf.yield %[[Z]] : tensor<4xf64>
 func.func @cond_reduce(%x: tensor<4xf64>, %p: i1) -> tensor<f64> {
   %r = scf.if %p -> (tensor<f64>) {
     %z = arith.constant 0.0 : f64
