@@ -1,4 +1,5 @@
-"""Structured loops: `fori_loop`, `scan`, `while_loop` (the contracts of `jax.lax`).
+"""Structured control flow: `fori_loop`, `scan`, `while_loop`, `map`, `cond`,
+`switch`, `select` (the contracts of `jax.lax`).
 
 A Python loop over traced values unrolls: every iteration is traced again
 and the program grows with the trip count. These functions trace their
@@ -10,7 +11,14 @@ body *once*, into the region of one upstream loop op:
   body reads slice i of every `xs` leaf (a rank-reducing
   `tensor.extract_slice`) and writes each `y` leaf into a preallocated
   stacked output carried through the loop (`tensor.insert_slice`);
-- `while_loop(cond_fun, body_fun, init_val)` -> `scf.while`.
+- `while_loop(cond_fun, body_fun, init_val)` -> `scf.while`;
+- `map(f, xs)` -> a `scan` without carry;
+- `cond(pred, true_fun, false_fun, *operands)` -> one `scf.if` whose
+  branches are traced once each; `switch(index, branches, *operands)` -> a
+  chain of `scf.if` on the clamped index (`scf.index_switch` has no rules in
+  the passes); under `vmap` a batched predicate or index runs every branch
+  and selects per lane (the batching rule of `scf.if`), as jax does;
+- `select(pred, on_true, on_false)` -> an elementwise `arith.select`.
 
 The MLIR passes differentiate (forward mode, reverse mode with tapes, to any
 order), batch and lower these ops, so `grad`, `jvp`, `vmap`, `hessian` and
@@ -22,7 +30,8 @@ Carried values keep one type: a body whose output leaf differs in shape or
 dtype from the carry is a `TypeError` naming the leaf, as in JAX (a weakly
 typed init, such as a Python `0.0`, adopts the dtype the body computes).
 Outside a trace the loops run as Python loops on numpy values, as the
-`mlir_autodiff.numpy` functions do.
+`mlir_autodiff.numpy` functions do; `cond`/`switch` type-check every branch
+(tracing them into a scratch module) and run only the taken one.
 """
 
 from __future__ import annotations
@@ -34,8 +43,9 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
-from . import primitives, pytree
-from .batching import active_vmap_level
+from . import dialects, primitives, pytree
+from . import numpy as anp
+from .batching import active_vmap_level, vmap
 from .tracing import (
     FunctionTrace,
     RegionTrace,
@@ -684,8 +694,6 @@ _SCRATCH: dict[str, ir.Context] = {}
 def _scratch_context() -> ir.Context:
     ctx = _SCRATCH.get("ctx")
     if ctx is None:
-        from . import dialects
-
         ctx = _SCRATCH["ctx"] = ir.Context()
         dialects.load(ctx)
     return ctx
@@ -748,8 +756,6 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
                               (index, *operands), lambda: branches[k](*operands))
     if n == 1:
         return branches[0](*operands)
-    from . import numpy as anp
-
     i = anp.clip(as_tracer(index), 0, n - 1)
     conds = [_i1(i == k) for k in range(n - 1)]
     names = [f"branch {k}" for k in range(n)]
@@ -781,8 +787,6 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
         raise TypeError(f"{who}: pred must be a scalar or have the cases' shape {a.shape}, "
                         f"got {p.str_short()} (at {format_site()})")
     dtype = a.dtype if not a.weak_type or b.weak_type else b.dtype
-    from . import numpy as anp
-
     if current_trace() is None:
         return np.where(np.asarray(pred), np.asarray(on_true, dtype),
                         np.asarray(on_false, dtype))
@@ -803,9 +807,6 @@ def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> A
             return carry, f(x)
 
         return scan(step, None, xs)[1]
-    from . import numpy as anp
-    from .batching import vmap
-
     if int(batch_size) < 1:
         raise ValueError(f"{who}: batch_size must be a positive integer, got {batch_size} "
                          f"(at {format_site()})")
