@@ -444,3 +444,24 @@ def test_gradient_of_conditionals_on_the_gpu_path() -> None:
         module = ir.Module.parse(text)
         run_pipeline(module, [LowerToGpu(chip="sm_80", format="isa")])
     assert "gpu.binary" in str(module)
+
+
+def test_transforms_of_vmap_with_a_batched_predicate_match_jax() -> None:
+    """grad, jvp and hessian *of* vmap (the select is differentiated), a branch that
+    returns its operand unchanged, and branches with no operands."""
+    def prog(np_, lax_):
+        def f(x):
+            y = lax_.cond(x[0] > 0, lambda a: a, lambda a: a * np_.sin(a), x)
+            z = lax_.cond(x[1] > 0, lambda: 1.0, lambda: 2.0)
+            return np_.sum(y * y) * z
+        return f
+
+    ours, theirs = prog(anp, lax), prog(jnp, jlax)
+    t = BX * 0.5
+    got = ad.jit(lambda b: (ad.grad(lambda c: anp.sum(ad.vmap(ours)(c)))(b),
+                            ad.jvp(ad.vmap(ours), (b,), (t,))[1],
+                            ad.hessian(lambda c: anp.sum(ad.vmap(ours)(c)))(b)))(BX)
+    want = (jax.grad(lambda c: jnp.sum(jax.vmap(theirs)(c)))(BX),
+            jax.jvp(jax.vmap(theirs), (BX,), (t,))[1],
+            jax.hessian(lambda c: jnp.sum(jax.vmap(theirs)(c)))(BX))
+    _close(got, want)
