@@ -36,6 +36,7 @@ Outside a trace the loops run as Python loops on numpy values, as the
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -688,13 +689,15 @@ def _eager_checked(who: str, traced: Callable[..., Any], args: tuple[Any, ...],
                                             for x, a in zip(leaves, out_avals)])
 
 
-_SCRATCH: dict[str, ir.Context] = {}
+_SCRATCH = threading.local()
 
 
 def _scratch_context() -> ir.Context:
-    ctx = _SCRATCH.get("ctx")
+    """This thread's context for the eager type checks (made once: loading the
+    dialects costs more than the check)."""
+    ctx = getattr(_SCRATCH, "ctx", None)
     if ctx is None:
-        ctx = _SCRATCH["ctx"] = ir.Context()
+        ctx = _SCRATCH.ctx = ir.Context()
         dialects.load(ctx)
     return ctx
 

@@ -1,4 +1,5 @@
-"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` x every transform.
+"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` / `.lax`
+x every transform.
 
 The case table lives in differential_cases.py. Each differentiable case runs
 in float64 under {jit, grad, jvp, vjp, vmap, jacfwd, jacrev, hessian,
