@@ -9,7 +9,7 @@
 
 `numpy` traces numpy-style code into MLIR on tensors, `lax` holds the loops
 (`fori_loop`, `scan`, `while_loop`, also at top level) that trace their body
-once into `scf.for` / `scf.while`, `nn` holds neural-network functions, `jit` compiles per argument signature, `lower` shows the MLIR at each
+once into `scf.for` / `scf.while`, and `map`, `cond`, `switch`, `select`, `nn` holds neural-network functions, `jit` compiles per argument signature, `lower` shows the MLIR at each
 stage; `grad`, `value_and_grad`, `vjp`, `jvp`, `jacfwd`, `jacrev`, `hessian`
 emit autodiff ops that the MLIR passes differentiate. Errors raised while
 tracing are subclasses of `TracerError`.

@@ -1,4 +1,5 @@
-"""Structured loops: `fori_loop`, `scan`, `while_loop` (the contracts of `jax.lax`).
+"""Structured control flow: `fori_loop`, `scan`, `while_loop`, `map`, `cond`,
+`switch`, `select` (the contracts of `jax.lax`).
 
 A Python loop over traced values unrolls: every iteration is traced again
 and the program grows with the trip count. These functions trace their
@@ -10,7 +11,14 @@ body *once*, into the region of one upstream loop op:
   body reads slice i of every `xs` leaf (a rank-reducing
   `tensor.extract_slice`) and writes each `y` leaf into a preallocated
   stacked output carried through the loop (`tensor.insert_slice`);
-- `while_loop(cond_fun, body_fun, init_val)` -> `scf.while`.
+- `while_loop(cond_fun, body_fun, init_val)` -> `scf.while`;
+- `map(f, xs)` -> a `scan` without carry;
+- `cond(pred, true_fun, false_fun, *operands)` -> one `scf.if` whose
+  branches are traced once each; `switch(index, branches, *operands)` -> a
+  chain of `scf.if` on the clamped index (`scf.index_switch` has no rules in
+  the passes); under `vmap` a batched predicate or index runs every branch
+  and selects per lane (the batching rule of `scf.if`), as jax does;
+- `select(pred, on_true, on_false)` -> an elementwise `arith.select`.
 
 The MLIR passes differentiate (forward mode, reverse mode with tapes, to any
 order), batch and lower these ops, so `grad`, `jvp`, `vmap`, `hessian` and
@@ -22,11 +30,13 @@ Carried values keep one type: a body whose output leaf differs in shape or
 dtype from the carry is a `TypeError` naming the leaf, as in JAX (a weakly
 typed init, such as a Python `0.0`, adopts the dtype the body computes).
 Outside a trace the loops run as Python loops on numpy values, as the
-`mlir_autodiff.numpy` functions do.
+`mlir_autodiff.numpy` functions do; `cond`/`switch` type-check every branch
+(tracing them into a scratch module) and run only the taken one.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,8 +44,9 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
-from . import primitives, pytree
-from .batching import active_vmap_level
+from . import dialects, primitives, pytree
+from . import numpy as anp
+from .batching import active_vmap_level, vmap
 from .tracing import (
     FunctionTrace,
     RegionTrace,
@@ -46,6 +57,7 @@ from .tracing import (
     current_trace,
     format_site,
     require_trace,
+    user_location,
 )
 
 #: Placeholder abstract value of a non-tensor block argument (scf.for's index):
@@ -516,4 +528,305 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     return pytree.tree_unflatten(tree, _results(parent, op.results, out_avals))
 
 
-__all__ = ["fori_loop", "scan", "while_loop"]
+# --------------------------------------------------------------------------- cond, switch
+
+def _pred_value(who: str, pred: Any) -> Tracer:
+    """`cond`'s predicate as a 0-d boolean tracer (a number is compared with 0, as jax)."""
+    a = abstractify(pred)
+    if isinstance(pred, (list, tuple)) or a.shape != ():
+        raise TypeError(f"{who}: the predicate must be a scalar, got a value of shape "
+                        f"{np.shape(pred) if not isinstance(pred, Tracer) else a.shape} "
+                        f"(at {format_site()})")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{who}: the predicate must be a boolean or a number, got "
+                        f"{a.str_short()} (at {format_site()})")
+    t = as_tracer(pred)
+    return t if a.dtype.kind == "b" else t != 0
+
+
+def _index_value(who: str, index: Any) -> Any:
+    """`switch`'s index, checked: an integer scalar (traced or concrete)."""
+    a = abstractify(index)
+    if isinstance(index, (list, tuple)) or a.shape != ():
+        raise TypeError(f"{who}: the branch index must be a scalar, got a value of shape "
+                        f"{a.shape if isinstance(index, Tracer) else np.shape(index)} "
+                        f"(at {format_site()})")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{who}: the branch index must be an integer, got {a.str_short()} "
+                        f"(at {format_site()})")
+    return index
+
+
+def _i1(t: Tracer) -> ir.Value:
+    """A 0-d boolean tracer of the active trace as the i1 scf.if takes."""
+    with t.trace.emitting():
+        v = tensor.extract(t.value, [])
+        if v.type == ir.IntegerType.get_signless(1):
+            return v
+        return arith.cmpi(arith.CmpIPredicate.ne, v, arith.constant(v.type, 0))
+
+
+def _branch_mismatch(who: str, names: Sequence[str], trees: Sequence[pytree.TreeDef],
+                     avals: Sequence[Sequence[ShapedArray]]) -> TypeError | None:
+    """The error for branches whose outputs differ in structure, shape or dtype (else None)."""
+    for k in range(1, len(trees)):
+        if trees[k] != trees[0]:
+            return TypeError(f"{who}: {names[0]} and {names[k]} must return the same pytree "
+                             f"structure, got {trees[0]} and {trees[k]} (at {format_site()})")
+    lines = []
+    for k in range(1, len(trees)):
+        for path, a, b in zip(_leaf_paths(trees[0], "output"), avals[0], avals[k]):
+            if a.shape != b.shape or (a.dtype != b.dtype
+                                      and not (a.weak_type or b.weak_type)):
+                why = ("the shapes do not match" if a.shape != b.shape
+                       else "the dtypes do not match")
+                lines.append(f"  * {path} is {a.str_short()} in {names[0]} but "
+                             f"{b.str_short()} in {names[k]}, so {why}")
+    if not lines:
+        return None
+    return TypeError(f"{who}: the branches must return equal output types, but they differ "
+                     f"(at {format_site()}):\n" + "\n".join(lines))
+
+
+def _joint_avals(per_branch: Sequence[Sequence[ShapedArray]]) -> list[ShapedArray]:
+    """Each output's type: a weakly typed output takes the dtype of a strong one."""
+    out = []
+    for avals in zip(*per_branch):
+        strong = [a for a in avals if not a.weak_type]
+        a = strong[0] if strong else avals[0]
+        out.append(ShapedArray(a.shape, a.dtype, weak_type=not strong))
+    return out
+
+
+def _emit_branches(who: str, names: Sequence[str], branches: Sequence[Callable[..., Any]],
+                   conds: Sequence[ir.Value], operands: tuple[Any, ...]) -> Any:
+    """Trace every branch once and emit the chain of `scf.if` choosing one.
+
+    `conds[k]` (an i1 of the active trace) selects branch k when the conditions
+    before it are false; the last branch is the final else. Each branch is
+    traced into the then-block of a staging `scf.if` (the result types are only
+    known afterwards), checked against the others, then moved into the final op.
+    """
+    parent = require_trace(who)
+    leaves, in_tree = pytree.tree_flatten(operands)
+    args = [as_tracer(x) for x in leaves]
+    staged, regions, outs, trees = [], [], [], []
+    with parent.emitting():
+        true = arith.constant(ir.IntegerType.get_signless(1), 1)
+    try:
+        for fn in branches:
+            with parent.emitting():
+                st = scf.IfOp(true, [], has_else=False)
+            staged.append(st)
+            region = RegionTrace(parent, st.then_block, [], who)
+            regions.append(region)
+            with region.active():
+                out = fn(*pytree.tree_unflatten(in_tree, args))
+                out_leaves, tree = pytree.tree_flatten(out)
+                outs.append([region.lift(as_tracer(x)) for x in out_leaves])
+            trees.append(tree)
+        err = _branch_mismatch(who, names, trees, [[o.aval for o in r] for r in outs])
+        if err is not None:
+            raise err
+        avals = _joint_avals([[o.aval for o in r] for r in outs])
+        for region, r in zip(regions, outs):
+            with region.active():
+                r[:] = [o if o.dtype == a.dtype else
+                        primitives.convert(o, a.dtype, weak_type=a.weak_type)
+                        for o, a in zip(r, avals)]
+            region.finish([])
+    except BaseException:
+        for region in regions:
+            region.finished = True
+        for st in staged:
+            st.operation.erase()
+        true.owner.erase()
+        raise
+    loc = user_location(parent.context)
+    with parent.context, loc:
+        types = [a.mlir_type() for a in avals]
+
+    def fill(block: ir.Block, k: int) -> None:
+        _move_body(staged[k].then_block, block)
+        with parent.context, loc, ir.InsertionPoint(block):
+            scf.YieldOp([o.value for o in outs[k]])
+
+    def chain(k: int, ip: ir.InsertionPoint) -> Any:
+        with parent.context, loc:
+            op = scf.IfOp(conds[k], types, has_else=True, ip=ip)
+        fill(op.then_block, k)
+        if k + 2 == len(branches):
+            fill(op.else_block, k + 1)
+        else:
+            inner = chain(k + 1, ir.InsertionPoint(op.else_block))
+            with parent.context, loc, ir.InsertionPoint(op.else_block):
+                scf.YieldOp(list(inner.results))
+        return op
+
+    with parent.emitting():
+        op = chain(0, ir.InsertionPoint(parent.block))
+    for st in staged:
+        st.operation.erase()
+    true.owner.erase()
+    return pytree.tree_unflatten(trees[0], _results(parent, op.results, avals))
+
+
+def _eager_checked(who: str, traced: Callable[..., Any], args: tuple[Any, ...],
+                   taken: Callable[[], Any]) -> Any:
+    """Outside a trace: type-check every branch as `jit` would (tracing `traced(*args)`
+    into a scratch module), then run only the taken branch on numpy values."""
+    leaves, tree = pytree.tree_flatten(args)
+    avals = [abstractify(x) for x in leaves]
+    ctx = _scratch_context()
+    with ctx, ir.Location.unknown(ctx):
+        module = ir.Module.create()
+    trace = FunctionTrace(module, who, avals)
+    with trace.active():
+        out = traced(*pytree.tree_unflatten(tree, trace.args))
+        out_avals = [abstractify(x) for x in pytree.tree_leaves(out)]
+    leaves, out_tree = pytree.tree_flatten(taken())
+    return pytree.tree_unflatten(out_tree, [np.asarray(x, dtype=a.dtype)
+                                            for x, a in zip(leaves, out_avals)])
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch_context() -> ir.Context:
+    """This thread's context for the eager type checks (made once: loading the
+    dialects costs more than the check)."""
+    ctx = getattr(_SCRATCH, "ctx", None)
+    if ctx is None:
+        ctx = _SCRATCH.ctx = ir.Context()
+        dialects.load(ctx)
+    return ctx
+
+
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
+         *operands: Any) -> Any:
+    """`true_fun(*operands) if pred else false_fun(*operands)` (jax.lax.cond).
+
+    `pred` is a boolean or numeric scalar (a number means `pred != 0`), traced
+    or concrete. Both branches are traced once and must return the same
+    pytree structure with leaves of equal shapes and dtypes (a Python scalar
+    output adopts the other branch's dtype); a mismatch is a `TypeError`
+    naming the leaf. Emits one `scf.if`; under `vmap` with a batched
+    predicate both branches run and a select picks each lane's result, as in
+    jax. Branches may use values of the enclosing function. Outside a trace
+    both branches are type-checked and only the taken one runs.
+    """
+    who = "cond"
+    if not callable(true_fun) or not callable(false_fun):
+        raise TypeError(f"{who}: true_fun and false_fun must be callables (at "
+                        f"{format_site()})")
+    if current_trace() is None:
+        return _eager_checked(who, lambda p, *ops: cond(p, true_fun, false_fun, *ops),
+                              (pred, *operands),
+                              lambda: (true_fun if pred else false_fun)(*operands))
+    c = _i1(_pred_value(who, pred))
+    return _emit_branches(who, ["true_fun", "false_fun"], [true_fun, false_fun], [c],
+                          operands)
+
+
+def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+    """`branches[clip(index, 0, len(branches) - 1)](*operands)` (jax.lax.switch).
+
+    `index` is an integer scalar, traced or concrete; out-of-range values are
+    clamped, as in jax. Every branch is traced once and all must return the
+    same output types (see `cond`). Emits a chain of `scf.if` (branch k when
+    index == k, the last branch otherwise); under `vmap` with a batched index
+    every branch runs and selects pick each lane's result.
+    """
+    who = "switch"
+    try:
+        branches = list(branches)
+    except TypeError:
+        raise TypeError(f"{who}: branches must be a sequence of callables, got "
+                        f"{type(branches).__name__} (at {format_site()})") from None
+    if not branches:
+        raise ValueError(f"{who}: branches is empty; give at least one branch (at "
+                         f"{format_site()})")
+    if not all(callable(b) for b in branches):
+        raise TypeError(f"{who}: branches must be a sequence of callables (at "
+                        f"{format_site()})")
+    _index_value(who, index)
+    n = len(branches)
+    if current_trace() is None:
+        k = int(np.clip(int(index), 0, n - 1))
+        if n == 1:
+            return branches[0](*operands)
+        return _eager_checked(who, lambda i, *ops: switch(i, branches, *ops),
+                              (index, *operands), lambda: branches[k](*operands))
+    if n == 1:
+        return branches[0](*operands)
+    i = anp.clip(as_tracer(index), 0, n - 1)
+    conds = [_i1(i == k) for k in range(n - 1)]
+    names = [f"branch {k}" for k in range(n)]
+    return _emit_branches(who, names, branches, conds, operands)
+
+
+# --------------------------------------------------------------------------- select, map
+
+def select(pred: Any, on_true: Any, on_false: Any) -> Any:
+    """Elementwise `on_true if pred else on_false` (jax.lax.select).
+
+    `pred` is a boolean array of the cases' shape, or a boolean scalar;
+    `on_true` and `on_false` have equal shapes and dtypes (a Python scalar
+    takes the other's dtype). No broadcasting, as in jax: both sides are
+    computed, only the derivative of the chosen side flows.
+    """
+    who = "select"
+    p, a, b = abstractify(pred), abstractify(on_true), abstractify(on_false)
+    if p.dtype != np.dtype(np.bool_):
+        raise TypeError(f"{who}: pred must be a boolean array, got {p.str_short()} (at "
+                        f"{format_site()})")
+    if a.shape != b.shape:
+        raise TypeError(f"{who}: on_true and on_false must have the same shape, got "
+                        f"{a.str_short()} and {b.str_short()} (at {format_site()})")
+    if a.dtype != b.dtype and not (a.weak_type or b.weak_type):
+        raise TypeError(f"{who}: on_true and on_false must have the same dtype, got "
+                        f"{a.str_short()} and {b.str_short()} (at {format_site()})")
+    if p.shape not in ((), a.shape):
+        raise TypeError(f"{who}: pred must be a scalar or have the cases' shape {a.shape}, "
+                        f"got {p.str_short()} (at {format_site()})")
+    dtype = a.dtype if not a.weak_type or b.weak_type else b.dtype
+    if current_trace() is None:
+        return np.where(np.asarray(pred), np.asarray(on_true, dtype),
+                        np.asarray(on_false, dtype))
+    return anp.where(pred, anp.asarray(on_true, dtype), anp.asarray(on_false, dtype))
+
+
+def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001
+    """`f` over the leading axis of `xs`, results stacked (jax.lax.map).
+
+    `xs` is a pytree of arrays with a common leading size; `f` takes one
+    slice of each and returns a pytree. A `scan` without carry: one
+    `scf.for`, traced once. With `batch_size`, `f` runs `vmap`ped on
+    batches of that many slices (the remainder as one last batch), as jax.
+    """
+    who = "map"
+    if batch_size is None:
+        def step(carry: Any, x: Any) -> tuple[Any, Any]:
+            return carry, f(x)
+
+        return scan(step, None, xs)[1]
+    if int(batch_size) < 1:
+        raise ValueError(f"{who}: batch_size must be a positive integer, got {batch_size} "
+                         f"(at {format_site()})")
+    leaves, tree = pytree.tree_flatten(xs)
+    n = _scan_length(who, [abstractify(x) for x in leaves], None)
+    bs = int(batch_size)
+    full, rest = n // bs * bs, n % bs
+    out = None
+    if full:
+        blocks = [anp.reshape(x[:full], (n // bs, bs, *anp.shape(x)[1:])) for x in leaves]
+        ys = map(vmap(f), pytree.tree_unflatten(tree, blocks))
+        out = pytree.tree_map(lambda y: anp.reshape(y, (full, *anp.shape(y)[2:])), ys)
+    if rest:
+        tail = vmap(f)(pytree.tree_unflatten(tree, [x[full:] for x in leaves]))
+        out = tail if out is None else pytree.tree_map(
+            lambda a, b: anp.concatenate([a, b]), out, tail)
+    return out
+
+
+__all__ = ["cond", "fori_loop", "map", "scan", "select", "switch", "while_loop"]

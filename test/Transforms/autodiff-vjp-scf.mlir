@@ -168,3 +168,41 @@ func.func @vjp_er(%x: f64, %c: f64) -> (f64, f64) {
   %0:2 = "autodiff.vjp"(%x, %c) {fn = @er} : (f64, f64) -> (f64, f64)
   return %0#0, %0#1 : f64, f64
 }
+
+// -----
+
+/// Check that reverse mode of scf.if follows a yielded value whose op the
+/// forward augmentation replaces: the branch's linalg.reduce becomes a
+/// linalg.generic before the sweep, and the cotangent seeds the new op
+/// (reading the replaced value crashed).
+// CHECK-LABEL: func.func private @cond_reduce_bwd(
+// CHECK: %[[Z:.*]] = arith.constant dense<0.000000e+00> : tensor<4xf64>
+// CHECK: scf.if %{{.*}} -> (tensor<4xf64>)
+// CHECK: linalg.generic
+// CHECK: arith.mulf
+// CHECK: } else {
+// CHECK: scf.yield %[[Z]] : tensor<4xf64>
+func.func @cond_reduce(%x: tensor<4xf64>, %p: i1) -> tensor<f64> {
+  %r = scf.if %p -> (tensor<f64>) {
+    %z = arith.constant 0.0 : f64
+    %e = tensor.empty() : tensor<f64>
+    %i = linalg.fill ins(%z : f64) outs(%e : tensor<f64>) -> tensor<f64>
+    %s = linalg.reduce ins(%x : tensor<4xf64>) outs(%i : tensor<f64>) dimensions = [0]
+      (%in: f64, %acc: f64) {
+        %m = arith.mulf %in, %in : f64
+        %a = arith.addf %m, %acc : f64
+        linalg.yield %a : f64
+      }
+    scf.yield %s : tensor<f64>
+  } else {
+    %z = arith.constant 0.0 : f64
+    %e = tensor.empty() : tensor<f64>
+    %i = linalg.fill ins(%z : f64) outs(%e : tensor<f64>) -> tensor<f64>
+    scf.yield %i : tensor<f64>
+  }
+  return %r : tensor<f64>
+}
+func.func @vjp_cond_reduce(%x: tensor<4xf64>, %p: i1, %c: tensor<f64>) -> (tensor<f64>, tensor<4xf64>) {
+  %0:2 = "autodiff.vjp"(%x, %p, %c) {fn = @cond_reduce, wrt = array<i64: 0>} : (tensor<4xf64>, i1, tensor<f64>) -> (tensor<f64>, tensor<4xf64>)
+  return %0#0, %0#1 : tensor<f64>, tensor<4xf64>
+}

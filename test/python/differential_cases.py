@@ -548,6 +548,118 @@ _d("nn.cross_entropy", lambda f, x, y: f(x, y), [A(S), A(S, "pos")], "prob_label
 _d("nn.dropout", lambda f, x: f(x, 0.5, training=False), [A(S)], "eval")
 _d("nn.dropout", lambda f, x: f(x, 0.0), [A(S)], "p0")
 
+# --------------------------------------------------------------------------- lax rows
+# `lax` functions take Python functions: a row's branch/body lambdas use only
+# operators and array methods, so the same call runs with our tracers, numpy
+# arrays (LAX_REF: plain numpy definitions of jax.lax's contracts) and jax
+# arrays (jax.lax). The literal _P34 has x[0, 0] = 0.5: slice 0 of a vmap
+# batch takes `x[0, 0] > 0.3`, slice 1 (0.25) does not, so a predicate read
+# from x is batched with lanes on both sides; a predicate or index given as
+# C(...) is unbatched (vmap batches only the A arguments).
+
+def _np_tree_stack(rows: list[Any]) -> Any:
+    first = rows[0]
+    if isinstance(first, dict):
+        return {k: _np_tree_stack([r[k] for r in rows]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(_np_tree_stack([r[i] for r in rows]) for i in range(len(first)))
+    return np.stack([np.asarray(r) for r in rows])
+
+
+def _np_tree_row(xs: Any, i: int) -> Any:
+    if isinstance(xs, dict):
+        return {k: _np_tree_row(v, i) for k, v in xs.items()}
+    if isinstance(xs, (tuple, list)):
+        return type(xs)(_np_tree_row(v, i) for v in xs)
+    return np.asarray(xs)[i]
+
+
+def _np_tree_len(xs: Any) -> int:
+    if isinstance(xs, dict):
+        return _np_tree_len(next(iter(xs.values())))
+    if isinstance(xs, (tuple, list)):
+        return _np_tree_len(xs[0])
+    return np.shape(xs)[0]
+
+
+def _np_scan(f: Callable[..., Any], init: Any, xs: Any, length: Any = None,
+             reverse: bool = False) -> Any:
+    n = _np_tree_len(xs)
+    carry, ys = init, [None] * n
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+        carry, ys[i] = f(carry, _np_tree_row(xs, i))
+    return carry, _np_tree_stack(ys)
+
+
+def _np_while(cond_fun: Callable[..., Any], body_fun: Callable[..., Any], val: Any) -> Any:
+    while cond_fun(val):
+        val = body_fun(val)
+    return val
+
+
+def _np_fori(lower: int, upper: int, body: Callable[..., Any], val: Any) -> Any:
+    for i in range(int(lower), int(upper)):
+        val = body(i, val)
+    return val
+
+
+LAX_REF: dict[str, Callable[..., Any]] = {
+    "cond": lambda p, t, f, *ops: t(*ops) if p else f(*ops),
+    "switch": lambda i, bs, *ops: bs[int(np.clip(i, 0, len(bs) - 1))](*ops),
+    "select": lambda p, a, b: np.where(p, a, b),
+    "map": lambda f, xs: _np_tree_stack([f(_np_tree_row(xs, i))
+                                         for i in range(_np_tree_len(xs))]),
+    "scan": _np_scan,
+    "while_loop": _np_while,
+    "fori_loop": _np_fori,
+}
+
+_P34 = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.5, -3.0, 2.5], [0.75, 4.0, 0.5, -0.5]]
+_SW3 = [lambda a, b: a * b, lambda a, b: a - b * b, lambda a, b: a * a * b]
+
+
+def _jax_while_as_fori(x: Any) -> Any:  # jax cannot reverse-differentiate while_loop
+    import jax
+    return jax.lax.fori_loop(0, 3, lambda i, c: c * c * 0.5 + c, x)
+
+
+_d("lax.cond", lambda f, x: f(x[0, 0] > 0.3, lambda a: a * a * 2.0, lambda a: -a ** 3, x),
+   [A(value=_P34)], "batched_pred_true")
+_d("lax.cond", lambda f, x: f(x[0, 0] < 0.3, lambda a: a * a * 2.0, lambda a: -a ** 3, x),
+   [A(value=_P34)], "batched_pred_false")
+_d("lax.cond", lambda f, p, x, y: f(p, lambda a, b: a * b, lambda a, b: a - b, x, y),
+   [C(True), A(S), A(S)], "unbatched_pred_two_operands")
+_d("lax.cond", lambda f, p, x, y: (lambda o: o[0] + o[1])(
+    f(p, lambda a, b: (a * b, b), lambda a, b: (a, a * b * b), x, y)),
+   [C(np.int32(0)), A(S), A(S)], "int_pred_pytree")
+_d("lax.cond", lambda f, x, y: f(x.sum() > 100.0, lambda a: a * y, lambda a: a * a * y, x),
+   [A(S), A(S)], "closure")
+for _k in (0, 1, 2, -3, 7):
+    _d("lax.switch", lambda f, i, x, y: f(i, _SW3, x, y), [C(np.int32(_k)), A(S), A(S)],
+       f"unbatched_index_{_k}".replace("-", "m"))
+_d("lax.switch", lambda f, x, y: f((x[0, 0] > 0.3) * 1 + (x[0, 0] > 0.4) * 1, _SW3, x, y),
+   [A(value=_P34), A(S)], "batched_index")
+_d("lax.select", lambda f, x, y: f(x > y, x * y, x - y), [A(S), A(S)], "array_pred")
+_d("lax.select", lambda f, p, x, y: f(p, x * x, y), [C(False), A(S), A(S)], "scalar_pred")
+_d("lax.map", lambda f, x: f(lambda r: r * r.sum(), x), [A(S)], "rows")
+_d("lax.map", lambda f, x, y: (lambda o: o["a"] + o["b"].sum())(
+    f(lambda t: {"a": t[0] * t[1], "b": t[0] ** 3}, (x, y))), [A(S), A(S)], "pytree")
+_d("lax.fori_loop", lambda f, x: f(0, 3, lambda i, c: c * x + 0.5, x), [A(S)], "closure")
+_d("lax.fori_loop", lambda f, x, y: f(0, 4, lambda i, c: (c[0] * c[1], c[1] + c[0] * 0.5),
+                                       (x, y))[0], [A(S, "unit"), A(S, "unit")], "pair")
+_d("lax.scan", lambda f, x, y: (lambda o: o[0] + o[1].sum(0))(
+    f(lambda c, r: (c * r + r, c * c), x[0], y)), [A(S), A(S)], "carry_and_ys")
+_d("lax.scan", lambda f, x, y: (lambda o: o[0] * o[1].sum(0))(
+    f(lambda c, r: (c * r, c + r), x[0], y, reverse=True)), [A(S), A(S)], "reverse")
+_d("lax.while_loop", lambda f, x: f(lambda c: c[1] < 3,
+                                    lambda c: (c[0] * c[0] * 0.5 + c[0], c[1] + 1), (x, 0))[0],
+   [A(S, "unit")], "counter", jref=_jax_while_as_fori)
+_d("lax.while_loop", lambda f, x, y: f(lambda c: c[1] < 2,
+                                       lambda c: (c[0] * y, c[1] + 1), (x, 0))[0],
+   [A(S), A(S)], "closure",
+   jref=lambda x, y: x * y * y)
+
+
 # --------------------------------------------------------------------------- value-only rows
 
 _I34 = [[3, -1, 0, 7], [2, 2, -5, 1], [0, 9, 4, -2]]

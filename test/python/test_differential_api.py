@@ -1,4 +1,5 @@
-"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` x every transform.
+"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` / `.lax`
+x every transform.
 
 The case table lives in differential_cases.py. Each differentiable case runs
 in float64 under {jit, grad, jvp, vjp, vmap, jacfwd, jacrev, hessian,
@@ -35,7 +36,7 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-from mlir_autodiff import nn
+from mlir_autodiff import lax, nn
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.tracing import Tracer
 
@@ -84,6 +85,7 @@ NON_FUNCTIONS: dict[str, dict[str, str]] = {
     },
     "nn": {"Any": "typing alias", "ArrayLike": "typing alias",
            "annotations": "from __future__ import"},
+    "lax": {},
 }
 
 # Public functions with no derivative to check; their V rows check the value.
@@ -102,13 +104,20 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "nn.one_hot": "integer labels in, a constant-valued array out",
 }
 
-MODULES = {"numpy": anp, "nn": nn}
+MODULES = {"numpy": anp, "nn": nn, "lax": lax}
+#: Modules whose public functions are their `__all__` (they import many helpers).
+BY_ALL = {"lax"}
 
 
 def public_functions(prefix: str) -> list[str]:
     """Every public name of the module, less submodules and the listed non-functions."""
     module = MODULES[prefix]
     out = []
+    if prefix in BY_ALL:
+        own = [n for n, v in vars(module).items() if not n.startswith("_")
+               and isinstance(v, types.FunctionType) and v.__module__ == module.__name__]
+        assert set(own) <= set(module.__all__), f"{prefix}: functions not in __all__"
+        return sorted(f"{prefix}.{n}" for n in module.__all__)
     for name in dir(module):
         if name.startswith("_"):
             continue
@@ -122,7 +131,7 @@ def public_functions(prefix: str) -> list[str]:
 def test_every_public_function_has_rows() -> None:
     diff_funcs = {c.func for c in dc.DIFF}
     value_funcs = {c.func for c in dc.VALUE}
-    enumerated = public_functions("numpy") + public_functions("nn")
+    enumerated = public_functions("numpy") + public_functions("nn") + public_functions("lax")
     assert len(enumerated) > 100
     missing = [f for f in enumerated if f not in diff_funcs and f not in NON_DIFFERENTIABLE]
     assert not missing, f"public functions without a differentiable row: {missing}"
@@ -173,6 +182,8 @@ def _np_fn(case: dc.Case) -> Any:
         return None
     if case.module == "nn":
         return dc.NN_REF[case.name]
+    if case.module == "lax":
+        return dc.LAX_REF[case.name]
     return getattr(np, case.name)
 
 
@@ -181,6 +192,8 @@ def _jax_fn(case: dc.Case) -> Any:
         return None
     if case.module == "nn":
         return dc.JAX_NN_OVERRIDE.get(case.name) or getattr(jax.nn, case.name)
+    if case.module == "lax":
+        return getattr(jax.lax, case.name)
     return getattr(jnp, case.jax_name or case.name, None)
 
 

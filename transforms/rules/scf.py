@@ -127,18 +127,14 @@ def _if_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         ip = ir.InsertionPoint(nb)
         body = list(old_block.operations)
         vmap: dict = {}
-        clones = clone_ops(body[:-1], ip, vmap)
+        marker = marker_op(Builder(ip, op.location, ad))
+        clone_ops(body[:-1], ip, vmap)
         yielded = [vmap.get(v, v) for v in body[-1].operands]
-        sub = ad.sub(set(caps))
-        sub.propagate(clones)
-        sub.prepare_forward(clones)
-        clones = list(nb.operations)
-        sub.propagate(clones)
+        # (the forward augmentation may replace a yielded value's op: a linalg.reduce
+        # becomes a linalg.generic; sweep_recomputed follows the replacement)
+        sub = sweep_recomputed(ad, Builder(ip, op.location, ad), marker, yielded, cts,
+                               set(caps))
         bb = Builder(ip, op.location, sub)
-        for y, c in zip(yielded, cts):
-            if c is not None and is_float(y.type):
-                sub.add_ct(bb, y, c)
-        sub.sweep(clones, ip)
         scf.YieldOp([bb.materialize(sub.ct.get(v), v) for v in caps], loc=op.location, ip=ip)
     for v, g in zip(caps, new.results):
         ad.add_ct(b, v, g)
