@@ -30,8 +30,10 @@ depend on) the front end.
 #   layer 2  signatures, native_call     specs read from MLIR; calling compiled code (no MLIR)
 #   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
 #                                        call's outputs (numpy only)
-#   layer 4  aot                         loading exported artifacts (numpy and ctypes only)
-#   layer 5  primitives, gpu             the ops a trace emits; the GPU runtime
+#   layer 4  aot, native_build           loading exported artifacts (numpy and ctypes only);
+#                                        building shared libraries from lowered modules
+#   layer 5  primitives, gpu, compile_cache  the ops a trace emits; the GPU runtime; jit's
+#                                        persistent compilation cache
 #   layer 6  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 7  api                         jit and lower (imports numpy: traces see a full Tracer)
 #   layer 8  batching, random, exporting  vmap; random draws; ahead-of-time export

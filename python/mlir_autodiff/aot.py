@@ -34,7 +34,8 @@ from mlir_autodiff.call_plan import CallPlan
 from mlir_autodiff.cuda_driver import DRIVER_LIBRARY, NoCudaDevice, _chip_runs_on, cuda_device
 from mlir_autodiff.native_call import NativeFunction
 
-__all__ = ["load", "Artifact", "ArtifactError", "CudaError", "NoCudaDevice", "cpu_flags"]
+__all__ = ["load", "load_main", "Artifact", "ArtifactError", "CudaError", "NoCudaDevice",
+           "cpu_flags"]
 
 FORMAT = "mlir-autodiff-artifact"
 FORMAT_VERSION = 1
@@ -113,6 +114,57 @@ def _read_manifest(path: str) -> dict[str, Any]:
     return manifest
 
 
+def load_main(lib_path: str, main: dict[str, Any], name: str, device: str = "cpu",
+              where: str | None = None) -> tuple[ctypes.CDLL, NativeFunction]:
+    """Load the shared library `lib_path` and return it with its `@main` as a
+    `NativeFunction`; `main` is the manifest's "main" part (symbol, parameter and
+    result specs, donation, whether it needs OpenMP). Errors are `ArtifactError`s
+    naming `where` (default: the library's folder), or `CudaError`."""
+    where = where or os.path.dirname(lib_path)
+    base = os.path.basename(lib_path)
+    if not os.path.exists(lib_path):
+        raise ArtifactError(f"{where}: the library {base} is missing")
+    try:
+        params = [_spec(p) for p in main["params"]]
+        results = [_spec(r) for r in main["results"]]
+        symbol = main["symbol"]
+        donated, result_args = main["donated_params"], main["result_args"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ArtifactError(f"{where}: malformed description of @main ({err!r})") from None
+    if main.get("openmp"):
+        omp = _openmp_runtime()
+        if omp is None:
+            raise ArtifactError(
+                f"{where}: compiled with threads > 1, which needs an OpenMP runtime "
+                "(pip install intel-openmp, or apt-get install libomp-dev)")
+        # Idle workers spin for KMP_BLOCKTIME after each parallel region (200 ms by
+        # default), taking the cores from the caller: 1 ms, as jit sets it.
+        os.environ.setdefault("KMP_BLOCKTIME", "1")
+        ctypes.CDLL(omp, mode=ctypes.RTLD_GLOBAL)
+    try:
+        # Loading runs the constructors that load the GPU kernels.
+        lib = ctypes.CDLL(os.path.abspath(lib_path))
+    except OSError as err:
+        raise ArtifactError(f"{where}: cannot load {base}: {err}") from None
+    if device == "gpu":
+        lib.autodiff_cuda_error.restype = ctypes.c_char_p
+        lib.autodiff_cuda_launch_count.restype = ctypes.c_longlong
+        _cuda_check(lib, "loading the kernels")
+    try:
+        fn = getattr(lib, f"_mlir__mlir_ciface_{symbol}")
+    except AttributeError:
+        raise ArtifactError(f"{where}: the library has no entry point for @{symbol}") from None
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    return lib, NativeFunction(name, params, results, address, donated, result_args, symbol)
+
+
+def _cuda_check(lib: ctypes.CDLL, what: str) -> None:
+    msg = lib.autodiff_cuda_error()
+    if msg:
+        lib.autodiff_cuda_clear_error()
+        raise CudaError(f"CUDA error while {what}: {msg.decode(errors='replace')}")
+
+
 class Artifact:
     """An exported function, loaded; call it like the jitted function (see the module doc)."""
 
@@ -133,11 +185,8 @@ class Artifact:
         self._main: NativeFunction | None = None
         if main is not None:
             self._check_machine(target)
-            self._lib = self._load_library(m["library"], main)
-            self._main = NativeFunction(
-                self.name, [_spec(p) for p in main["params"]],
-                [_spec(r) for r in main["results"]], self._address(main["symbol"]),
-                main["donated_params"], main["result_args"], main["symbol"])
+            self._lib, self._main = load_main(os.path.join(self.path, m["library"]), main,
+                                              self.name, self.device, self.path)
         constants: dict[str, np.ndarray] = {}
         if any(kind == "const" for kind, _ in m["plan"]):
             with np.load(os.path.join(self.path, "constants.npz"), allow_pickle=False) as z:
@@ -166,44 +215,6 @@ class Artifact:
                 f"{self.path}: compiled for {target['cpu']}; this CPU lacks "
                 f"{', '.join(sorted(need - have))} (export with a lower cpu= level)")
 
-    def _load_library(self, name: str, main: dict[str, Any]) -> ctypes.CDLL:
-        lib_path = os.path.join(self.path, name)
-        if not os.path.exists(lib_path):
-            raise ArtifactError(f"{self.path}: the library {name} is missing")
-        if main.get("openmp"):
-            omp = _openmp_runtime()
-            if omp is None:
-                raise ArtifactError(
-                    f"{self.path}: compiled with threads > 1, which needs an OpenMP runtime "
-                    "(pip install intel-openmp, or apt-get install libomp-dev)")
-            ctypes.CDLL(omp, mode=ctypes.RTLD_GLOBAL)
-        try:
-            # Loading runs the constructors that load the GPU kernels.
-            lib = ctypes.CDLL(os.path.abspath(lib_path))
-        except OSError as err:
-            raise ArtifactError(f"{self.path}: cannot load {name}: {err}") from None
-        if self.device == "gpu":
-            lib.autodiff_cuda_error.restype = ctypes.c_char_p
-            lib.autodiff_cuda_launch_count.restype = ctypes.c_longlong
-            self._cuda_check(lib, "loading the kernels")
-        return lib
-
-    def _address(self, symbol: str) -> int:
-        assert self._lib is not None
-        try:
-            fn = getattr(self._lib, f"_mlir__mlir_ciface_{symbol}")
-        except AttributeError:
-            raise ArtifactError(f"{self.path}: the library has no entry point for "
-                                f"@{symbol}") from None
-        return ctypes.cast(fn, ctypes.c_void_p).value or 0
-
-    @staticmethod
-    def _cuda_check(lib: ctypes.CDLL, what: str) -> None:
-        msg = lib.autodiff_cuda_error()
-        if msg:
-            lib.autodiff_cuda_clear_error()
-            raise CudaError(f"CUDA error while {what}: {msg.decode(errors='replace')}")
-
     # -- calling -------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -216,7 +227,7 @@ class Artifact:
         values = check_args(self.name, self._leaf_specs, leaves)
         out = self._plan(self._main, values)
         if self.device == "gpu" and self._lib is not None:
-            self._cuda_check(self._lib, f"running {self.name}")
+            _cuda_check(self._lib, f"running {self.name}")
         return out
 
     def kernel_launches(self) -> int:

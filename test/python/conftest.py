@@ -3,8 +3,44 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+
+import pytest
 
 # A CPU schedule that fails to apply leaves the module on the naive loops
 # (correct, slow, and silent: the transform script stops at the failing op,
 # so every op of the module loses its schedule). The suite raises instead.
 os.environ["AUTODIFF_STRICT_SCHEDULES"] = "1"
+
+
+# jit's persistent compilation cache goes to a directory of this test session (shared
+# by the xdist workers, which inherit the variable from the controller's configure),
+# never to the user's home; it is removed when the session ends.
+_SESSION_CACHE = "AUTODIFF_TEST_SESSION_CACHE_DIR"
+
+
+def pytest_configure(config) -> None:  # noqa: ANN001
+    path = os.environ.get(_SESSION_CACHE)
+    if not path:
+        path = tempfile.mkdtemp(prefix="mlir-autodiff-test-cache-")
+        os.environ[_SESSION_CACHE] = path
+        config._autodiff_session_cache = path
+    os.environ["AUTODIFF_CACHE_DIR"] = path
+
+
+def pytest_unconfigure(config) -> None:  # noqa: ANN001
+    path = getattr(config, "_autodiff_session_cache", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_when_patching(request: pytest.FixtureRequest) -> None:
+    """A test that monkeypatches (a pass, a runtime lookup, ...) compiles with what it
+    patched: it gets an empty compilation cache of its own, not the session's entries,
+    which were compiled by the unpatched code under the same keys."""
+    if "monkeypatch" in request.fixturenames:
+        mp = request.getfixturevalue("monkeypatch")
+        tmp = request.getfixturevalue("tmp_path_factory").mktemp("compile-cache")
+        mp.setenv("AUTODIFF_CACHE_DIR", str(tmp))
