@@ -34,6 +34,13 @@ it again. The root directory is created private to the user (0700); a root
 owned by someone else or writable by group/others disables the cache with a
 warning. A hit touches the entry's mtime; after each store, entries are
 evicted least recently used first until the cache is under the cap.
+
+Not cached (compiled in memory by the ExecutionEngine, as with
+AUTODIFF_CACHE=0): `device="gpu"` versions (they still run on MLIR's CUDA
+runtime; a GPU entry would be an export-style artifact with our CUDA
+runtime, keyed by the chip, not tested on a GPU yet), and every version
+when no C compiler or LLVM tool is found or the cache cannot be written
+(one warning says why).
 """
 
 from __future__ import annotations

@@ -308,3 +308,36 @@ def test_nothing_to_compile_writes_no_entry(tmp_path, monkeypatch):
     out = ad.jit(lambda a: (a, np.float32(2.0)))(x)
     np.testing.assert_array_equal(out[0], x)
     assert not cache.exists() or _entries(cache) == []
+
+
+def _sgd(w, g):
+    return w - 0.5 * g, g.sum()
+
+
+def test_a_hit_keeps_donation_and_random_draws(tmp_path, monkeypatch):
+    """What an entry records beside the library (results computed in donated buffers,
+    the generator state threaded through @main) works the same on a hit."""
+    monkeypatch.setenv("AUTODIFF_CACHE_DIR", str(tmp_path / "cache"))
+    g = np.linspace(0.0, 1.0, 64)
+    for want_hit in (0, 1):
+        before = dict(compile_cache.stats)
+        w = np.arange(64.0)
+        new_w, dot = ad.jit(_sgd, donate_argnums=0)(w, g)
+        assert _stats_delta(before)["hits"] == want_hit
+        assert np.shares_memory(new_w, w)  # computed in the donated buffer
+        np.testing.assert_array_equal(new_w, np.arange(64.0) - 0.5 * g)
+        np.testing.assert_allclose(dot, g.sum(), rtol=1e-12)
+
+    def noisy(x):
+        return x + ad.random.normal((4,))
+
+    draws = []
+    for want_hit in (0, 1):
+        before = dict(compile_cache.stats)
+        ad.random.manual_seed(7)
+        f = ad.jit(noisy)
+        draws.append((f(np.zeros(4)), f(np.zeros(4))))
+        assert _stats_delta(before)["hits"] == want_hit
+    np.testing.assert_array_equal(draws[0][0], draws[1][0])  # same seed, same numbers
+    np.testing.assert_array_equal(draws[0][1], draws[1][1])
+    assert not np.array_equal(draws[0][0], draws[0][1])      # the state advances
