@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from importlib import metadata, resources
@@ -81,9 +82,12 @@ def c_compiler() -> str:
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        raise ExportError(f"{what} failed ({os.path.basename(cmd[0])} exited with "
-                          f"{proc.returncode}): {detail[:4000]}")
+        _report(cmd, proc.returncode, proc.stderr or proc.stdout, what)
+
+
+def _report(cmd: list[str], returncode: int, output: str, what: str) -> None:
+    raise ExportError(f"{what} failed ({os.path.basename(cmd[0])} exited with "
+                      f"{returncode}): {output.strip()[:4000]}")
 
 
 def csrc(name: str) -> str:
@@ -208,21 +212,15 @@ def lower_module(module: ir.Module, target: Target) -> None:
 
 def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
                   out_path: str) -> None:
-    """Translate lowered `module` to a shared library at `out_path` (see the module doc)."""
+    """Translate lowered `module` to a shared library at `out_path` (see the module doc).
+
+    The C sources (the packed entry points, the support routines, for the GPU our
+    CUDA runtime) compile in background processes while mlir-translate, opt and
+    llc run; then everything is linked.
+    """
     cc = c_compiler()
     translate, opt, llc = _mlir_tool("mlir-translate"), _llvm_tool("opt"), _llvm_tool("llc")
     with tempfile.TemporaryDirectory(prefix="autodiff-export-") as tmp:
-        mlir_path = os.path.join(tmp, "module.mlir")
-        with open(mlir_path, "w") as f:
-            f.write(lowered.operation.get_asm(enable_debug_info=False))
-        ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
-        _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
-        level = f"-O{target.opt_level}"
-        mcpu = f"-mcpu={target.llvm_cpu()}"
-        _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-S", "-o", opt_ll],
-             "opt")
-        _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_ll, "-o", obj],
-             "llc")
         entry = os.path.join(tmp, "entry.c")
         with open(entry, "w") as f:
             f.write(packed_entry_source(lowered, symbols))
@@ -231,15 +229,39 @@ def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
         if target.device == "gpu":
             sources.append(csrc("cuda_runtime.c"))
             libs += ["-ldl", "-lpthread"]
+        c_objects = [os.path.join(tmp, f"c{i}.o") for i in range(len(sources))]
+        c_jobs: list[tuple[list[str], subprocess.Popen[str]]] = []
+        try:
+            for src, c_obj in zip(sources, c_objects):
+                cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", src, "-o", c_obj]
+                c_jobs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.PIPE, text=True)))
+            mlir_path = os.path.join(tmp, "module.mlir")
+            with open(mlir_path, "w") as f:
+                f.write(lowered.operation.get_asm(enable_debug_info=False))
+            ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
+            _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
+            level = f"-O{target.opt_level}"
+            mcpu = f"-mcpu={target.llvm_cpu()}"
+            _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-S", "-o",
+                  opt_ll], "opt")
+            _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_ll, "-o",
+                  obj], "llc")
+        finally:
+            for cmd, proc in c_jobs:
+                out, err = proc.communicate()
+                if proc.returncode != 0 and sys.exc_info()[0] is None:
+                    _report(cmd, proc.returncode, err or out,
+                            f"compiling {os.path.basename(cmd[-3])} with "
+                            f"{os.path.basename(cc)}")
         # Every symbol resolved at link time (a missing runtime function is an export
         # error naming it, not a failure to load on another machine) -- except the
         # OpenMP runtime's, which `aot` loads before the artifact.
         defs = [] if _calls_openmp(lowered) else ["-Wl,-z,defs"]
         tmp_out = os.path.join(tmp, "artifact.so")
-        _run([cc, "-shared", "-fPIC", "-O2", "-std=gnu11", *defs, "-o", tmp_out, obj, *sources,
-              *libs], f"linking with {os.path.basename(cc)}")
+        _run([cc, "-shared", *defs, "-o", tmp_out, obj, *c_objects, *libs],
+             f"linking with {os.path.basename(cc)}")
         shutil.copyfile(tmp_out, out_path)
-
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:
