@@ -6,7 +6,8 @@ The train step is the benchmark row "mlp train step (value_and_grad)", b128
 784-512-512-10 (grad_cases.py). Each sample is a new Python process that
 imports the package, builds the inputs and times the first call (trace,
 compile or load from the cache, run). Cold: an empty cache directory per
-process. Warm: a cache that one earlier process filled. Prints the medians
+process. Warm: a cache that one earlier process filled. Off: AUTODIFF_CACHE=0 (the
+ExecutionEngine compiles in memory, as before the cache). Prints the medians
 and, for the warm runs, where the time went (tracing, the cache key, loading
 the entry, the call itself).
 """
@@ -59,10 +60,12 @@ print(json.dumps({"import": t_import, "first": first, "second": steady, **phases
 """
 
 
-def _child(cache: str, threads: int) -> dict:
+def _child(cache: str, threads: int, enabled: bool = True) -> dict:
     env = dict(os.environ, AUTODIFF_CACHE_DIR=cache, AUTODIFF_CPU_THREADS=str(threads),
                BENCH_THREADS=str(threads))
     env.pop("AUTODIFF_CACHE", None)
+    if not enabled:
+        env["AUTODIFF_CACHE"] = "0"
     code = CHILD.replace("HERE", repr(HERE))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -89,10 +92,12 @@ def main() -> None:
             report = _child(warm_dir, opts.threads)
             assert report["stats"]["hits"] == 1 and report["stats"]["misses"] == 0, report
             warm.append(report)
+        engine = [_child(os.path.join(tmp, "off"), opts.threads, enabled=False)
+                  for _ in range(opts.runs)]
     med = {name: {k: statistics.median(r[k] for r in runs)
                   for k in ("import", "first", "second", "trace", "key", "load")}
-           for name, runs in (("cold", cold), ("warm", warm))}
-    for name, runs in (("cold", cold), ("warm", warm)):
+           for name, runs in (("cold", cold), ("warm", warm), ("off", engine))}
+    for name, runs in (("cold", cold), ("warm", warm), ("off", engine)):
         m = med[name]
         samples = ", ".join(f"{r['first'] * 1e3:.0f}" for r in runs)
         print(f"{name}: first call {m['first'] * 1e3:8.1f} ms (trace {m['trace'] * 1e3:.1f}, "
