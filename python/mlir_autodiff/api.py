@@ -605,8 +605,12 @@ class _Executable:
         if entry is None:
             compile_cache.stats["misses"] += 1
             target = Target("cpu", cpu="native", threads=self.threads)
-            native = _compile_native(self.traced, context, f"jit({self.fname})", target,
-                                     donated)
+            try:
+                native = _compile_native(self.traced, context, f"jit({self.fname})", target,
+                                         donated)
+            except ExportError as err:  # @main not callable through the packed entry
+                compile_cache._warn_once(f"{err}; compiling without the cache")
+                return False
             assert native.lowered is not None and native.main is not None
             if native.main["openmp"]:
                 # No OpenMP runtime here: what the ExecutionEngine path raises.
