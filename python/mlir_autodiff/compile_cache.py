@@ -55,6 +55,7 @@ import stat
 import tempfile
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -201,6 +202,20 @@ class Entry:
     meta: dict[str, Any]
     lib: Any
     main: NativeFunction
+
+    def __post_init__(self) -> None:
+        # The library is unloaded with its last user (jit evicts versions: memory stays
+        # bounded); each load holds its own reference count in the dynamic loader.
+        weakref.finalize(self, _unload, self.lib)
+
+
+def _unload(lib: Any) -> None:
+    try:
+        import _ctypes
+
+        _ctypes.dlclose(lib._handle)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 def _sha256(path: str) -> str:
