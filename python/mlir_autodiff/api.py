@@ -53,7 +53,16 @@ from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators an
 from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
 from .errors import CompilationError, InvalidArgumentError, UnsupportedError
-from .native_build import ExportError, NotCallable, Target, build_library, lower_main, missing_tool
+from .native_build import (
+    ExportError,
+    NotCallable,
+    Target,
+    _spec_json,
+    build_input,
+    build_library_from,
+    lower_main,
+    missing_tool,
+)
 from .runtime import COMPILE_LOCK, CompiledModule
 from .tracebacks import api_boundary
 from .tracing import (
@@ -64,7 +73,6 @@ from .tracing import (
     canonical_dtype,
     current_trace,
 )
-from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
 from .transforms.passes import lookup
@@ -561,7 +569,8 @@ class _Executable:
         #: the cache entry this version runs from (None: compiled with the ExecutionEngine)
         self.cache_entry: compile_cache.Entry | None = None
         cache = compile_cache.active() if device == "cpu" and traced.out_avals else None
-        if cache is not None and self._from_cache(cache, context, donated):
+        key = self._cache_key(cache, donated) if cache is not None else None
+        if cache is not None and key is not None and self._from_cache(cache, key):
             pass
         elif traced.out_avals:
             what = f"jit({fname}): compiling the traced module"
@@ -584,58 +593,65 @@ class _Executable:
                     self.compiled = _build(module, context, device, self.threads)
                 except (ir.MLIRError, ValueError, RuntimeError) as err:
                     raise _compile_error(what, err) from None
+            if cache is not None and key is not None:
+                self._store_later(cache, key)
         self._warn_unused(donated)
         self.call_plan = CallPlan(traced.out_tree, traced.plan,
                                   [a.dtype for a in traced.in_avals],
                                   [a.dtype for a in traced.out_avals], self.remap,
                                   self.returned_donated, traced.uses_rng)
 
-    def _from_cache(self, cache: compile_cache.Cache, context: ir.Context,
-                    donated: Sequence[int]) -> bool:
-        """Load this version from the persistent cache, compiling it into the cache on a
-        miss (see compile_cache.py). False, with a warning, when it cannot be cached (a
-        missing tool, an unwritable cache): the caller then uses the ExecutionEngine."""
+    def _cache_key(self, cache: compile_cache.Cache, donated: Sequence[int]) -> str | None:
+        """This version's key in the persistent cache, or None (with a warning) when
+        versions cannot be cached here (a missing tool)."""
         missing = missing_tool()
         if missing is not None:
             compile_cache._warn_once(f"{missing}; compiling without the cache")
-            return False
-        key = cache.key(_module_text(self.traced.module, debug_info=False), device="cpu",
-                        threads=self.threads, donated=donated)
+            return None
+        return cache.key(_module_text(self.traced.module, debug_info=False), device="cpu",
+                         threads=self.threads, donated=donated)
+
+    def _from_cache(self, cache: compile_cache.Cache, key: str) -> bool:
+        """Load this version from the persistent cache; False on a miss."""
         entry = cache.load(key, self.fname)
         if entry is None:
             compile_cache.stats["misses"] += 1
-            target = Target("cpu", cpu="native", threads=self.threads)
-            try:
-                native = _compile_native(self.traced, context, f"jit({self.fname})", target,
-                                         donated)
-            except ExportError as err:  # @main not callable through the packed entry
-                compile_cache._warn_once(f"{err}; compiling without the cache")
-                return False
-            assert native.lowered is not None and native.main is not None
-            if native.main["openmp"]:
-                # No OpenMP runtime here: what the ExecutionEngine path raises.
-                try:
-                    openmp_shared_libs(native.lowered)
-                except OpenMPRuntimeMissing as err:
-                    raise _compile_error(f"jit({self.fname}): compiling the traced module",
-                                         err) from None
-            lowered, symbol = native.lowered, native.main["symbol"]
-            meta = {"main": native.main, "remap": native.remap,
-                    "in_place": {str(a): r for a, r in native.in_place.items()},
-                    "returned_donated": native.returned_donated}
-            try:
-                entry = cache.store(key, self.fname, meta, lambda path: build_library(
-                    lowered, [symbol], target, path))
-            except (compile_cache.CacheError, ExportError) as err:
-                compile_cache._warn_once(f"{err}; compiling without the cache")
-                return False
-        else:
-            compile_cache.stats["hits"] += 1
+            return False
+        compile_cache.stats["hits"] += 1
         self.cache_entry = entry
         self.remap = list(entry.meta["remap"])
         self.in_place = {int(a): r for a, r in entry.meta["in_place"].items()}
         self._main = entry.main
         return True
+
+    def _store_later(self, cache: compile_cache.Cache, key: str) -> None:
+        """Write the version just compiled in memory into the cache, in the background
+        (see compile_cache.py): its lowered module becomes a shared library."""
+        compiled = self.compiled
+        if compiled is None or not isinstance(compiled, CompiledModule):
+            return
+        main = compiled["main"]
+        lowered = compiled.module
+        try:
+            inp = build_input(lowered, [main.symbol])
+        except ExportError as err:  # @main's C interface has a type export cannot pass
+            compile_cache._warn_once(f"{err}; this version is not cached")
+            return
+        info = {
+            "symbol": main.symbol,
+            "params": [_spec_json(p) for p in main.params],
+            "results": [_spec_json(r) for r in main.results],
+            "donated_params": sorted(main.donated),
+            "result_args": list(main.result_args),
+            "openmp": inp.openmp,
+        }
+        meta = {"main": info, "remap": self.remap,
+                "in_place": {str(a): r for a, r in self.in_place.items()},
+                "returned_donated": self.returned_donated}
+        target = Target("cpu", cpu="native", threads=self.threads)
+        compile_cache.store_in_background(
+            cache, key, self.fname, meta,
+            lambda path: build_library_from(inp, target, path))
 
     def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
                           donated: Sequence[int]) -> None:

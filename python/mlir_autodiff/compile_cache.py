@@ -1,10 +1,15 @@
 """The persistent compilation cache of `jit`: compiled versions that outlive the process.
 
-`jit` (CPU) compiles each version through the export path (`native_build`:
-the transformed module lowered for `cpu="native"`, then `mlir-translate`,
-`opt`, `llc` and the C compiler) into an entry of this cache, and calls the
-loaded library. A later process that traces the same module finds the entry
-and loads it: no transform pass, no lowering, no LLVM.
+On a miss, `jit` (CPU) compiles a version in memory with the ExecutionEngine,
+as without the cache, and calls it at once; in a background thread the same
+lowered module (the LLVM dialect the ExecutionEngine compiled, for this host's
+CPU) becomes a shared library through the export path (`native_build`:
+`mlir-translate`, `opt`, `llc` and the C compiler) and is stored as an entry.
+The thread runs no MLIR pass and touches no MLIR object (the module's text is
+taken first), so the first call pays nothing for the cache; at exit the
+process waits for its pending entries (`flush`), so a short script's
+versions are cached too. A later process that traces the same module finds
+the entry and loads it: no transform pass, no lowering, no LLVM.
 
     AUTODIFF_CACHE=0            disables the cache (jit uses the ExecutionEngine)
     AUTODIFF_CACHE_DIR=path     where entries live (default $XDG_CACHE_HOME/mlir-autodiff,
@@ -45,6 +50,7 @@ when no C compiler or LLVM tool is found or the cache cannot be written
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
@@ -53,6 +59,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import warnings
 import weakref
@@ -64,7 +71,8 @@ from .native_build import _host_cpu_name, tool_versions
 from .native_call import NativeFunction
 from .transforms.cpu.pipeline import STRICT_ENV
 
-__all__ = ["Cache", "Entry", "active", "cache_dir", "ENTRY_FORMAT"]
+__all__ = ["Cache", "Entry", "active", "cache_dir", "flush", "store_in_background",
+           "ENTRY_FORMAT"]
 
 ENABLE_ENV = "AUTODIFF_CACHE"
 DIR_ENV = "AUTODIFF_CACHE_DIR"
@@ -78,7 +86,49 @@ LIBRARY = "artifact.so"
 STALE_S = 3600.0
 
 #: Statistics of this process (tests and benchmarks read them).
-stats = {"hits": 0, "misses": 0, "stores": 0, "rebuilt": 0, "evicted": 0}
+stats = {"hits": 0, "misses": 0, "stores": 0, "rebuilt": 0, "evicted": 0, "failed": 0}
+
+#: Entries being written by background threads (see `store_in_background`).
+_PENDING: list[threading.Thread] = []
+_PENDING_LOCK = threading.Lock()
+#: Seconds the process waits at exit for its pending entries.
+EXIT_WAIT_S = 120.0
+
+
+def store_in_background(cache: Cache, key: str, name: str, meta: dict[str, Any],
+                        build: Callable[[str], None]) -> threading.Thread:
+    """`cache.store(key, ...)` in a thread; a failure is counted and warned about once,
+    never raised (the version already runs from memory)."""
+
+    def work() -> None:
+        try:
+            cache.store(key, name, meta, build)
+        except Exception as err:  # noqa: BLE001 - a cache write must never break a program
+            stats["failed"] += 1
+            _warn_once(f"could not store a compiled version ({err})")
+
+    thread = threading.Thread(target=work, name=f"autodiff-cache-{key[:8]}", daemon=True)
+    with _PENDING_LOCK:
+        _PENDING[:] = [t for t in _PENDING if t.is_alive()]
+        _PENDING.append(thread)
+    thread.start()
+    return thread
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait for the entries being written in the background; True if all finished."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+    for thread in pending:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        thread.join(left)
+    with _PENDING_LOCK:
+        _PENDING[:] = [t for t in _PENDING if t.is_alive()]
+        return not _PENDING
+
+
+atexit.register(lambda: flush(EXIT_WAIT_S))
 
 
 def cache_dir() -> str:

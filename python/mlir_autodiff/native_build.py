@@ -210,9 +210,31 @@ def lower_module(module: ir.Module, target: Target) -> None:
         run_pipeline(module, cpu_pipeline(target.threads))
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildInput:
+    """What `build_library_from` needs, taken from a lowered module: building it then
+    touches no MLIR object (it may run in another thread)."""
+
+    mlir_text: str
+    entry_source: str
+    openmp: bool
+
+
+def build_input(lowered: ir.Module, symbols: Sequence[str]) -> BuildInput:
+    """The lowered module's text, the packed entry points' C source, whether it calls
+    the OpenMP runtime (reads the IR: call it where the module may be read)."""
+    return BuildInput(lowered.operation.get_asm(enable_debug_info=False),
+                      packed_entry_source(lowered, symbols), _calls_openmp(lowered))
+
+
 def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
                   out_path: str) -> None:
-    """Translate lowered `module` to a shared library at `out_path` (see the module doc).
+    """Translate lowered `module` to a shared library at `out_path` (see the module doc)."""
+    build_library_from(build_input(lowered, symbols), target, out_path)
+
+
+def build_library_from(inp: BuildInput, target: Target, out_path: str) -> None:
+    """Build the shared library of `inp` at `out_path`.
 
     The C sources (the packed entry points, the support routines, for the GPU our
     CUDA runtime) compile in background processes while mlir-translate, opt and
@@ -223,7 +245,7 @@ def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
     with tempfile.TemporaryDirectory(prefix="autodiff-export-") as tmp:
         entry = os.path.join(tmp, "entry.c")
         with open(entry, "w") as f:
-            f.write(packed_entry_source(lowered, symbols))
+            f.write(inp.entry_source)
         sources = [entry, csrc("cpu_support.c")]
         libs = ["-lm"]
         if target.device == "gpu":
@@ -238,7 +260,7 @@ def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
                                                      stderr=subprocess.PIPE, text=True)))
             mlir_path = os.path.join(tmp, "module.mlir")
             with open(mlir_path, "w") as f:
-                f.write(lowered.operation.get_asm(enable_debug_info=False))
+                f.write(inp.mlir_text)
             ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
             _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
             level = f"-O{target.opt_level}"
@@ -257,7 +279,7 @@ def build_library(lowered: ir.Module, symbols: Sequence[str], target: Target,
         # Every symbol resolved at link time (a missing runtime function is an export
         # error naming it, not a failure to load on another machine) -- except the
         # OpenMP runtime's, which `aot` loads before the artifact.
-        defs = [] if _calls_openmp(lowered) else ["-Wl,-z,defs"]
+        defs = [] if inp.openmp else ["-Wl,-z,defs"]
         tmp_out = os.path.join(tmp, "artifact.so")
         _run([cc, "-shared", *defs, "-o", tmp_out, obj, *c_objects, *libs],
              f"linking with {os.path.basename(cc)}")

@@ -27,6 +27,10 @@ def pytest_configure(config) -> None:  # noqa: ANN001
         os.environ[_SESSION_CACHE] = path
         config._autodiff_session_cache = path
     os.environ["AUTODIFF_CACHE_DIR"] = path
+    # The suite compiles in memory (each miss would also build a cache entry in the
+    # background: twice the compile work on the CI's two cores). The cache's own tests
+    # (test_compile_cache.py, test_export.py) turn it on.
+    os.environ.setdefault("AUTODIFF_CACHE", "0")
 
 
 def pytest_unconfigure(config) -> None:  # noqa: ANN001
