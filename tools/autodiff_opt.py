@@ -503,6 +503,8 @@ def source_excerpt(file: str | None, line: int | None, col: int | None) -> str |
     if lines is None or line is None or col is None or not 1 <= line <= len(lines) or col < 1:
         return None
     raw = lines[line - 1].rstrip("\r")
+    if not raw.isascii():
+        return raw  # like llvm::SourceMgr: no caret where columns are not characters
     expanded, caret_at = "", None
     for i, ch in enumerate(raw):
         if i == col - 1:
