@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .common import TRACEBACK_ENV, ToolError, guarded_main, read_input
+from .common import TRACEBACK_ENV, ToolError, guarded_main, read_input, tool_version
 from .opt_input import (
     MAX_NESTING,
     SPLIT_MARKER,
@@ -378,13 +378,7 @@ def show_dialects() -> str:
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import version as dist_version
-
-        ours = dist_version("mlir-autodiff")
-    except Exception:  # not installed as a distribution (a bare checkout)
-        ours = "unknown"
-    return f"{TOOL} (mlir-autodiff {ours}) on the upstream MLIR 22 Python bindings\n"
+    return tool_version(TOOL)
 
 
 # ----------------------------------------------------------------------------

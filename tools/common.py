@@ -66,3 +66,14 @@ def read_input(path: str) -> tuple[str, str]:
     if "\x00" in text:
         raise ToolError(f"{name}:1:1: error: input contains a NUL byte; expected MLIR text")
     return text, name
+
+
+def tool_version(tool: str) -> str:
+    """`<tool> (mlir-autodiff X.Y) on the upstream MLIR 22 Python bindings`, as --version prints."""
+    try:
+        from importlib.metadata import version as dist_version
+
+        ours = dist_version("mlir-autodiff")
+    except Exception:  # not installed as a distribution (a bare checkout)
+        ours = "unknown"
+    return f"{tool} (mlir-autodiff {ours}) on the upstream MLIR 22 Python bindings\n"
