@@ -26,7 +26,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .common import TRACEBACK_ENV, ToolError, guarded_main, read_input, tool_version
+from .common import (
+    BYTECODE_MAGIC,
+    TRACEBACK_ENV,
+    ToolError,
+    decode_input,
+    guarded_main,
+    read_bytes,
+    tool_version,
+)
 from .opt_input import (
     MAX_NESTING,
     SPLIT_MARKER,
@@ -1039,6 +1047,20 @@ class OptRun:
 
     # -- the whole run -----------------------------------------------------------
 
+    def _bytecode_as_text(self, data: bytes, name: str) -> str:
+        """MLIR bytecode input (as mlir-opt reads it), as text with its locations."""
+        from mlir import ir
+
+        ctx = ir.Context()
+        ctx.allow_unregistered_dialects = True
+        try:
+            module = ir.Module.parse(data, ctx)
+        except Exception as err:
+            diags = getattr(err, "error_diagnostics", None) or []
+            first = diags[0].message if diags else "malformed bytecode"
+            raise ToolError(f"{name}:0:0: error: invalid MLIR bytecode: {first}") from None
+        return module.operation.get_asm(enable_debug_info=True, assume_verified=True)
+
     def _use_reproducer(self, text: str, name: str) -> None:
         """--run-reproducer: take the pipeline and its settings from the input."""
         m = re.search(
@@ -1064,7 +1086,11 @@ class OptRun:
 
     def run(self) -> int:
         try:
-            text, name = read_input(self.opts.input)
+            data, name = read_bytes(self.opts.input)
+            if data.startswith(BYTECODE_MAGIC):
+                text = self._bytecode_as_text(data, name)
+            else:
+                text = decode_input(data, name)
         except ToolError as err:
             message = str(err)
             raise ToolError(

@@ -26,7 +26,8 @@
 // ALL: IR Dump Before DedupeResults (autodiff-dedupe-private-results)
 // ALL: IR Dump Before CSE (cse)
 
-// SCOPE:     IR Dump Before CSE (cse) ('builtin.module' operation)
+/// One cse runs in autodiff-vjp's clean-up, one is given on the command line.
+// SCOPE-COUNT-2: IR Dump Before CSE (cse) ('builtin.module' operation)
 // SCOPE-NOT: IR Dump
 
 func.func @square(%x: f32) -> f32 {
