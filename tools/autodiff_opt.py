@@ -1131,8 +1131,14 @@ class OptRun:
             result = (marker + "\n").join(outputs) if marker else outputs[0]
             result_bytes = result.encode("utf-8")
         if self.opts.output == "-":
-            sys.stdout.flush()
-            sys.stdout.buffer.write(result_bytes)
+            if self.opts.emit_bytecode:
+                sys.stdout.flush()
+                binary = getattr(sys.stdout, "buffer", None)
+                if binary is None:
+                    raise ToolError(f"{TOOL}: error: stdout takes no bytes; use -o <file>")
+                binary.write(result_bytes)
+            else:
+                sys.stdout.write(result)
             sys.stdout.flush()
         elif ok:  # like mlir-opt, a failed run leaves no output file behind
             try:
