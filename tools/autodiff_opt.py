@@ -35,6 +35,7 @@ from .common import (
     read_bytes,
     tool_version,
 )
+from .ir_printing import CapturedStderr, Selection, dump_pipeline
 from .opt_input import (
     MAX_NESTING,
     SPLIT_MARKER,
@@ -45,7 +46,6 @@ from .opt_input import (
     split_input,
     wrap_in_module,
 )
-from .ir_printing import MARKER, CapturedStderr, Selection, dump_pipeline
 from .verify_diagnostics import DiagnosticVerifier
 
 if TYPE_CHECKING:  # the bindings are imported lazily: --help and --version stay instant

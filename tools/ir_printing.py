@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +117,8 @@ class CapturedStderr:
         self._tmp: Any = None
         self._offset = 0
         self.filter: DumpFilter | None = None
+        # Diagnostics of passes running on several threads arrive concurrently.
+        self._lock = threading.Lock()
 
     def __enter__(self) -> CapturedStderr:
         sys.stderr.flush()
@@ -141,13 +144,15 @@ class CapturedStderr:
             self.filter.feed(data.decode("utf-8", "replace"))
 
     def write(self, text: str) -> None:
-        sys.stderr.flush()
-        self.drain()
-        self._write_real(text)
+        with self._lock:
+            sys.stderr.flush()
+            self.drain()
+            self._write_real(text)
 
     def __exit__(self, *exc: object) -> None:
         sys.stderr.flush()
-        self.drain()
+        with self._lock:
+            self.drain()
         assert self.filter is not None and self._saved is not None
         self.filter.finish()
         os.dup2(self._saved, 2)
@@ -258,6 +263,6 @@ def dump_pipeline(text: str) -> list[str]:
     return [f"Pass Manager with {count} passes:", *_pretty(name, nested or "\0", 0), ""]
 
 
-def class_name(p: Pass) -> str:
+def class_name(p: Any) -> str:
     """The name MLIR prints for a project pass (the external pass's name)."""
     return type(p).__name__
