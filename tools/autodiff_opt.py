@@ -457,11 +457,13 @@ def _upstream_error(message: str, name: str, captured: list[str]) -> str:
     return f"invalid pass '{name}': {first or 'cannot be added to the pass manager'}"
 
 
-def _try_add_upstream(ctx: ir.Context, element: str) -> tuple[str | None, list[str]]:
+def _try_add_upstream(
+    ctx: ir.Context, element: str, anchor: str = "builtin.module"
+) -> tuple[str | None, list[str]]:
     """(None, _) if `element` is a valid upstream pipeline element, else (error, stderr)."""
     from mlir import passmanager
 
-    pm = passmanager.PassManager("builtin.module", ctx)
+    pm = passmanager.PassManager(anchor, ctx)
     with _captured_stderr_fd() as captured:
         try:
             pm.add(element)
@@ -660,7 +662,9 @@ class OptRun:
         _write_err([render(_fix_diag(d, path, [], rename="-")) for d in diags])
         raise ToolError(f"{TOOL}: error: could not load IRDL file '{path}': {reason}")
 
-    def make_runner(self, ctx: ir.Context) -> PassManagerRunner | None:
+    def make_runner(
+        self, ctx: ir.Context, anchor: str = "builtin.module"
+    ) -> PassManagerRunner | None:
         from ..transforms.pipeline import PassManagerRunner, PipelineError, parse_pipeline
 
         if self.opts.pass_pipeline is not None:
@@ -669,14 +673,20 @@ class OptRun:
             except PipelineError as err:
                 raise ToolError(f"{TOOL}: error: {err}") from None
         else:
-            elements = [self._resolve_pass_flag(ctx, p) for p in self.opts.passes]
+            elements = [self._resolve_pass_flag(ctx, p, anchor) for p in self.opts.passes]
         from ..transforms.passes import Pass
 
+        for e in elements:
+            if isinstance(e, Pass) and anchor != "builtin.module":
+                raise ToolError(
+                    f"{TOOL}: error: pass '{e.name}' runs on a 'builtin.module'; the input's "
+                    f"root is a '{anchor}' (--no-implicit-module)"
+                )
         self.pipeline_text = "builtin.module(" + ", ".join(
             e.pipeline_text() if isinstance(e, Pass) else e for e in elements
         ) + ")"
         selection = self._selection(ctx)
-        if self.opts.dump_pass_pipeline and not elements:
+        if self.opts.dump_pass_pipeline and not elements and anchor == "builtin.module":
             _write_err(dump_pipeline("builtin.module()"))
         if not elements:
             return None
@@ -686,6 +696,7 @@ class OptRun:
                 runner = PassManagerRunner(
                     self._with_markers(elements),
                     ctx,
+                    anchor=anchor,
                     print_debuginfo=self.opts.print_debuginfo,
                     verify_each=self.opts.verify_each,
                     timing=self.opts.timing,
@@ -794,10 +805,31 @@ class OptRun:
             if o.pass_statistics_display == "pipeline":
                 mode = passmanager.PassDisplayMode.PIPELINE
             pm.enable_statistics(mode)
-        if o.dump_pass_pipeline:
+        if o.dump_pass_pipeline and not self._defers_dump():
             _write_err(dump_pipeline(str(pm)))
 
-    def _resolve_pass_flag(self, ctx: ir.Context, p: PassFlag) -> Any:
+    def runner_for_root(self, ctx: ir.Context, runner: Any, op: Any) -> Any:
+        """--no-implicit-module with pass flags: the passes run on the root op, whatever
+        it is (mlir-opt anchors its pass manager there); a --pass-pipeline names
+        its own anchor."""
+        name = op.operation.name  # (an OpView's `name` may be its symbol)
+        if (
+            runner is None
+            or not self.opts.no_implicit_module
+            or self.opts.pass_pipeline is not None
+            or name == "builtin.module"
+        ):
+            return runner
+        cache = self.__dict__.setdefault("_root_runners", {})
+        if name not in cache:
+            cache[name] = self.make_runner(ctx, anchor=name)
+        return cache[name]
+
+    def _defers_dump(self) -> bool:
+        """Pass flags with --no-implicit-module: the root op sets the anchor (per chunk)."""
+        return self.opts.no_implicit_module and self.opts.pass_pipeline is None
+
+    def _resolve_pass_flag(self, ctx: ir.Context, p: PassFlag, anchor: str = "builtin.module") -> Any:
         """Our pass instance, or a validated upstream pipeline element string."""
         from ..transforms.passes import lookup
         from ..transforms.pipeline import PipelineError, make_pass, parse_options
@@ -811,7 +843,7 @@ class OptRun:
             except PipelineError as err:
                 raise ToolError(f"{TOOL}: error: {err}") from None
         element = p.name if p.options is None else f"{p.name}{{{p.options}}}"
-        message, captured = _try_add_upstream(ctx, element)
+        message, captured = _try_add_upstream(ctx, element, anchor)
         if message is None:
             return element
         nested = re.search(r"restricted to '([^']+)'", message)
@@ -819,7 +851,7 @@ class OptRun:
             # Like mlir-opt's implicit nesting: a pass restricted to an op
             # (func.func, gpu.module) runs on those ops inside the module.
             element = f"{nested.group(1)}({element})"
-            message, captured = _try_add_upstream(ctx, element)
+            message, captured = _try_add_upstream(ctx, element, anchor)
             if message is None:
                 return element
         if "does not refer to a registered pass" in message:
@@ -953,6 +985,12 @@ class OptRun:
         if op is None:
             return "", False, False
         previous, self.router.target = self.router.target, report
+        runner = self.runner_for_root(ctx, runner, op)
+        if runner is not None and opts.dump_pass_pipeline and self._defers_dump():
+            dumped = self.__dict__.setdefault("_dumped", set())
+            if id(runner) not in dumped:
+                dumped.add(id(runner))
+                _write_err(dump_pipeline(str(runner.pm)))
         before = op.get_asm() if runner is not None and opts.crash_reproducer else None
         try:
             if runner is not None:

@@ -10,6 +10,21 @@
 // RUN: %not autodiff-opt %s --no-implicit-module --split-input-file --pass-pipeline='builtin.module(canonicalize)' 2>&1 | filecheck %s --check-prefix=ANCHOR
 // RUN: %not %mlir_opt %s --no-implicit-module --split-input-file --pass-pipeline='builtin.module(canonicalize)' 2>&1 | filecheck %s --check-prefix=ANCHOR
 
+/// Pass flags run on the root op, whatever it is (the pass manager is anchored
+/// there, as in mlir-opt); a project pass needs a module.
+// RUN: autodiff-opt %S/Inputs/function-root.mlir --no-implicit-module --cse --canonicalize --dump-pass-pipeline --mlir-print-ir-after=cse > %t.ours 2>&1
+// RUN: %mlir_opt %S/Inputs/function-root.mlir --no-implicit-module --cse --canonicalize --dump-pass-pipeline --mlir-print-ir-after=cse > %t.upstream 2>&1
+// RUN: diff %t.ours %t.upstream
+// RUN: filecheck %s --check-prefix=ROOT < %t.ours
+// RUN: %not autodiff-opt %S/Inputs/function-root.mlir --no-implicit-module --autodiff-vjp 2>&1 | filecheck %s --check-prefix=OURS
+
+// ROOT:      Pass Manager with 2 passes:
+// ROOT-NEXT: func.func(
+// ROOT:      IR Dump After CSE (cse)
+// ROOT-NEXT: func.func @root() -> i32 {
+// ROOT:      %c2_i32 = arith.constant 2 : i32
+// OURS: error: pass 'autodiff-vjp' runs on a 'builtin.module'; the input's root is a 'func.func'
+
 // CHECK-NOT: module
 // CHECK:     func.func @f()
 // CHECK:     module @named
