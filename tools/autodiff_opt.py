@@ -579,6 +579,26 @@ _REPRODUCER_WARNING = "ignoring unknown external resources for 'mlir_reproducer'
 _FOUND_N = "source must contain a single top-level operation, found:"
 
 
+def _with_op_note(diag: Diag) -> Diag:
+    """An error a project pass reports at an op gets MLIR's note printing the op
+    (generic form), as Operation::emitError attaches it."""
+    from ..transforms.diagnostics import Diag, reporting_op
+
+    op = reporting_op()
+    if op is None or diag.severity != "error":
+        return diag
+    if any(n.message.startswith(_SEE_OP_NOTE) for n in diag.notes):
+        return diag
+    try:
+        text = op.operation.get_asm(print_generic_op_form=True, assume_verified=True)
+    except Exception:  # never fail while reporting
+        return diag
+    if "\n" in text:
+        text = "\n" + text
+    note = Diag("note", f"{_SEE_OP_NOTE} {text}", diag.file, diag.line, diag.col)
+    return dataclasses.replace(diag, notes=[*diag.notes, note])
+
+
 class _Router:
     """The context's one diagnostic handler; forwards to whoever listens now."""
 
@@ -592,6 +612,7 @@ class _Router:
             diag = to_diag(d)
         except Exception:  # never fail while reporting
             diag = Diag("error", str(getattr(d, "message", d)), None, None, None)
+        diag = _with_op_note(diag)
         if self.target is not None:
             self.target(diag)
         else:
