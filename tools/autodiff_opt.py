@@ -7,11 +7,18 @@
 Everything an mlir-opt user knows works the same way: the input is a file or
 stdin, top-level ops get an implicit `module`, every pass (ours and any
 upstream one) is a flag applied in command-line order or part of
-`--pass-pipeline`, and `--split-input-file`, `--verify-diagnostics`,
-`--mlir-print-ir-after-all`, `--mlir-print-debuginfo` and
-`--mlir-print-op-generic` mean what they mean there. Diagnostics are
-`file:line:col: error: message` on stderr and the exit code is 1 on failure;
-a Python traceback never reaches the user.
+`--pass-pipeline`, and the everyday flags mean what they mean there:
+`--split-input-file`, `--verify-diagnostics`, the `--mlir-print-ir-*` family
+(before/after a named pass, ours included, before-all, after-all,
+after-change, after-failure, module scope; see ir_printing.py), `--verify-each`,
+`--mlir-pass-statistics`, `--dump-pass-pipeline`, `--mlir-timing`,
+`--mlir-pass-pipeline-crash-reproducer` / `--run-reproducer`,
+`--mlir-diagnostic-verbosity-level`, `--mlir-print-op-on-diagnostic`,
+`--no-implicit-module`, `--emit-bytecode` (and bytecode input),
+`--show-dialects`, `--help-hidden`. Diagnostics are printed as mlir-opt
+prints them (`file:line:col: error: message`, the source line and a caret
+under the column) on stderr, and the exit code is 1 on failure; a Python
+traceback never reaches the user.
 """
 
 from __future__ import annotations
