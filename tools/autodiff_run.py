@@ -50,7 +50,7 @@ from mlir_autodiff import dialects
 from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import CompiledModule, CompileError
 from mlir_autodiff.signatures import check_args, from_python, signature_of
-from mlir_autodiff.tools.common import ToolError, guarded_main, read_input
+from mlir_autodiff.tools.common import ToolError, guarded_main, read_input, tool_version
 from mlir_autodiff.transforms.ad_support import walk_ops
 from mlir_autodiff.transforms.diagnostics import Diag, mlir_error_diags
 from mlir_autodiff.transforms.passes import lookup
@@ -101,11 +101,14 @@ class _Parser(argparse.ArgumentParser):
 def _make_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=TOOL,
+        add_help=False,
         description="JIT-compile an MLIR module for the CPU, call one function and print "
         "its results (one line each).",
         epilog="--arg VALUE: a nested list or scalar with an optional :dtype suffix "
         "([[1,2],[3,4]]:f32, 3.5:f64, true:i1), or @file.npy.",
     )
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("--version", action="store_true")
     p.add_argument("input", nargs="?", default="-", help="input MLIR file ('-' for stdin)")
     p.add_argument("--entry", default="main", help="function to call (default: main)")
     p.add_argument("--arg", action="append", default=[], metavar="VALUE",
@@ -441,8 +444,42 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
     return 0
 
 
+HELP = f"""\
+OVERVIEW: {TOOL}: JIT-compile an MLIR module, call one function and print its results
+
+USAGE: {TOOL} [options] [<input file> | -]
+
+Reads MLIR from the file (stdin if absent or '-'), runs the autodiff transforms
+(or --pass-pipeline) and the CPU (or GPU) lowering, calls the entry function
+and prints one line per result: `result[i]: <type> = <value>`.
+
+OPTIONS:
+  --entry=<name>                    Function to call (default: main)
+  --arg=<value>                     An argument of the entry function, in order
+                                    (repeatable): a nested list or scalar with an
+                                    optional :dtype suffix ([[1,2],[3,4]]:f32,
+                                    3.5:f64, true:i1), or @file.npy
+  --pass-pipeline=<pipeline>        Passes to run before the lowering, replacing the
+                                    default autodiff transforms ('' for none)
+  --print-ir                        Print the lowered (LLVM dialect) module first
+  -O <0|1|2|3>, --opt-level=<n>     LLVM optimization level (default 2)
+  --device=<cpu|gpu>                Where to run (default cpu; gpu lowers with
+                                    --autodiff-lower-to-gpu and needs a CUDA device)
+  --precision=<n>                   Significant digits of printed floats (default:
+                                    by dtype: f16 4, f32 6, f64 12)
+  --version                         Print the version
+  -h, --help                        Print this help
+"""
+
+
 def _main(argv: list[str]) -> int:
     args = _make_parser().parse_args(_join_arg_values(argv))
+    if args.help:
+        sys.stdout.write(HELP)
+        return 0
+    if args.version:
+        sys.stdout.write(tool_version(TOOL))
+        return 0
     if args.precision is not None and not 1 <= args.precision <= 17:
         _error("--precision must be between 1 and 17")
     try:

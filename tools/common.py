@@ -47,6 +47,16 @@ def guarded_main(tool: str, main: Callable[[list[str]], int], argv: list[str] | 
 
 def read_input(path: str) -> tuple[str, str]:
     """(text, buffer name) of an input file or '-' for stdin; ToolError if unreadable."""
+    data, name = read_bytes(path)
+    return decode_input(data, name), name
+
+
+#: The first bytes of an MLIR bytecode file.
+BYTECODE_MAGIC = b"ML\xefR"
+
+
+def read_bytes(path: str) -> tuple[bytes, str]:
+    """(contents, buffer name) of an input file or '-' for stdin; ToolError if unreadable."""
     try:
         if path == "-":
             data = sys.stdin.buffer.read()
@@ -57,6 +67,11 @@ def read_input(path: str) -> tuple[str, str]:
             name = path
     except OSError as err:
         raise ToolError(f"error: could not open input file '{path}': {err.strerror}") from None
+    return data, name
+
+
+def decode_input(data: bytes, name: str) -> str:
+    """The text of an input; ToolError if it is not UTF-8 MLIR text."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -65,4 +80,15 @@ def read_input(path: str) -> tuple[str, str]:
         ) from None
     if "\x00" in text:
         raise ToolError(f"{name}:1:1: error: input contains a NUL byte; expected MLIR text")
-    return text, name
+    return text
+
+
+def tool_version(tool: str) -> str:
+    """`<tool> (mlir-autodiff X.Y) on the upstream MLIR 22 Python bindings`, as --version prints."""
+    try:
+        from importlib.metadata import version as dist_version
+
+        ours = dist_version("mlir-autodiff")
+    except Exception:  # not installed as a distribution (a bare checkout)
+        ours = "unknown"
+    return f"{tool} (mlir-autodiff {ours}) on the upstream MLIR 22 Python bindings\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,9 +22,25 @@ class PassFailure(Exception):
     """A pass failed after emitting its diagnostics through MLIR."""
 
 
+#: The op an `emit_error` in progress reports at (per thread), for handlers
+#: that attach it as MLIR's "see current operation" note does.
+_REPORTING = threading.local()
+
+
 def emit_error(where: ir.Operation | ir.OpView | ir.Location, message: str) -> None:
-    loc = where if isinstance(where, ir.Location) else where.location
-    loc.emit_error(message)
+    if isinstance(where, ir.Location):
+        where.emit_error(message)
+        return
+    _REPORTING.op = where
+    try:
+        where.location.emit_error(message)
+    finally:
+        _REPORTING.op = None
+
+
+def reporting_op() -> ir.Operation | ir.OpView | None:
+    """The op of the `emit_error(op, ...)` being handled now, if any."""
+    return getattr(_REPORTING, "op", None)
 
 
 def fail(where: ir.Operation | ir.OpView | ir.Location, message: str) -> PassFailure:

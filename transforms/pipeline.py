@@ -194,9 +194,10 @@ class PassManagerRunner:
         print_debuginfo: bool = False,
         verify_each: bool = True,
         timing: bool = False,
+        anchor: str = "builtin.module",
     ):
         self._crash = _Crash()
-        self.pm = passmanager.PassManager("builtin.module", context)
+        self.pm = passmanager.PassManager(anchor, context)
         self.pm.enable_verifier(verify_each)
         if print_ir_after_all:
             self.pm.enable_ir_printing(
@@ -205,6 +206,10 @@ class PassManagerRunner:
         if timing:
             self.pm.enable_timing()
         for e in expand(elements):
+            if isinstance(e, Pass) and anchor != "builtin.module":
+                raise PipelineError(
+                    f"pass '{e.name}' runs on a 'builtin.module', not on '{anchor}'"
+                )
             if isinstance(e, Pass):
                 self.pm.add(
                     _callback(e, self._crash),

@@ -7,7 +7,9 @@
 
 /// Check the error, and the op kept as is when allowed.
 
-// ERR: {{^}}{{.*}}allow-unregistered-dialect.mlir:[[# @LINE + 5]]:8: error: operation 'mystery.op' is from the unregistered dialect 'mystery' (use --allow-unregistered-dialect to accept it){{$}}
+// ERR: {{^}}{{.*}}allow-unregistered-dialect.mlir:[[# @LINE + 7]]:8: error: operation 'mystery.op' is from the unregistered dialect 'mystery' (use --allow-unregistered-dialect to accept it){{$}}
+// ERR-NEXT: {{^}}{{.*}}"mystery.op"{{.*}}{{$}}
+// ERR-NEXT: {{^}}{{ *}}^{{$}}
 // ERR-NOT: {{.}}
 // CHECK-LABEL: func.func @f(
 // CHECK:         "mystery.op"(%{{.*}}) {key = 1 : i64} : (i32) -> i32

@@ -22,8 +22,13 @@
 // NUL: {{^}}{{.*}}.nul:1:1: error: input contains a NUL byte; expected MLIR text{{$}}
 // NUL-NOT: {{.}}
 // SYMBOLS: {{^}}{{.*}}.symbols:1:1: error: {{.+}}
+// SYMBOLS-NEXT: {{^}}{{.+}}{{$}}
 // SYMBOLS-NOT: {{.}}
 // BRACKETS: {{^}}{{.*}}.brackets:1:{{[0-9]+}}: error: {{.+}}
+// BRACKETS-NEXT: {{^}}{{.*}}{{$}}
+// BRACKETS-NEXT: {{^}}{{ *}}^{{$}}
 // BRACKETS-NOT: {{.}}
 // TOKENS: {{^}}{{.*}}.tokens:1:1: error: {{.+}}
+// TOKENS-NEXT: {{^}}{{.*}}{{$}}
+// TOKENS-NEXT: {{^}}{{ *}}^{{$}}
 // TOKENS-NOT: {{.}}

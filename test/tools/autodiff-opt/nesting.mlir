@@ -11,8 +11,12 @@
 /// Check the one-line errors and the deep-but-fine module.
 
 // DEEP: {{^}}{{.*}}.deep.mlir:1:16008: error: input nested deeper than 2000 levels{{$}}
+// DEEP-NEXT: {{^}}module {{.*}}{{$}}
+// DEEP-NEXT: {{^}}{{ *}}^{{$}}
 // DEEP-NOT: {{.}}
 // PARENS: {{^}}{{.*}}.parens.mlir:1:2019: error: input nested deeper than 2000 levels{{$}}
+// PARENS-NEXT: {{^}}{{.*}}{{$}}
+// PARENS-NEXT: {{^}}{{ *}}^{{$}}
 // PARENS-NOT: {{.}}
 // OK: module {
 // OK-NEXT: module {

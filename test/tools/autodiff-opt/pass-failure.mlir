@@ -39,3 +39,23 @@ func.func @not_bufferizable(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = "autodiff.stop_gradient"(%x) : (tensor<4xf32>) -> tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+/// A project pass's error at an op carries the op, as an upstream pass's
+/// does ("see current operation", generic form); --mlir-print-op-on-diagnostic=false drops it.
+// RUN: %not autodiff-opt --autodiff-lower-to-cpu %s --split-input-file 2>&1 | filecheck %s --check-prefix=OP-NOTE
+// RUN: %not autodiff-opt --autodiff-lower-to-cpu %s --split-input-file --mlir-print-op-on-diagnostic=false 2>&1 | filecheck %s --check-prefix=NO-OP-NOTE
+
+// OP-NOTE:      pass-failure.mlir:[[# @LINE + 9]]:8: error: autodiff-lower-to-cpu: 'autodiff.stop_gradient' must be removed
+// OP-NOTE-NEXT: {{^}}  %y = "autodiff.stop_gradient"(%x) : (tensor<3xf32>) -> tensor<3xf32>{{$}}
+// OP-NOTE-NEXT: {{^}}       ^{{$}}
+// OP-NOTE-NEXT: pass-failure.mlir:[[# @LINE + 6]]:8: note: see current operation: %0 = "autodiff.stop_gradient"(%arg0) : (tensor<3xf32>) -> tensor<3xf32>{{$}}
+// NO-OP-NOTE:   pass-failure.mlir:[[# @LINE + 5]]:8: error: autodiff-lower-to-cpu: 'autodiff.stop_gradient' must be removed
+// NO-OP-NOTE-NOT: see current operation
+
+func.func @stop(%x: tensor<3xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{'autodiff.stop_gradient' must be removed by its transform pass}}
+  %y = "autodiff.stop_gradient"(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  return %y : tensor<3xf32>
+}

@@ -9,9 +9,11 @@
 
 /// Check the error and its note, then the error alone.
 
-// CHECK: print-op-on-diagnostic.mlir:[[# @LINE + 6]]:3: error: 'func.return' op has 0 operands, but enclosing function (@f) returns 1
-// CHECK: print-op-on-diagnostic.mlir:[[# @LINE + 5]]:3: note: see current operation: "func.return"() : () -> ()
-// NO-OP: {{^}}{{.*}}print-op-on-diagnostic.mlir:[[# @LINE + 4]]:3: error: 'func.return' op has 0 operands, but enclosing function (@f) returns 1{{$}}
+// CHECK: print-op-on-diagnostic.mlir:[[# @LINE + 8]]:3: error: 'func.return' op has 0 operands, but enclosing function (@f) returns 1
+// CHECK: print-op-on-diagnostic.mlir:[[# @LINE + 7]]:3: note: see current operation: "func.return"() : () -> ()
+// NO-OP: {{^}}{{.*}}print-op-on-diagnostic.mlir:[[# @LINE + 6]]:3: error: 'func.return' op has 0 operands, but enclosing function (@f) returns 1{{$}}
+// NO-OP-NEXT: {{^}}  return{{$}}
+// NO-OP-NEXT: {{^}}  ^{{$}}
 // NO-OP-NOT: {{.}}
 func.func @f(%x: i32) -> i32 {
   // expected-error @+1 {{'func.return' op has 0 operands, but enclosing function (@f) returns 1}}

@@ -17,15 +17,25 @@
 
 /// Check each message: one line, `file:line:col: error:`, nothing else.
 
-// SYMBOL: {{^}}{{.*}}.1.mlir:[[# @LINE + 13]]:11: error: custom op 'func.func' expected valid '@'-identifier for symbol name{{$}}
+// SYMBOL: {{^}}{{.*}}.1.mlir:[[# @LINE + 23]]:11: error: custom op 'func.func' expected valid '@'-identifier for symbol name{{$}}
+// SYMBOL-NEXT: {{^}}{{.*}}{{$}}
+// SYMBOL-NEXT: {{^}}{{ *}}^{{$}}
 // SYMBOL-NOT: {{.}}
-// TYPE: {{^}}{{.*}}.2.mlir:[[# @LINE + 13]]:14: error: expected non-function type{{$}}
+// TYPE: {{^}}{{.*}}.2.mlir:[[# @LINE + 21]]:14: error: expected non-function type{{$}}
+// TYPE-NEXT: {{^}}{{.*}}{{$}}
+// TYPE-NEXT: {{^}}{{ *}}^{{$}}
 // TYPE-NOT: {{.}}
-// STRING: {{^}}{{.*}}.3.mlir:[[# @LINE + 10]]:57: error: expected '"' in string literal{{$}}
+// STRING: {{^}}{{.*}}.3.mlir:[[# @LINE + 16]]:57: error: expected '"' in string literal{{$}}
+// STRING-NEXT: {{^}}{{.*}}{{$}}
+// STRING-NEXT: {{^}}{{ *}}^{{$}}
 // STRING-NOT: {{.}}
-// BODY: {{^}}{{.*}}.4.mlir:[[# @LINE + 9]]:8: error: expected operation name in quotes{{$}}
+// BODY: {{^}}{{.*}}.4.mlir:[[# @LINE + 13]]:8: error: expected operation name in quotes{{$}}
+// BODY-NEXT: {{^}}{{.*}}{{$}}
+// BODY-NEXT: {{^}}{{ *}}^{{$}}
 // BODY-NOT: {{.}}
-// BRACE: {{^}}{{.*}}.5.mlir:[[# @LINE + 7]]:30: error: expected operation name in quotes{{$}}
+// BRACE: {{^}}{{.*}}.5.mlir:[[# @LINE + 9]]:30: error: expected operation name in quotes{{$}}
+// BRACE-NEXT: {{^}}{{.*}}{{$}}
+// BRACE-NEXT: {{^}}{{ *}}^{{$}}
 // BRACE-NOT: {{.}}
 // VERIFY: {{^}}{{.*}}.5.mlir:[[# @LINE + 5]]:30: error: unexpected error: expected operation name in quotes{{$}}
 // VERIFY-NOT: {{.}}
