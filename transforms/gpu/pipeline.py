@@ -124,6 +124,7 @@ from .calling_convention import (
 )
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
+from .reductions import BlockReductions, InlineBlockReductions
 from .tensors import ReductionsInnermost, SplatsToFills
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -206,6 +207,8 @@ class LowerToGpu(Pass):
             "eliminate-empty-tensors",
             GPU_BUFFERIZE,
             "canonicalize",
+            # Long reductions: a block of threads per output (reductions.py).
+            BlockReductions(block_size=self.block_size),
             # Parallel loops before out-params: fusion needs the results to be
             # fresh allocations, which cannot alias the function's arguments.
             "func.func(convert-linalg-to-parallel-loops)",
@@ -231,6 +234,7 @@ class LowerToGpu(Pass):
             BoolBuffersToBytes(),
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
+            InlineBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
             "cse",
