@@ -53,10 +53,10 @@ import math
 from collections.abc import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf
 from mlir.dialects import affine as affine_d
+from mlir.dialects import arith, memref, scf
 
-from ..ad_support import walk_ops
+from ..ad_support import is_inside, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import index_const, new_parallel, on_host, ops_of
 
@@ -261,13 +261,28 @@ def _strided_for(start: ir.Value, stop: ir.Value, step: ir.Value, init: ir.Value
     return loop.results[0]
 
 
-def _row_block(outer_ip_term: ir.Operation, emit) -> None:
-    """An `scf.execute_region no_inline` before `outer_ip_term` holding `emit()`'s ops."""
-    region_op = scf.ExecuteRegionOp([], no_inline=True, ip=ir.InsertionPoint(outer_ip_term))
+#: The attribute marking the regions `BlockReductions` makes: "grid" (a whole
+#: reduction) or "row" (one block's work).
+_ATTR = "autodiff.gpu.block_reduction"
+_GRID, _ROW = "grid", "row"
+
+
+def _region(kind: str) -> ir.Operation:
+    """An empty `scf.execute_region no_inline` marked `kind`, at the insertion point."""
+    region_op = scf.ExecuteRegionOp([], no_inline=True)
+    region_op.operation.attributes[_ATTR] = ir.StringAttr.get(kind)
     block = ir.Block.create_at_start(region_op.regions[0], [])
     with ir.InsertionPoint(block):
-        emit()
         scf.YieldOp([])
+    return region_op.operation
+
+
+def _row_block(outer_ip_term: ir.Operation, emit) -> None:
+    """A "row" region before `outer_ip_term` holding `emit()`'s ops."""
+    with ir.InsertionPoint(outer_ip_term):
+        region_op = _region(_ROW)
+    with ir.InsertionPoint(ops_of(region_op.regions[0].blocks[0])[-1]):
+        emit()
 
 
 def _rewrite(plan: _Plan, block_size: int) -> None:
@@ -333,56 +348,62 @@ def _rewrite(plan: _Plan, block_size: int) -> None:
         memref.store(_scalar_body(epilogue, out, res), target, [zero] * _rank(target))
 
     with ir.InsertionPoint(op), op.location:
-        zero, one = index_const(0), index_const(1)
-        step = index_const(threads)
-        stop_k = index_const(plan.extent)
         partials = None
         if splits > 1:
             partials = memref.alloc(ir.MemRefType.get([plan.rows * splits], elt), [], [])
-        _, outer, term = new_parallel([zero], [index_const(plan.rows * splits)], [one])
-        with ir.InsertionPoint(term):
-            b = outer.arguments[0]
-            if splits == 1:
-                def emit() -> None:
-                    p_ivs = _delinearize(b, p_ext) if p_ext else []
-                    finish(p_ivs, lambda: _reducing_threads(
-                        threads, elt, plan.combiner,
-                        lambda t, neutral: _strided_for(
-                            t, stop_k, step, neutral,
-                            lambda k, acc: element(p_ivs, k, acc))))
-            else:
-                def emit() -> None:
-                    c_chunk = index_const(chunk)
-                    row = arith.divui(b, index_const(splits))
-                    s = arith.remui(b, index_const(splits))
-                    p_ivs = _delinearize(row, p_ext) if p_ext else []
-                    first = arith.muli(s, c_chunk)
-                    last = arith.minui(arith.addi(first, c_chunk), stop_k)
-                    reduced = _reducing_threads(
-                        threads, elt, plan.combiner,
-                        lambda t, neutral: _strided_for(
-                            arith.addi(first, t), last, step, neutral,
-                            lambda k, acc: element(p_ivs, k, acc)))
-                    memref.store(reduced, partials, [b])
-            _row_block(term, emit)
-        if splits > 1:
-            threads2 = _threads(splits, block_size)
-            step2 = index_const(threads2)
-            _, outer2, term2 = new_parallel([zero], [index_const(plan.rows)], [one])
-            with ir.InsertionPoint(term2):
-                row = outer2.arguments[0]
+        # The whole reduction in a region of its own, so that
+        # scf-parallel-loop-fusion merges no other loop into its block loops
+        # (all threads of a block run the block loop's body: another loop's
+        # read-modify-write there would race).
+        wrapper = _region(_GRID)
+        with ir.InsertionPoint(ops_of(wrapper.regions[0].blocks[0])[-1]):
+            zero, one = index_const(0), index_const(1)
+            step = index_const(threads)
+            stop_k = index_const(plan.extent)
+            _, outer, term = new_parallel([zero], [index_const(plan.rows * splits)], [one])
+            with ir.InsertionPoint(term):
+                b = outer.arguments[0]
+                if splits == 1:
+                    def emit() -> None:
+                        p_ivs = _delinearize(b, p_ext) if p_ext else []
+                        finish(p_ivs, lambda: _reducing_threads(
+                            threads, elt, plan.combiner,
+                            lambda t, neutral: _strided_for(
+                                t, stop_k, step, neutral,
+                                lambda k, acc: element(p_ivs, k, acc))))
+                else:
+                    def emit() -> None:
+                        c_chunk = index_const(chunk)
+                        row = arith.divui(b, index_const(splits))
+                        s = arith.remui(b, index_const(splits))
+                        p_ivs = _delinearize(row, p_ext) if p_ext else []
+                        first = arith.muli(s, c_chunk)
+                        last = arith.minui(arith.addi(first, c_chunk), stop_k)
+                        reduced = _reducing_threads(
+                            threads, elt, plan.combiner,
+                            lambda t, neutral: _strided_for(
+                                arith.addi(first, t), last, step, neutral,
+                                lambda k, acc: element(p_ivs, k, acc)))
+                        memref.store(reduced, partials, [b])
+                _row_block(term, emit)
+            if splits > 1:
+                threads2 = _threads(splits, block_size)
+                step2 = index_const(threads2)
+                _, outer2, term2 = new_parallel([zero], [index_const(plan.rows)], [one])
+                with ir.InsertionPoint(term2):
+                    row = outer2.arguments[0]
 
-                def emit2() -> None:
-                    p_ivs = _delinearize(row, p_ext) if p_ext else []
-                    base = arith.muli(row, index_const(splits))
-                    finish(p_ivs, lambda: _reducing_threads(
-                        threads2, elt, plan.combiner,
-                        lambda t, neutral: _strided_for(
-                            t, index_const(splits), step2, neutral,
-                            lambda k, acc: _combine(
-                                plan.combiner, acc,
-                                memref.load(partials, [arith.addi(base, k)])))))
-                _row_block(term2, emit2)
+                    def emit2() -> None:
+                        p_ivs = _delinearize(row, p_ext) if p_ext else []
+                        base = arith.muli(row, index_const(splits))
+                        finish(p_ivs, lambda: _reducing_threads(
+                            threads2, elt, plan.combiner,
+                            lambda t, neutral: _strided_for(
+                                t, index_const(splits), step2, neutral,
+                                lambda k, acc: _combine(
+                                    plan.combiner, acc,
+                                    memref.load(partials, [arith.addi(base, k)])))))
+                    _row_block(term2, emit2)
     op.erase()
     for d in dead:
         d.erase()
@@ -455,17 +476,9 @@ def _fill_value(op: ir.Operation, buf: ir.Value) -> ir.Value | None:
         return None
     value = body_ops[0].operands[0]
     owner = value.owner
-    if isinstance(owner, ir.Block) or ir_is_inside(owner.operation, op):
+    if isinstance(owner, ir.Block) or is_inside(owner.operation, op):
         return None
     return value
-
-
-def ir_is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
-    while op is not None and op.name != "func.func":
-        if op == ancestor:
-            return True
-        op = op.parent
-    return False
 
 
 def _initial_value(op: ir.Operation, out: ir.Value):
@@ -589,36 +602,42 @@ class BlockReductions(_Step):
             _rewrite(plan, self.block_size)
 
 
-def _is_row_block(op: ir.Operation) -> bool:
-    return op.name == "scf.execute_region" and "no_inline" in op.attributes and any(
-        inner.name == "scf.parallel" and len(inner.results) > 0 for inner in walk_ops(op)[1:])
+def _marked(op: ir.Operation, kind: str) -> bool:
+    return (op.name == "scf.execute_region" and _ATTR in op.attributes
+            and ir.StringAttr(op.attributes[_ATTR]).value == kind)
+
+
+def _inline(region_op: ir.Operation) -> None:
+    """Move the ops of `region_op`'s single block before it (no results), erase it."""
+    for o in ops_of(region_op.regions[0].blocks[0])[:-1]:
+        o.move_before(region_op)
+    region_op.erase()
 
 
 @dataclasses.dataclass(frozen=True)
 class InlineBlockReductions(_Step):
     """Put each `BlockReductions` row block back directly in a block loop.
 
-    A row block left on the host (its one-iteration block loop was folded
-    away) gets a one-iteration `scf.parallel` again: one block of threads.
-    Then the `scf.execute_region` is inlined, so the thread loop sits directly
-    in the block loop, as `gpu-map-parallel-loops` and
-    `convert-parallel-loops-to-gpu` expect.
+    The "grid" regions are inlined first. A row block then left on the host
+    (its one-iteration block loop was folded away) gets a one-iteration
+    `scf.parallel` again: one block of threads. Then the row region is
+    inlined, so the thread loop sits directly in the block loop, as
+    `gpu-map-parallel-loops` and `convert-parallel-loops-to-gpu` expect.
     """
 
     name = "autodiff-gpu-inline-block-reductions"
     summary = "Inline the row blocks of block-parallel reductions into their block loops"
 
     def apply(self, module: ir.Operation) -> None:
-        for op in [o for o in walk_ops(module) if _is_row_block(o)]:
+        for op in [o for o in walk_ops(module) if _marked(o, _GRID)]:
+            _inline(op)
+        for op in [o for o in walk_ops(module) if _marked(o, _ROW)]:
             if on_host(op):
                 with ir.InsertionPoint(op), op.location:
                     zero, one = index_const(0), index_const(1)
                     _, _, term = new_parallel([zero], [one], [one])
                 op.move_before(term)
-            inner = op.regions[0].blocks[0]
-            for o in ops_of(inner)[:-1]:
-                o.move_before(op)
-            op.erase()
+            _inline(op)
 
 
 def contains_block_reduction(loop: ir.Operation) -> bool:
