@@ -755,8 +755,9 @@ func.func @mm(%a: tensor<64x33xf32>, %b: tensor<33x64xf32>) -> tensor<64x64xf32>
     assert shapes and all("gpu.all_reduce" not in v[2] for v in shapes.values())
 
 
-def _mlp_loss_module_text() -> tuple[str, tuple, object]:
-    """The MLP loss of the benchmarks (784-512-512-10, batch 128) as traced by ad.lower."""
+def _mlp_module_text(step: bool) -> tuple[str, tuple, object]:
+    """The MLP loss of the benchmarks (784-512-512-10, batch 128), or its SGD
+    training step (value_and_grad), as traced by ad.lower; with numpy's value."""
     import sys
     from pathlib import Path
 
@@ -773,15 +774,21 @@ def _mlp_loss_module_text() -> tuple[str, tuple, object]:
     def loss(params, x, onehot):
         return grad_cases._mlp_loss(anp, lambda z: nn.log_softmax(z, axis=-1), params, x, onehot)
 
-    text = ad.lower(loss, params, x, onehot).as_text("autodiff")
-    return text, inputs, grad_cases._numpy_mlp_loss
+    def train_step(params, x, onehot):
+        value, grads = ad.value_and_grad(loss)(params, x, onehot)
+        return value, tuple(p - grad_cases.LR * g for p, g in zip(params, grads))
+
+    text = ad.lower(train_step if step else loss, params, x, onehot).as_text("autodiff")
+    return text, inputs, grad_cases._numpy_mlp_step if step else grad_cases._numpy_mlp_loss
 
 
-def test_mlp_loss_has_no_single_thread_kernel() -> None:
+@pytest.mark.parametrize("step", [False, True], ids=["loss", "train_step"])
+def test_mlp_has_no_single_thread_kernel(step: bool) -> None:
     """The weight-decay sums (over 401408, 262144 and 5120 weights) and the mean
-    cross-entropy are block reductions; the scalar tail (nll + wd * decay) runs in
-    the last reduction's kernel: no launch is one block of one thread."""
-    text, _, _ = _mlp_loss_module_text()
+    cross-entropy are block reductions; the scalar tail (nll + wd * decay, the
+    gradient's seeds) runs in the last reduction's kernel: no launch is one
+    block of one thread."""
+    text, _, _ = _mlp_module_text(step)
     shapes = _launch_shapes(lowered(text, stage="kernels"))
     single = [k for k, (g, b, _) in shapes.items() if g == (1, 1, 1) and b == (1, 1, 1)]
     assert not single, {k: shapes[k][2] for k in single}
@@ -789,11 +796,47 @@ def test_mlp_loss_has_no_single_thread_kernel() -> None:
     assert max(grids) >= 64  # the 401408-element sum is split over many blocks
 
 
-def test_mlp_loss_parallel_stage_matches_numpy() -> None:
-    text, inputs, numpy_loss = _mlp_loss_module_text()
+@pytest.mark.parametrize("step", [False, True], ids=["loss", "train_step"])
+def test_mlp_parallel_stage_matches_numpy(step: bool) -> None:
+    text, inputs, numpy_fn = _mlp_module_text(step)
     module = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline())
     got = module["main"](*inputs)  # ad.lower names the traced function main
-    np.testing.assert_allclose(got, numpy_loss(*inputs), rtol=1e-4)
+    flat = np.concatenate([np.ravel(g) for g in (got if isinstance(got, tuple) else (got,))])
+    np.testing.assert_allclose(flat, np.ravel(numpy_fn(*inputs)), rtol=1e-3, atol=1e-5)
+
+
+def _stores_outside_thread_zero(kernel: ir.Operation) -> int:
+    """memref.store ops of `kernel` not inside an scf.if on `thread_id x == 0`."""
+    bad = 0
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal bad
+        if op.name == "memref.store":
+            parent = op.parent
+            while parent.name not in ("scf.if", "gpu.func"):
+                parent = parent.parent
+            cond = parent.operands[0].owner if parent.name == "scf.if" else None
+            if cond is None or "gpu.thread_id  x" not in str(cond.operands[0].owner) or \
+                    "eq" not in str(cond):
+                bad += 1
+        return ir.WalkResult.ADVANCE
+
+    kernel.walk(visit)
+    return bad
+
+
+def test_block_reduction_results_are_stored_by_thread_zero() -> None:
+    """After the all-reduce every thread holds the result; thread 0 alone stores it
+    and runs the scalar tail (0.5 * sum(x^2) - sum(y)), so no thread writes what
+    another still reads and the tail runs once."""
+    module = lowered(module_text("scalar_loss_tail"), stage="kernels")
+    shapes = _launch_shapes(module)
+    reducing = [k for k, v in shapes.items() if "gpu.all_reduce" in v[2]]
+    assert len(reducing) == 2 and len(shapes) == 2, shapes
+    for op in module.body.operations:
+        if op.operation.name == "gpu.module":
+            assert _stores_outside_thread_zero(op.operation) == 0, str(op)
+    assert "arith.subf" in "".join(shapes[k][2] for k in reducing)  # the tail joined
 
 
 def test_parallel_stage_is_tiled_into_blocks_and_threads() -> None:

@@ -60,7 +60,8 @@ What runs where
    reduction to few outputs is split over many blocks into partials that a
    second kernel combines in a fixed order (deterministic, no atomics). The
    fill or copy that initialises the output is folded in, and a scalar tail
-   (`nll + wd * decay`) runs in the last reduction's kernel.
+   (`nll + wd * decay`) runs in the last reduction's kernel, on its thread 0
+   (`SingleThreadTails`, after the mapping in step 6).
    Every other linalg op becomes an `scf.parallel` over its parallel
    dimensions; reduction dimensions stay sequential `scf.for` loops inside
    it: each GPU thread reduces its own output element (race-free, no
@@ -135,7 +136,7 @@ from .calling_convention import (
 )
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
-from .reductions import BlockReductions, InlineBlockReductions
+from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -256,6 +257,7 @@ class LowerToGpu(Pass):
             DeviceMemory(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
+            SingleThreadTails(),
             "canonicalize",
             # Constants and index arithmetic move into the kernels (constant trip
             # counts for ptxas) instead of becoming kernel arguments.

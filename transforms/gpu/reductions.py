@@ -23,19 +23,27 @@ element (one row) with `T` threads:
 
 `convert-parallel-loops-to-gpu` maps the thread loop's `scf.reduce` to
 `gpu.all_reduce`, which `convert-gpu-to-nvvm` lowers to warp shuffles
-(`shfl.sync`) and a shared-memory exchange across warps with barriers. The
-barriers also order every thread's read of `%out` before any thread's write
-(all threads store the same value). A long reduction with few outputs (a sum
-over a whole array) is split: `splits` blocks per output each reduce a
-contiguous chunk into a partial, and a second loop of the same form combines
-the partials in a fixed order: deterministic, no atomics.
+(`shfl.sync`) and a shared-memory exchange across warps with barriers.
+`SingleThreadTails` then puts the code after the all-reduce (the store, a
+scalar tail) under `thread 0 only`; the barriers order every thread's read
+of `%out` before that write. A long reduction with few outputs (a sum over
+a whole array) is split: `splits` blocks per output each reduce a
+contiguous chunk into a partial, and a second loop of the same form
+combines the partials in a fixed order: deterministic, no atomics. The fill
+or copy that initialises the output folds into `%init` (no read of `%out`,
+no kernel of its own), and for a scalar result the one-element elementwise
+ops and fills that follow (a loss's `nll + wd * decay`) join the kernel's
+tail instead of running as one-thread kernels.
 
-The `scf.execute_region no_inline` keeps one row's work together when
-canonicalization removes a one-iteration block loop (a scalar result);
-`InlineBlockReductions` later puts it back into a one-iteration loop (a
-one-block kernel, all its threads reducing) and inlines the region, just
-before the loops are tiled. The program still runs on the CPU
-(`convert-scf-to-cf` lowers parallel loops with reductions sequentially).
+The whole rewrite sits in an `scf.execute_region no_inline` ("grid"), so
+`scf-parallel-loop-fusion` fuses no other loop into its block loops (whose
+body every thread of a block runs). Each row's work sits in another ("row"):
+it stays together when canonicalization removes a one-iteration block loop
+(a scalar result). `InlineBlockReductions` inlines both, just before the
+loops are tiled, giving the row back its one-iteration block loop (a
+one-block kernel, all its threads reducing). The program still runs on the
+CPU (`convert-scf-to-cf` lowers parallel loops with reductions
+sequentially).
 
 Which reductions: a `linalg.generic` with one output whose body yields
 `acc <op> f(inputs)` for an associative and commutative `<op>` (add, mul,
@@ -328,24 +336,16 @@ def _rewrite(plan: _Plan, block_size: int) -> None:
 
     covers = math.prod(ir.MemRefType(out.type).shape) == plan.rows
     kind, source, dead = _initial_value(op, out) if covers else ("load", out, [])
-    reads = [x for x in ins if isinstance(x.type, ir.MemRefType)]
-    if kind == "load":
-        reads.append(source)
-    epilogue = _scalar_consumer(op, out, reads) if plan.rows == 1 else None
+    tail = _scalar_tail(op) if plan.rows == 1 else []
 
     def finish(p_ivs: list[ir.Value], reduced_fn) -> None:
         """Read the output's current value, reduce, store the combination."""
         idx = _apply(maps[-1], [*_scatter(plan, p_ivs, n)])
         init = source if kind == "value" else memref.load(source, idx)
         r = reduced_fn()
-        res = _combine(plan.combiner, init, r)
-        if epilogue is None:
-            memref.store(res, out, idx)
-            return
-        target = list(epilogue.opview.outputs)[0]
-        if target != out:
-            memref.store(res, out, idx)
-        memref.store(_scalar_body(epilogue, out, res), target, [zero] * _rank(target))
+        memref.store(_combine(plan.combiner, init, r), out, idx)
+        for g in tail:
+            _scalar_generic(g)
 
     with ir.InsertionPoint(op), op.location:
         partials = None
@@ -407,8 +407,8 @@ def _rewrite(plan: _Plan, block_size: int) -> None:
     op.erase()
     for d in dead:
         d.erase()
-    if epilogue is not None:
-        epilogue.erase()
+    for g in tail:
+        g.erase()
 
 
 _VIEW_OPS = {
@@ -520,50 +520,53 @@ def _one_element(x: ir.Value) -> bool:
     return isinstance(x.type, ir.MemRefType) and math.prod(ir.MemRefType(x.type).shape) == 1
 
 
-def _scalar_consumer(op: ir.Operation, out: ir.Value,
-                     source_reads: list[ir.Value]) -> ir.Operation | None:
-    """The op right after reduction `op` when it is elementwise arithmetic on
-    one-element buffers (the scalar tail of a loss: `nll + wd * decay`): it then
-    runs in the reduction's kernel instead of a one-thread kernel of its own.
-    Every thread of the block computes it (the same value): it must not write a
-    buffer the kernel reads, and nothing may alias what it touches."""
+def _scalar_tail(op: ir.Operation) -> list[ir.Operation]:
+    """The one-element elementwise ops and fills right after reduction `op` (the
+    scalar tail of a loss: `nll + wd * decay`, a seed of 1.0): they run at the
+    end of the reduction's kernel instead of one-thread kernels of their own.
+    Static allocations and constants between them move before `op`. On the GPU
+    the kernel's code after its `gpu.all_reduce` runs on thread 0 only
+    (`SingleThreadTails`), so the tail runs once, in program order."""
+    tail: list[ir.Operation] = []
     ops = ops_of(op.block)
     k = ops.index(op) + 1
-    if k >= len(ops):
-        return None
-    g = ops[k]
+    while k < len(ops):
+        g = ops[k]
+        k += 1
+        if (g.name == "memref.alloc" and not list(g.operands)) or (
+                g.name == "arith.constant"):
+            g.move_before(op)
+            continue
+        if not _scalar_generic_ok(g):
+            break
+        tail.append(g)
+    return tail
+
+
+def _scalar_generic_ok(g: ir.Operation) -> bool:
     if g.name != "linalg.generic" or any(
             "parallel" not in str(a) for a in g.attributes["iterator_types"]):
-        return None
+        return False
     view = g.opview
     ins, outs = list(view.inputs), list(view.outputs)
     if len(outs) != 1 or len(g.results) != 0 or not _one_element(outs[0]):
-        return None
+        return False
     if any(isinstance(x.type, ir.ShapedType) and not _one_element(x) for x in ins):
-        return None
+        return False
     body = g.regions[0].blocks[0]
-    if len(list(body.arguments[len(ins)].uses)) != 0:
-        return None
-    if any(inner.regions or inner.name == "linalg.index" for inner in ops_of(body)):
-        return None
-    target = outs[0]
-    reads = [x for x in ins if x != out] + list(source_reads)
-    if target in reads or any(_has_views(b) for b in [target, *ins]
-                              if isinstance(b.type, ir.MemRefType)):
-        return None
-    return g
+    if list(body.arguments[len(ins)].uses):
+        return False
+    return not any(inner.regions or inner.name == "linalg.index" for inner in ops_of(body))
 
 
-def _scalar_body(g: ir.Operation, out: ir.Value, res: ir.Value) -> ir.Value:
-    """`g`'s body on scalars: `out` is `res`, other buffers are loaded."""
+def _scalar_generic(g: ir.Operation) -> None:
+    """`g` (a one-element generic) on scalars, at the insertion point."""
     view = g.opview
-    ins = list(view.inputs)
+    ins, target = list(view.inputs), list(view.outputs)[0]
     body = g.regions[0].blocks[0]
     vmap: dict = {}
     for j, x in enumerate(ins):
-        if x == out:
-            vmap[body.arguments[j]] = res
-        elif isinstance(x.type, ir.MemRefType):
+        if isinstance(x.type, ir.MemRefType):
             vmap[body.arguments[j]] = memref.load(x, [index_const(0)] * _rank(x))
         else:
             vmap[body.arguments[j]] = x
@@ -575,7 +578,7 @@ def _scalar_body(g: ir.Operation, out: ir.Value, res: ir.Value) -> ir.Value:
         for r_old, r_new in zip(inner.results, clone.results):
             vmap[r_old] = r_new
     y = ops_of(body)[-1].operands[0]
-    return vmap.get(y, y)
+    memref.store(vmap.get(y, y), target, [index_const(0)] * _rank(target))
 
 
 def _scatter(plan: _Plan, p_ivs: list[ir.Value], n: int) -> list[ir.Value]:
@@ -644,3 +647,41 @@ def contains_block_reduction(loop: ir.Operation) -> bool:
     """Whether parallel loop `loop` is a block loop around a reducing thread loop."""
     return any(o.name == "scf.parallel" and len(o.results) > 0
                for o in ops_of(loop.regions[0].blocks[0]))
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleThreadTails(_Step):
+    """In a `gpu.launch` with a `gpu.all_reduce` (a block-parallel reduction:
+    nothing else makes one), the code after the last all-reduce runs on thread 0
+    only: the row's store (the same value in every thread) and the scalar tail.
+
+    One thread writes, in program order: no write races with another thread's
+    write, and every thread's reads before the all-reduce (of the output's
+    initial value, of the inputs) come before the barrier inside it, hence
+    before these writes.
+    """
+
+    name = "autodiff-gpu-single-thread-tails"
+    summary = "Run the code after a block reduction's gpu.all_reduce on thread 0"
+
+    def apply(self, module: ir.Operation) -> None:
+        for launch in [o for o in walk_ops(module) if o.name == "gpu.launch"]:
+            body = launch.regions[0].blocks[0]
+            ops = ops_of(body)
+            reduces = [k for k, o in enumerate(ops) if o.name == "gpu.all_reduce"]
+            if not reduces:
+                continue
+            after = ops[reduces[-1] + 1:-1]
+            if not any(o.name == "memref.store" or o.regions for o in after):
+                continue
+            # Block arguments: block ids (x, y, z), thread ids (x, y, z), sizes.
+            tid = body.arguments[3:6]
+            with ir.InsertionPoint(after[0]), launch.location:
+                zero = index_const(0)
+                first = [arith.cmpi(arith.CmpIPredicate.eq, t, zero) for t in tid]
+                cond = arith.andi(arith.andi(first[0], first[1]), first[2])
+                guard = scf.IfOp(cond)
+                with ir.InsertionPoint(guard.then_block):
+                    term = scf.YieldOp([])
+            for o in after:
+                o.move_before(term)
