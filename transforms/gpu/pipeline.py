@@ -23,7 +23,9 @@ Options
 `opt-level` (default 3)
     LLVM/ptxas optimisation level, 0 to 3.
 `block-size` (default 256)
-    Threads per block for the parallel loops (a power of two, at most 1024).
+    Threads per block for the parallel loops (a power of two, at most 1024);
+    block-parallel reductions use at most as many (at least 64; with a
+    block size under 64 there are none).
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts

@@ -164,7 +164,7 @@ def _plan(op: ir.Operation) -> _Plan | None:
         return None
     view = op.opview
     outs, ins = list(view.outputs), list(view.inputs)
-    if len(outs) != 1 or len(op.results) != 0 or outs[0] in ins:
+    if len(outs) != 1 or len(op.results) != 0 or outs[0] in ins or _has_views(outs[0]):
         return None
     out_t = outs[0].type
     if not isinstance(out_t, ir.MemRefType) or not _supported_type(out_t.element_type):
@@ -600,6 +600,8 @@ class BlockReductions(_Step):
     block_size: int = 256
 
     def apply(self, module: ir.Operation) -> None:
+        if self.block_size < MIN_THREADS:  # too few threads to be worth it (and safe)
+            return
         plans = [p for p in (_plan(o) for o in walk_ops(module)) if p is not None]
         for plan in plans:
             _rewrite(plan, self.block_size)
