@@ -164,8 +164,8 @@ def _plan(op: ir.Operation) -> _Plan | None:
         return None
     view = op.opview
     outs, ins = list(view.outputs), list(view.inputs)
-    if len(outs) != 1 or len(op.results) != 0 or outs[0] in ins or _has_views(outs[0]):
-        return None
+    if len(outs) != 1 or len(op.results) != 0 or _base(outs[0]) in [_base(x) for x in ins]:
+        return None  # other blocks would read what a block writes
     out_t = outs[0].type
     if not isinstance(out_t, ir.MemRefType) or not _supported_type(out_t.element_type):
         return None
@@ -415,6 +415,13 @@ _VIEW_OPS = {
     "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
     "memref.reinterpret_cast", "memref.view", "memref.transpose",
 }
+
+
+def _base(buf: ir.Value) -> ir.Value:
+    """The memref `buf` is a view of (through view-like ops), or `buf`."""
+    while not isinstance(buf.owner, ir.Block) and buf.owner.operation.name in _VIEW_OPS:
+        buf = buf.owner.operation.operands[0]
+    return buf
 
 
 def _has_views(buf: ir.Value) -> bool:
