@@ -144,16 +144,22 @@ func.func @sum_rows(%x: tensor<16x40xf32>) -> tensor<16xf32> {
 
 // -----
 
-/// Check that a reduction to a scalar result runs as a single-thread kernel
-/// (no parallel dimension is left) and the host reads the scalar back with a
-/// gpu.memcpy into a host stack slot.
+/// Check that a reduction to a scalar result runs as one block of 256 threads
+/// (each strides over the 1000 elements, then an scf.reduce combines the
+/// threads' partial sums; the fill is folded in as the initial value), and
+/// the host reads the scalar back with a gpu.memcpy into a host stack slot.
 
 // PAR-LABEL: func.func @total
 // PAR-SAME: -> f32
 // PAR: scf.parallel (%{{.*}}) = (%c0) to (%c1) step (%c1) {
-// PAR-NEXT: memref.store
-// PAR-NEXT: scf.for %{{.*}} = %c0 to %c1000 step %c1
-// PAR: scf.reduce
+// PAR-NEXT: %[[R:.*]] = scf.parallel (%[[T:.*]]) = (%c0) to (%c256) step (%c1) init (%{{.*}}) -> f32 {
+// PAR-NEXT: scf.for %{{.*}} = %[[T]] to %c1000 step %c256 iter_args
+// PAR: scf.reduce(%{{.*}} : f32) {
+// PAR: arith.addf
+// PAR-NEXT: scf.reduce.return
+// PAR: %[[S:.*]] = arith.addf %[[R]], %{{.*}} : f32
+// PAR-NEXT: memref.store %[[S]]
+// PAR-NEXT: scf.reduce
 // PAR-NEXT: }
 // PAR-NEXT: %[[V:.*]] = memref.load %{{.*}}[] : memref<f32>
 // PAR: return %[[V]] : f32
@@ -161,7 +167,7 @@ func.func @sum_rows(%x: tensor<16x40xf32>) -> tensor<16xf32> {
 // KERNELS-LABEL: func.func private @total_on_device
 // KERNELS: %[[SLOT:.*]] = memref.alloca() : memref<f32>
 // KERNELS: %[[ACC:.*]], %{{.*}} = gpu.alloc async [%{{.*}}] () : memref<f32>
-// KERNELS: gpu.launch_func async {{.*}} @total_kernel::@total_kernel blocks in (%c1, %c1, %c1) threads in (%c1, %c1, %c1) args(%[[ACC]] : memref<f32>
+// KERNELS: gpu.launch_func async {{.*}} @total_kernel::@total_kernel blocks in (%c1, %c1, %c1) threads in (%c256, %c1, %c1) args(%{{.*}} : memref<1000xf32>, %[[ACC]] : memref<f32>
 // KERNELS: gpu.memcpy async [%{{.*}}] %[[SLOT]], %[[ACC]] : memref<f32>, memref<f32>
 // KERNELS: %[[V:.*]] = memref.load %[[SLOT]][] : memref<f32>
 // KERNELS: gpu.dealloc async [%{{.*}}] %[[ACC]]

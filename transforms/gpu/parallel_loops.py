@@ -17,6 +17,7 @@ from mlir.dialects import arith, linalg, scf
 
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
+from .reductions import contains_block_reduction
 from .support import functions, index_const, new_parallel, on_host, ops_of
 
 # -- step 1: copies become parallel loops --------------------------------------
@@ -127,9 +128,11 @@ class TileParallelLoops(_Step):
     block_size: int = 256
 
     def apply(self, module: ir.Operation) -> None:
+        # Block loops of block-parallel reductions (reductions.py) have their threads.
         loops = [
             op for op in walk_ops(module)
             if op.name == "scf.parallel" and on_host(op) and len(op.results) == 0
+            and not contains_block_reduction(op)
         ]
         for loop in loops:
             _tile_parallel_loop(loop, self.block_size)

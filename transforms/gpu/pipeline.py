@@ -23,7 +23,9 @@ Options
 `opt-level` (default 3)
     LLVM/ptxas optimisation level, 0 to 3.
 `block-size` (default 256)
-    Threads per block for the parallel loops (a power of two, at most 1024).
+    Threads per block for the parallel loops (a power of two, at most 1024);
+    block-parallel reductions use at most as many (at least 64; with a
+    block size under 64 there are none).
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
@@ -52,22 +54,33 @@ What runs where
    consumers (`linalg-fuse-elementwise-ops`); reduction dimensions are
    moved innermost. One-shot bufferization, identity layouts at function
    boundaries.
-2. Every linalg op becomes an `scf.parallel` over its parallel dimensions;
-   reduction dimensions stay sequential `scf.for` loops inside it: each GPU
-   thread reduces its own output element (race-free, no atomics, no shared
-   memory). Adjacent parallel loops over the same iteration space are fused
-   (`scf-parallel-loop-fusion`): a fill, a matmul and its bias/activation
-   chain become one kernel.
+2. Long reductions (at least 64 elements per output, at most 16384 outputs:
+   a softmax row, a bias gradient, a sum to a scalar) become block-parallel
+   loops (reductions.py): a block per output, its threads striding over the
+   reduced elements, combined with an `scf.reduce` that becomes
+   `gpu.all_reduce` (warp shuffles, shared memory across warps). A long
+   reduction to few outputs is split over many blocks into partials that a
+   second kernel combines in a fixed order (deterministic, no atomics). The
+   fill or copy that initialises the output is folded in, and a scalar tail
+   (`nll + wd * decay`) runs in the last reduction's kernel, on its thread 0
+   (`SingleThreadTails`, after the mapping in step 6).
+   Every other linalg op becomes an `scf.parallel` over its parallel
+   dimensions; reduction dimensions stay sequential `scf.for` loops inside
+   it: each GPU thread reduces its own output element (race-free, no
+   atomics, no shared memory). Adjacent parallel loops over the same
+   iteration space are fused (`scf-parallel-loop-fusion`): a fill, a matmul
+   and its bias/activation chain become one kernel.
 3. Tensor results become caller-owned out-parameters
    (`buffer-results-to-out-params`, as in `--autodiff-lower-to-cpu`);
    temporaries are freed by `buffer-deallocation-pipeline`; i1 buffers hold
    one byte per element (numpy's bool layout).
 4. Each parallel loop is tiled into blocks x threads (`block-size` threads,
    the innermost, contiguous dimension on `threadIdx.x`, out-of-range threads
-   masked by an `scf.if`). Host code that touches memory (a rank-0 fill, a
-   full reduction to a scalar, `tensor.insert`) is wrapped into a
-   one-iteration `scf.parallel`: a single-thread kernel. This is
-   `stage=parallel`, the program tests also run on the CPU.
+   masked by an `scf.if`); block-parallel reductions already are blocks of
+   threads. Host code that touches memory (a rank-0 fill, a short reduction
+   to a scalar, `tensor.insert`) is wrapped into a one-iteration
+   `scf.parallel`: a single-thread kernel. This is `stage=parallel`, the
+   program tests also run on the CPU.
 5. Memory: every buffer the kernels touch lives in device memory.
    Allocations become `gpu.alloc`/`gpu.dealloc`; constants (`memref.global`)
    are copied to the device where they are used; a scalar the host needs (a
@@ -96,9 +109,10 @@ Limits (what bounds the kernel count and speed)
   distinct shape (each matmul and its transposes in a backward pass, each
   parameter's update) is its own kernel: an MLP training step (2 layers,
   vjp + SGD) is 12 kernels, a GMM negative log-likelihood gradient 9.
-- A reduction to a scalar (a loss) is a single-thread kernel; there is no
-  tree or `gpu.all_reduce` reduction, and no shared-memory tiling of
-  contractions: each thread accumulates one output element in global memory.
+- Contractions with many outputs (matmuls) and short reductions are one
+  thread per output element, accumulating in registers from global memory:
+  no shared-memory tiling, no tensor cores. A short reduction to a scalar
+  (under 64 elements) is still a single-thread kernel.
 """
 
 from __future__ import annotations
@@ -124,6 +138,7 @@ from .calling_convention import (
 )
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
+from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -206,6 +221,8 @@ class LowerToGpu(Pass):
             "eliminate-empty-tensors",
             GPU_BUFFERIZE,
             "canonicalize",
+            # Long reductions: a block of threads per output (reductions.py).
+            BlockReductions(block_size=self.block_size),
             # Parallel loops before out-params: fusion needs the results to be
             # fresh allocations, which cannot alias the function's arguments.
             "func.func(convert-linalg-to-parallel-loops)",
@@ -231,6 +248,7 @@ class LowerToGpu(Pass):
             BoolBuffersToBytes(),
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
+            InlineBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
             "cse",
@@ -241,6 +259,7 @@ class LowerToGpu(Pass):
             DeviceMemory(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
+            SingleThreadTails(),
             "canonicalize",
             # Constants and index arithmetic move into the kernels (constant trip
             # counts for ptxas) instead of becoming kernel arguments.
