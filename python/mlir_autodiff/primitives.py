@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import arith, linalg, scf, tensor
 
 from .errors import ShapeError, UnsupportedError
 from .tracing import (
@@ -613,6 +613,172 @@ def contract(operands: Sequence[Tracer], in_letters: Sequence[str], out_letters:
     return Tracer(op.result, ShapedArray(out_shape, dt), trace)
 
 
+# --------------------------------------------------------------------------- sorting
+
+def _total_less(dtype: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """a < b in the order sorting uses: NaN above everything, -0.0 == 0.0 (as numpy/jax)."""
+    if not _is_float(dtype):
+        return arith.cmpi(arith.CmpIPredicate.slt, a, b)
+    lt = arith.cmpf(arith.CmpFPredicate.OLT, a, b)
+    a_num = arith.cmpf(arith.CmpFPredicate.ORD, a, a)
+    b_nan = arith.cmpf(arith.CmpFPredicate.UNO, b, b)
+    return arith.ori(lt, arith.andi(a_num, b_nan))
+
+
+def _not(v: ir.Value) -> ir.Value:
+    return arith.xori(v, arith.ConstantOp(v.type, ir.IntegerAttr.get(v.type, 1)).result)
+
+
+def _comes_first(dtype: np.dtype, a: ir.Value, b: ir.Value, ia: ir.Value,
+                 ib: ir.Value) -> ir.Value:
+    """(a, ia) strictly before (b, ib): by value in the total order, ties by position."""
+    ilt = arith.cmpi(arith.CmpIPredicate.slt, ia, ib)
+    tie = arith.andi(_not(_total_less(dtype, a, b)), _not(_total_less(dtype, b, a)))
+    return arith.ori(_total_less(dtype, a, b), arith.andi(tie, ilt))
+
+
+def _shuffle_network(m: int) -> np.ndarray:
+    """Stone's bitonic sort on the perfect shuffle, for 2**m elements: m * m steps, each a
+    perfect shuffle of the positions followed by compare-exchanges of the pairs (2p, 2p+1).
+    Row k says per pair: 0 leave it, 1 put the first-ordered element in slot 0, 2 in slot 1.
+
+    After s shuffles of a phase the pairs differ in logical bit m - 1 - s (the shuffle
+    rotates the address bits), so each phase of m steps runs the bitonic merge's
+    comparisons over bits k - 1 ... 0 and m * m shuffles bring every element home.
+    """
+    n = 1 << m
+    table = np.zeros((m * m, n // 2), np.int8)
+    logical = np.arange(n)
+    step = 0
+    for k in range(1, m + 1):
+        for s in range(m):
+            logical = logical.reshape(2, n // 2).T.reshape(n)
+            bit = m - 1 - s
+            lower = logical[0::2]
+            assert np.all(logical[1::2] - lower == 1 << bit)
+            if bit < k:  # merging blocks of 2**k: ascending where bit k of the index is 0
+                table[step] = np.where((lower >> k) & 1 == 0, 1, 2)
+            step += 1
+    return table
+
+
+def bitonic_sort(key: Tracer, pos: Tracer, payloads: Sequence[Tracer]
+                 ) -> tuple[Tracer, Tracer, list[Tracer]]:
+    """Sort (R, N) arrays along the last axis (N a power of two) by (key, pos): one
+    `scf.for` over the m * m steps of `_shuffle_network` (m = log2 N), each step one
+    `linalg.generic` over all rows.
+
+    A step reads the carried arrays as [2, N/2] (the perfect shuffle is the index map
+    (p, s) -> (s, p)) and writes pair p's slot s from the element or its partner
+    (1 - s, p) by one select, chosen by the comparison and the step's row of the
+    network table. `pos` (distinct positions) breaks ties, so the result is the stable
+    order. Payloads move alike; float keys and payloads are differentiated through the
+    selects (the loop's tape holds each step's inputs), so the derivative is the
+    permutation. The IR has the same size for every N: O(N log^2 N) work, log^2 N steps.
+    """
+    trace = require_trace("sort")
+    key, pos = trace.lift(key), trace.lift(pos)
+    payloads = _lift_all(trace, payloads)
+    operands = [key, pos, *payloads]
+    rows, n = key.shape
+    m = n.bit_length() - 1
+    assert n == 1 << m and m >= 1
+    half = n // 2
+    i8 = np.dtype(np.int8)
+    table = constant(_shuffle_network(m))
+    with trace.emitting():
+        idx = ir.IndexType.get()
+        lb, ub, one = (arith.constant(idx, v) for v in (0, m * m, 1))
+        loop = scf.ForOp(lb, ub, one, [o.value for o in operands])
+        with ir.InsertionPoint(loop.body):
+            dyn = ir.ShapedType.get_dynamic_size()
+            row = tensor.extract_slice(_tensor_type([half], i8), table.value,
+                                       [loop.induction_variable], [], [], [dyn, 0], [1, half],
+                                       [1, 1])
+            shape3 = [rows, 2, half]
+            vals = [reshape_value(a, [rows, n], shape3, o.dtype)
+                    for a, o in zip(loop.inner_iter_args, operands)]
+            d = [ir.AffineDimExpr.get(k) for k in range(3)]
+            mine = ir.AffineMap.get(3, 0, [d[0], d[2], d[1]])
+            partner = ir.AffineMap.get(3, 0, [d[0], ir.AffineConstantExpr.get(1) - d[2], d[1]])
+            ins = [v for v in vals for _ in range(2)] + [row]
+            out_shape = [rows, half, 2]
+            inits = [_empty(out_shape, o.dtype) for o in operands]
+            maps = [mine, partner] * len(operands) + [ir.AffineMap.get(3, 0, [d[1]])] + \
+                [ir.AffineMap.get_identity(3)] * len(operands)
+            op = linalg.GenericOp([i.type for i in inits], ins, inits, _maps(maps),
+                                  _iterators(["parallel"] * 3))
+            elts = [element_type(o.dtype) for o in operands]
+            block = op.regions[0].blocks.append(*[e for e in elts for _ in range(2)],
+                                                element_type(i8), *elts)
+            with ir.InsertionPoint(block):
+                args = list(block.arguments)
+                code = args[2 * len(operands)]
+                first = _comes_first(key.dtype, args[0], args[1], args[2], args[3])
+                i8t = element_type(i8)
+                active = arith.cmpi(arith.CmpIPredicate.ne, code, arith.constant(i8t, 0))
+                want_first = arith.cmpi(arith.CmpIPredicate.eq,
+                                        arith.cmpi(arith.CmpIPredicate.eq, linalg.IndexOp(2).result,
+                                                   arith.constant(idx, 0)),
+                                        arith.cmpi(arith.CmpIPredicate.eq, code,
+                                                   arith.constant(i8t, 1)))
+                keep = arith.ori(_not(active), arith.cmpi(arith.CmpIPredicate.eq, want_first,
+                                                          first))
+                linalg.YieldOp([arith.select(keep, args[2 * k], args[2 * k + 1])
+                                for k in range(len(operands))])
+            outs = [reshape_value(r, out_shape, [rows, n], o.dtype)
+                    for r, o in zip(op.results, operands)]
+            scf.YieldOp(outs)
+    res = [Tracer(v, o.aval, trace) for v, o in zip(loop.results, operands)]
+    return res[0], res[1], res[2:]
+
+
+def search_sorted(a: Tracer, v: Tracer, right: bool, sorter: Tracer | None) -> Tracer:
+    """numpy.searchsorted of every element of `v` in the sorted 1-D `a` (int64 result).
+
+    One `linalg.generic` over `v` whose body is an unrolled binary search
+    (ceil(log2(len(a))) + 1 `tensor.extract`s from `a`, through `sorter` when
+    given): O(len(v) log len(a)). The result is an integer, so no derivative
+    flows through it, and the extracts batch into gathers under vmap.
+    """
+    trace = require_trace("searchsorted")
+    a, v = trace.lift(a), trace.lift(v)
+    if sorter is not None:
+        sorter = trace.lift(sorter)
+    n = a.shape[0]
+    i64 = np.dtype(np.int64)
+    shape = list(v.shape)
+    r = len(shape)
+    with trace.emitting():
+        idx_t = ir.IndexType.get()
+        init = _empty(shape, i64)
+        maps = [ir.AffineMap.get_identity(r)] * 2
+        op = linalg.GenericOp([init.type], [v.value], [init], _maps(maps),
+                              _iterators(["parallel"] * r))
+        block = op.regions[0].blocks.append(element_type(v.dtype), element_type(i64))
+        with ir.InsertionPoint(block):
+            x = block.arguments[0]
+            e64 = element_type(i64)
+            c = lambda k: arith.constant(e64, k)  # noqa: E731
+            count = c(0)
+            step = 1 << max(n.bit_length() - 1, 0)
+            while n and step >= 1:
+                cand = arith.addi(count, c(step))
+                fits = arith.cmpi(arith.CmpIPredicate.sle, cand, c(n))
+                probe = arith.subi(arith.minsi(cand, c(n)), c(1))
+                probe = arith.index_cast(idx_t, probe)
+                if sorter is not None:
+                    probe = arith.index_cast(idx_t, tensor.extract(sorter.value, [probe]))
+                av = tensor.extract(a.value, [probe])
+                # left: a[probe] < x;  right: a[probe] <= x, i.e. not x < a[probe]
+                go = (_not(_total_less(v.dtype, x, av)) if right
+                      else _total_less(v.dtype, av, x))
+                count = arith.select(arith.andi(fits, go), cand, count)
+                step //= 2
+            linalg.YieldOp([count])
+    return Tracer(op.result, ShapedArray(shape, i64), trace)
+
+
 # `tracing.as_tracer` makes constants and converts dtypes with these ops.
 set_lift_ops(constant_like, convert)
 
@@ -622,6 +788,7 @@ __all__ = [
     "broadcast_shapes",
     "broadcast_to",
     "combiner",
+    "bitonic_sort",
     "concatenate",
     "constant",
     "constant_like",
@@ -638,5 +805,6 @@ __all__ = [
     "reshape_value",
     "reverse",
     "scalar_constant",
+    "search_sorted",
     "transpose",
 ]
