@@ -1815,6 +1815,7 @@ def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
         raise ValueError(f"{name}: method must be one of {', '.join(_QUANTILE_METHODS)}; got "
                          f"{method!r} (at {format_site()})")
     t = _t(a)
+    a_dtype = t.dtype
     tq = _t(q)
     if tq.ndim > 1:
         raise ValueError(f"{name}: q must have rank <= 1, got shape {_fmt(tq.shape)} (at "
@@ -1868,6 +1869,8 @@ def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
             out = (lo_v + hi_v) * 0.5
         else:
             out = lo_v * (1.0 - w) + hi_v * w
+    if method in ("lower", "higher", "nearest"):
+        out = P.convert(out, a_dtype, weak_type=False)  # an element of `a`, as numpy
     if keepdims:
         out = P.reshape(out, qshape + tuple(keep_shape))
     return out
@@ -1894,7 +1897,8 @@ def percentile(a: ArrayLike, q: ArrayLike, axis: Any = None, out: None = None,
         if np.any((qv < 0) | (qv > 100)):
             raise ValueError(f"percentile: percentiles must be in the range [0, 100] (at "
                              f"{format_site()})")
-        q = np.true_divide(q, 100)
+        # a Python scalar stays weakly typed (float32 data keeps float32, as numpy)
+        q = q / 100 if isinstance(q, (int, float)) else np.true_divide(q, 100)
     else:
         q = true_divide(q, 100.0)
     return _quantile("percentile", a, q, axis, method, keepdims, out)

@@ -761,14 +761,16 @@ _d("numpy.cumprod", lambda f, x: f(x), [A(value=[[1.5, 0.0, -2.0], [0.0, 2.0, -1
 _d("numpy.cumprod", lambda f, x: f(x, axis=0), [A(value=[[1.5, 0.5], [0.0, 2.0], [3.0, -1.0]])],
    "one_zero_axis0")
 _d("numpy.quantile", lambda f, x: f(x, 0.3), [A(S)], "flat")
-_d("numpy.quantile", lambda f, x: f(x, [0.25, 0.5, 0.9], axis=1), [A("3x5")], "q_list_axis1")
+_d("numpy.quantile", lambda f, x: f(x, np.array([0.25, 0.5, 0.9]), axis=1), [A("3x5")], "q_list_axis1")
 _d("numpy.quantile", lambda f, x: f(x, 0.4, axis=0, keepdims=True, method="midpoint"),
    [A("4x3")], "midpoint_keepdims")
-_d("numpy.quantile", lambda f, x: f(x, [0.1, 0.7], axis=(0, 2), method="lower"),
+_d("numpy.quantile", lambda f, x: f(x, np.array([0.1, 0.7]), axis=(0, 2), method="lower"),
    [A("2x3x4")], "lower_axes02")
 _d("numpy.quantile", lambda f, x: f(x, 0.65, axis=-1, method="higher"), [A("2x6")], "higher")
-_d("numpy.quantile", lambda f, x, q: f(x, q), [A("7"), A(value=0.37)], "traced_q")
-_d("numpy.percentile", lambda f, x: f(x, [10.0, 75.0], axis=0), [A("5x3")], "axis0")
+_d("numpy.quantile", lambda f, x, q: f(x, q), [A("7"), A("")], "traced_q",
+   inputs=lambda rng: [rng.standard_normal(7).astype(np.float32).astype(np.float64),
+                       np.asarray(0.37)])
+_d("numpy.percentile", lambda f, x: f(x, np.array([10.0, 75.0]), axis=0), [A("5x3")], "axis0")
 _d("numpy.percentile", lambda f, x: f(x, 40.0, method="nearest"), [A("6")], "nearest")
 _d("numpy.median", lambda f, x: f(x), [A(S)], "even")
 _d("numpy.median", lambda f, x: f(x, axis=1), [A("3x5")], "odd_axis1")
