@@ -47,7 +47,6 @@ from mlir.dialects import arith, scf, tensor
 from . import dialects, primitives, pytree
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
-from .errors import UnsupportedError
 from .tracing import (
     FunctionTrace,
     RegionTrace,
@@ -850,29 +849,30 @@ def _dimension(who: str, dimension: int, ndim: int) -> int:
     return dimension % ndim
 
 
-def _eager_sort_multi(ops: list[np.ndarray], dimension: int) -> list[np.ndarray]:
-    perm = np.argsort(ops[0], axis=dimension, kind="stable")
+def _eager_sort_multi(ops: list[np.ndarray], dimension: int,
+                      num_keys: int) -> list[np.ndarray]:
+    perm = np.lexsort(ops[:num_keys][::-1], axis=dimension)
     return [np.take_along_axis(o, perm, axis=dimension) for o in ops]
 
 
 def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
     """jax.lax.sort: `operand` (an array, or a sequence of same-shape arrays sorted by the
-    first) in ascending order along `dimension`; stable, NaNs last. Derivatives move
-    with the permutation."""
+    first `num_keys`, lexicographically) in ascending order along `dimension`; stable,
+    NaNs last. Derivatives move with the permutation."""
     who = "sort"
     multi = isinstance(operand, (tuple, list))
     ops = list(operand) if multi else [operand]
-    if num_keys != 1:
-        raise UnsupportedError(f"{who}: num_keys={num_keys} is not supported (only 1) (at "
-                               f"{format_site()})")
     if not ops:
         raise ValueError(f"{who}: at least one operand is needed (at {format_site()})")
+    if not isinstance(num_keys, int) or not 1 <= num_keys <= len(ops):
+        raise ValueError(f"{who}: num_keys={num_keys} must be in [1, {len(ops)}] (the number "
+                         f"of operands) (at {format_site()})")
     if current_trace() is None:
         arrs = [np.asarray(o) for o in ops]
         if any(a.shape != arrs[0].shape for a in arrs) or arrs[0].ndim == 0:
             raise ValueError(f"{who}: operands must be arrays of one shape, got "
                              f"{[a.shape for a in arrs]}")
-        out = _eager_sort_multi(arrs, _dimension(who, dimension, arrs[0].ndim))
+        out = _eager_sort_multi(arrs, _dimension(who, dimension, arrs[0].ndim), num_keys)
         return tuple(out) if multi else out[0]
     ts = [_operand(who, o) for o in ops]
     if any(t.shape != ts[0].shape for t in ts):
@@ -880,7 +880,7 @@ def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: in
                          f"{[t.shape for t in ts]} (at {format_site()})")
     ax = _dimension(who, dimension, ts[0].ndim)
     last = [anp._to_last(t, ax) for t in ts]
-    v, _, rest = anp._sort_last(last[0], last[1:])
+    v, _, rest = anp._sort_last(last[0], last[1:], num_keys)
     out = [anp._from_last(x, ax) for x in [v, *rest]]
     return tuple(out) if multi else out[0]
 

@@ -1614,31 +1614,36 @@ def _from_last(t: Tracer, axis: int) -> Tracer:
     return t if axis == t.ndim - 1 else moveaxis(t, -1, axis)
 
 
-def _sort_last(t: Tracer, payloads: Sequence[Tracer] = ()) -> tuple[Tracer, Tracer, list[Tracer]]:
-    """Stable ascending sort along the last axis: (values, int64 positions, payloads moved
-    alike). NaNs go last; bools sort as False < True."""
+def _sort_last(t: Tracer, payloads: Sequence[Tracer] = (), num_keys: int = 1
+               ) -> tuple[Tracer, Tracer, list[Tracer]]:
+    """Stable ascending sort along the last axis by `t` (and the first `num_keys - 1`
+    payloads, lexicographically): (values, int64 positions, payloads moved alike).
+    NaNs go last; bools sort as False < True."""
     shape, n = t.shape, t.shape[-1]
     rows = _pymath.prod(shape[:-1])
     pos = P.broadcast_to(P.constant(np.arange(n, dtype=np.int64)), shape)
     if n <= 1 or t.size == 0:
         return t, pos, list(payloads)
-    key = P.convert(t, np.int8) if _is_bool(t.dtype) else t
+    ops = [t, *payloads]
+    work = [P.convert(x, np.int8) if _is_bool(x.dtype) else x for x in ops]
     size = 1 << (n - 1).bit_length()
-    flat = [P.reshape(x, (rows, n)) for x in (key, pos, *payloads)]
+    flat = [P.reshape(x, (rows, n)) for x in work]
+    flat_pos = P.reshape(pos, (rows, n))
     if size > n:
-        # Padding sorts after every element: NaN (or the largest integer) at later positions.
+        # Padding sorts after every element: NaN (or the largest integer) in every key, at
+        # later positions.
         def pad(x: Tracer, value: Any) -> Tracer:
             fill = np.full((1, size - n), value, dtype=x.dtype)
             return P.concatenate([x, P.broadcast_to(P.constant(fill), (rows, size - n))], 1)
-        big = np.nan if _is_float(key.dtype) else np.iinfo(key.dtype).max
-        flat = [pad(flat[0], big), pad(flat[1], np.arange(n, size)[None])] + \
-               [pad(x, 0) for x in flat[2:]]
-    k, p, rest = P.bitonic_sort(flat[0], flat[1], flat[2:])
+        flat = [pad(x, (np.nan if _is_float(x.dtype) else np.iinfo(x.dtype).max)
+                    if k < num_keys else 0) for k, x in enumerate(flat)]
+        flat_pos = pad(flat_pos, np.arange(n, size)[None])
+    keys, p, rest = P.bitonic_sort(flat[:num_keys], flat_pos, flat[num_keys:])
     out = [P.reshape(P.extract_slice(x, [0, 0], [rows, n], [1, 1]), shape)
-           for x in (k, p, *rest)]
-    if _is_bool(t.dtype):
-        out[0] = P.convert(out[0], _BOOL)
-    return out[0], out[1], out[2:]
+           for x in (*keys, *rest, p)]
+    out = [P.convert(o, x.dtype) if _is_bool(x.dtype) else o for o, x in zip(out, ops)] + \
+        [out[-1]]
+    return out[0], out[-1], out[1:-1]
 
 
 def _argsort_last(t: Tracer, descending: bool) -> tuple[Tracer, Tracer]:

@@ -629,12 +629,15 @@ def _not(v: ir.Value) -> ir.Value:
     return arith.xori(v, arith.ConstantOp(v.type, ir.IntegerAttr.get(v.type, 1)).result)
 
 
-def _comes_first(dtype: np.dtype, a: ir.Value, b: ir.Value, ia: ir.Value,
-                 ib: ir.Value) -> ir.Value:
-    """(a, ia) strictly before (b, ib): by value in the total order, ties by position."""
-    ilt = arith.cmpi(arith.CmpIPredicate.slt, ia, ib)
-    tie = arith.andi(_not(_total_less(dtype, a, b)), _not(_total_less(dtype, b, a)))
-    return arith.ori(_total_less(dtype, a, b), arith.andi(tie, ilt))
+def _comes_first(dtypes: Sequence[np.dtype], a: Sequence[ir.Value], b: Sequence[ir.Value],
+                 ia: ir.Value, ib: ir.Value) -> ir.Value:
+    """(a..., ia) strictly before (b..., ib): lexicographically by the keys in the total
+    order, ties by position."""
+    first = arith.cmpi(arith.CmpIPredicate.slt, ia, ib)
+    for dtype, x, y in reversed(list(zip(dtypes, a, b))):
+        lt, gt = _total_less(dtype, x, y), _total_less(dtype, y, x)
+        first = arith.ori(lt, arith.andi(arith.andi(_not(lt), _not(gt)), first))
+    return first
 
 
 def _shuffle_network(m: int) -> np.ndarray:
@@ -662,9 +665,9 @@ def _shuffle_network(m: int) -> np.ndarray:
     return table
 
 
-def bitonic_sort(key: Tracer, pos: Tracer, payloads: Sequence[Tracer]
-                 ) -> tuple[Tracer, Tracer, list[Tracer]]:
-    """Sort (R, N) arrays along the last axis (N a power of two) by (key, pos): one
+def bitonic_sort(keys: Sequence[Tracer], pos: Tracer, payloads: Sequence[Tracer]
+                 ) -> tuple[list[Tracer], Tracer, list[Tracer]]:
+    """Sort (R, N) arrays along the last axis (N a power of two) by (keys..., pos): one
     `scf.for` over the m * m steps of `_shuffle_network` (m = log2 N), each step one
     `linalg.generic` over all rows.
 
@@ -677,10 +680,11 @@ def bitonic_sort(key: Tracer, pos: Tracer, payloads: Sequence[Tracer]
     permutation. The IR has the same size for every N: O(N log^2 N) work, log^2 N steps.
     """
     trace = require_trace("sort")
-    key, pos = trace.lift(key), trace.lift(pos)
+    keys, pos = _lift_all(trace, keys), trace.lift(pos)
     payloads = _lift_all(trace, payloads)
-    operands = [key, pos, *payloads]
-    rows, n = key.shape
+    operands = [*keys, pos, *payloads]
+    nk = len(keys)
+    rows, n = pos.shape
     m = n.bit_length() - 1
     assert n == 1 << m and m >= 1
     half = n // 2
@@ -714,7 +718,8 @@ def bitonic_sort(key: Tracer, pos: Tracer, payloads: Sequence[Tracer]
             with ir.InsertionPoint(block):
                 args = list(block.arguments)
                 code = args[2 * len(operands)]
-                first = _comes_first(key.dtype, args[0], args[1], args[2], args[3])
+                first = _comes_first([k.dtype for k in keys], args[0:2 * nk:2],
+                                     args[1:2 * nk:2], args[2 * nk], args[2 * nk + 1])
                 i8t = element_type(i8)
                 active = arith.cmpi(arith.CmpIPredicate.ne, code, arith.constant(i8t, 0))
                 want_first = arith.cmpi(arith.CmpIPredicate.eq,
@@ -730,7 +735,7 @@ def bitonic_sort(key: Tracer, pos: Tracer, payloads: Sequence[Tracer]
                     for r, o in zip(op.results, operands)]
             scf.YieldOp(outs)
     res = [Tracer(v, o.aval, trace) for v, o in zip(loop.results, operands)]
-    return res[0], res[1], res[2:]
+    return res[:nk], res[nk], res[nk + 1:]
 
 
 def search_sorted(a: Tracer, v: Tracer, right: bool, sorter: Tracer | None) -> Tracer:

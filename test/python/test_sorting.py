@@ -179,6 +179,26 @@ def test_sort_inside_a_scan_differentiates():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_lax_sort_num_keys_lexicographic_with_payload():
+    k1 = np.array([[1.0, 0.0, 1.0, 0.0, np.nan, 1.0, 0.0], [2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0]])
+    k2 = np.array([[3, 1, 2, 1, 0, 2, 0], [0, 0, 0, 0, 0, 0, 0]], np.int32)
+    v = np.arange(14.0).reshape(2, 7) ** 1.5
+    for dim in (1, 0):
+        got = ad.jit(lambda a, b, c: lax.sort((a, b, c), dimension=dim, num_keys=2))(k1, k2, v)
+        want = jax.lax.sort((k1, k2, v), dimension=dim, num_keys=2)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, np.asarray(w))
+        eager = lax.sort((k1, k2, v), dimension=dim, num_keys=2)
+        for g, e in zip(got, eager):
+            np.testing.assert_array_equal(g, e)
+        w = np.random.default_rng(15).standard_normal(v.shape)
+        gv = ad.jit(ad.grad(lambda c: anp.sum(
+            lax.sort((k1, k2, c), dimension=dim, num_keys=2)[2] * w)))(v)
+        jv = jax.grad(lambda c: jnp.sum(
+            jax.lax.sort((k1, k2, c), dimension=dim, num_keys=2)[2] * w))(v)
+        np.testing.assert_array_equal(gv, np.asarray(jv))
+
+
 def test_top_k_values_indices_and_derivatives():
     x = np.array([[1.0, 3.0, np.nan, 3.0, -2.0, 3.0], [0.5, 0.5, 0.5, 0.0, 9.0, -1.0]])
     v, i = ad.jit(lambda x: lax.top_k(x, 4))(x)
@@ -328,8 +348,8 @@ def test_bad_arguments_are_clear_errors():
     _raises(TypeError, "k must be a static int", lambda x: lax.top_k(x, x[0, 0]), x)
     _raises(ValueError, "dimension 2 is out of bounds", lambda x: lax.cumsum(x, axis=2), x)
     _raises(TypeError, "floating point", lambda x: lax.cumlogsumexp(x.astype(np.int32)), x)
-    _raises(Exception, "num_keys=2 is not supported",
-            lambda x: lax.sort((x, x), num_keys=2), x)
+    _raises(ValueError, r"num_keys=3 must be in \[1, 2\]",
+            lambda x: lax.sort((x, x), num_keys=3), x)
     _raises(ValueError, "operands must have one shape",
             lambda x: lax.sort((x, x[0])), x)
 
