@@ -2067,6 +2067,11 @@ _TRACER_METHODS: dict[str, Any] = {
     "argmin": _axis_method(argmin),
     "clip": _clip_method,
     "dot": _forward(dot),
+    # jax's (not numpy's in-place) sort: a sorted copy
+    "sort": lambda self, axis=-1, **kw: sort(self, axis, **kw),
+    "argsort": lambda self, axis=-1, **kw: argsort(self, axis, **kw),
+    "cumsum": lambda self, axis=None, dtype=None: cumsum(self, axis, dtype),
+    "cumprod": lambda self, axis=None, dtype=None: cumprod(self, axis, dtype),
 }
 #: Tracer properties.
 _TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {

@@ -515,6 +515,11 @@ _d("Tracer.__rtruediv__", lambda f, x: 1.0 / x, [A(S, "nonzero")], "py_lhs")
 _d("Tracer.T", lambda f, x: x.T, [A(S)], "2d")
 _d("Tracer.sum", lambda f, x: x.sum(axis=0), [A(S)], "axis0")
 _d("Tracer.reshape", lambda f, x: x.reshape(2, 6), [A(S)], "2x6")
+_d("Tracer.sort", lambda f, x: x.sort(axis=0), [A(S)], "axis0_copy", ref=lambda x: np.sort(x, 0))
+_d("Tracer.cumsum", lambda f, x: x.cumsum(axis=1), [A(S)], "axis1")
+_d("Tracer.cumprod", lambda f, x: x.cumprod(), [A(S)], "flat")
+_v("Tracer.argsort", lambda f, x: x.argsort(axis=0), [A(value=[[1.0, 2.0], [1.0, 0.0]])],
+   "ties", ref=lambda x: np.argsort(x, axis=0, kind="stable"))
 _d("Tracer.flatten", lambda f, x: x.flatten(), [A(S)], "3x4")
 
 # -- nn
