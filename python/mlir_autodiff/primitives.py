@@ -640,44 +640,24 @@ def _comes_first(dtypes: Sequence[np.dtype], a: Sequence[ir.Value], b: Sequence[
     return first
 
 
-def _shuffle_network(m: int) -> np.ndarray:
-    """Stone's bitonic sort on the perfect shuffle, for 2**m elements: m * m steps, each a
-    perfect shuffle of the positions followed by compare-exchanges of the pairs (2p, 2p+1).
-    Row k says per pair: 0 leave it, 1 put the first-ordered element in slot 0, 2 in slot 1.
-
-    After s shuffles of a phase the pairs differ in logical bit m - 1 - s (the shuffle
-    rotates the address bits), so each phase of m steps runs the bitonic merge's
-    comparisons over bits k - 1 ... 0 and m * m shuffles bring every element home.
-    """
-    n = 1 << m
-    table = np.zeros((m * m, n // 2), np.int8)
-    logical = np.arange(n)
-    step = 0
-    for k in range(1, m + 1):
-        for s in range(m):
-            logical = logical.reshape(2, n // 2).T.reshape(n)
-            bit = m - 1 - s
-            lower = logical[0::2]
-            assert np.all(logical[1::2] - lower == 1 << bit)
-            if bit < k:  # merging blocks of 2**k: ascending where bit k of the index is 0
-                table[step] = np.where((lower >> k) & 1 == 0, 1, 2)
-            step += 1
-    return table
-
-
 def bitonic_sort(keys: Sequence[Tracer], pos: Tracer, payloads: Sequence[Tracer]
                  ) -> tuple[list[Tracer], Tracer, list[Tracer]]:
-    """Sort (R, N) arrays along the last axis (N a power of two) by (keys..., pos): one
-    `scf.for` over the m * m steps of `_shuffle_network` (m = log2 N), each step one
-    `linalg.generic` over all rows.
+    """Sort (R, N) arrays along the last axis (N a power of two) by (keys..., pos), with
+    Stone's bitonic sort on the perfect shuffle: one `scf.for` over m * m steps (N = 2**m),
+    each one `linalg.generic` over all rows.
 
-    A step reads the carried arrays as [2, N/2] (the perfect shuffle is the index map
-    (p, s) -> (s, p)) and writes pair p's slot s from the element or its partner
-    (1 - s, p) by one select, chosen by the comparison and the step's row of the
-    network table. `pos` (distinct positions) breaks ties, so the result is the stable
-    order. Payloads move alike; float keys and payloads are differentiated through the
-    selects (the loop's tape holds each step's inputs), so the derivative is the
-    permutation. The IR has the same size for every N: O(N log^2 N) work, log^2 N steps.
+    A step perfectly shuffles the positions (the carried arrays read as [2, N/2] through
+    the index map (p, s) -> (s, p)), then compare-exchanges the pairs (2p, 2p + 1): slot s
+    takes the element or its partner (1 - s, p) by one select. The shuffle rotates the
+    address bits, so after the s-th shuffle of phase k (k = 1..m) a pair holds the logical
+    indices a and a + 2**(m-1-s), a = rotr(2p, s + 1); the step is the bitonic merge's
+    comparison over that bit when m - 1 - s < k, ascending where bit k of a is 0, and a
+    no-op otherwise; m shuffles per phase bring every element home. The body computes
+    this from the step number and p (no table). `pos` (distinct positions) breaks ties,
+    so the order is the stable one. Payloads move alike; float keys and payloads are
+    differentiated through the selects (the loop's tape holds each step's inputs), so
+    the derivative is the permutation. The IR has one size for every N: O(N log^2 N)
+    work in log^2 N steps.
     """
     trace = require_trace("sort")
     keys, pos = _lift_all(trace, keys), trace.lift(pos)
@@ -688,45 +668,44 @@ def bitonic_sort(keys: Sequence[Tracer], pos: Tracer, payloads: Sequence[Tracer]
     m = n.bit_length() - 1
     assert n == 1 << m and m >= 1
     half = n // 2
-    i8 = np.dtype(np.int8)
-    table = constant(_shuffle_network(m))
     with trace.emitting():
         idx = ir.IndexType.get()
         lb, ub, one = (arith.constant(idx, v) for v in (0, m * m, 1))
         loop = scf.ForOp(lb, ub, one, [o.value for o in operands])
         with ir.InsertionPoint(loop.body):
-            dyn = ir.ShapedType.get_dynamic_size()
-            row = tensor.extract_slice(_tensor_type([half], i8), table.value,
-                                       [loop.induction_variable], [], [], [dyn, 0], [1, half],
-                                       [1, 1])
             shape3 = [rows, 2, half]
             vals = [reshape_value(a, [rows, n], shape3, o.dtype)
                     for a, o in zip(loop.inner_iter_args, operands)]
             d = [ir.AffineDimExpr.get(k) for k in range(3)]
             mine = ir.AffineMap.get(3, 0, [d[0], d[2], d[1]])
             partner = ir.AffineMap.get(3, 0, [d[0], ir.AffineConstantExpr.get(1) - d[2], d[1]])
-            ins = [v for v in vals for _ in range(2)] + [row]
+            ins = [v for v in vals for _ in range(2)]
             out_shape = [rows, half, 2]
             inits = [_empty(out_shape, o.dtype) for o in operands]
-            maps = [mine, partner] * len(operands) + [ir.AffineMap.get(3, 0, [d[1]])] + \
+            maps = [mine, partner] * len(operands) + \
                 [ir.AffineMap.get_identity(3)] * len(operands)
             op = linalg.GenericOp([i.type for i in inits], ins, inits, _maps(maps),
                                   _iterators(["parallel"] * 3))
             elts = [element_type(o.dtype) for o in operands]
-            block = op.regions[0].blocks.append(*[e for e in elts for _ in range(2)],
-                                                element_type(i8), *elts)
+            block = op.regions[0].blocks.append(*[e for e in elts for _ in range(2)], *elts)
             with ir.InsertionPoint(block):
                 args = list(block.arguments)
-                code = args[2 * len(operands)]
                 first = _comes_first([k.dtype for k in keys], args[0:2 * nk:2],
                                      args[1:2 * nk:2], args[2 * nk], args[2 * nk + 1])
-                i8t = element_type(i8)
-                active = arith.cmpi(arith.CmpIPredicate.ne, code, arith.constant(i8t, 0))
-                want_first = arith.cmpi(arith.CmpIPredicate.eq,
-                                        arith.cmpi(arith.CmpIPredicate.eq, linalg.IndexOp(2).result,
-                                                   arith.constant(idx, 0)),
-                                        arith.cmpi(arith.CmpIPredicate.eq, code,
-                                                   arith.constant(i8t, 1)))
+                i64 = ir.IntegerType.get_signless(64)
+                c = lambda v: arith.constant(i64, v)  # noqa: E731
+                cmp = lambda pred, a, b: arith.cmpi(getattr(arith.CmpIPredicate, pred), a, b)  # noqa: E731
+                step = arith.index_cast(i64, loop.induction_variable)
+                s_ = arith.remsi(step, c(m))
+                k = arith.addi(arith.divsi(step, c(m)), c(1))
+                r = arith.addi(s_, c(1))
+                q = arith.muli(arith.index_cast(i64, linalg.IndexOp(1).result), c(2))
+                a = arith.andi(arith.ori(arith.shrui(q, r), arith.shli(q, arith.subi(c(m), r))),
+                               c(n - 1))
+                active = cmp("slt", arith.subi(c(m - 1), s_), k)
+                ascending = cmp("eq", arith.andi(arith.shrui(a, k), c(1)), c(0))
+                slot0 = cmp("eq", linalg.IndexOp(2).result, arith.constant(idx, 0))
+                want_first = arith.cmpi(arith.CmpIPredicate.eq, slot0, ascending)
                 keep = arith.ori(_not(active), arith.cmpi(arith.CmpIPredicate.eq, want_first,
                                                           first))
                 linalg.YieldOp([arith.select(keep, args[2 * k], args[2 * k + 1])
