@@ -829,4 +829,155 @@ def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> A
     return out
 
 
-__all__ = ["cond", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
+# --------------------------------------------------------------------------- sorting and scans
+# jax.lax's sorting and cumulative reductions, on `mlir_autodiff.numpy`'s
+# bitonic network and associative scan (see numpy.py): differentiable through
+# the permutation / the scan's combination tree, exactly as jax's rules.
+
+def _operand(who: str, x: Any) -> Any:
+    t = as_tracer(x)
+    if t.ndim == 0:
+        raise ValueError(f"{who}: the operand must have at least one dimension, got a 0-d "
+                         f"value (at {format_site()})")
+    return t
+
+
+def _dimension(who: str, dimension: int, ndim: int) -> int:
+    if not -ndim <= dimension < ndim:
+        raise ValueError(f"{who}: dimension {dimension} is out of bounds for an operand of "
+                         f"rank {ndim} (at {format_site()})")
+    return dimension % ndim
+
+
+def _eager_sort_multi(ops: list[np.ndarray], dimension: int,
+                      num_keys: int) -> list[np.ndarray]:
+    perm = np.lexsort(ops[:num_keys][::-1], axis=dimension)
+    return [np.take_along_axis(o, perm, axis=dimension) for o in ops]
+
+
+def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
+    """jax.lax.sort: `operand` (an array, or a sequence of same-shape arrays sorted by the
+    first `num_keys`, lexicographically) in ascending order along `dimension`; stable,
+    NaNs last. Derivatives move with the permutation."""
+    who = "sort"
+    multi = isinstance(operand, (tuple, list))
+    ops = list(operand) if multi else [operand]
+    if not ops:
+        raise ValueError(f"{who}: at least one operand is needed (at {format_site()})")
+    if not isinstance(num_keys, int) or not 1 <= num_keys <= len(ops):
+        raise ValueError(f"{who}: num_keys={num_keys} must be in [1, {len(ops)}] (the number "
+                         f"of operands) (at {format_site()})")
+    if current_trace() is None:
+        arrs = [np.asarray(o) for o in ops]
+        if any(a.shape != arrs[0].shape for a in arrs) or arrs[0].ndim == 0:
+            raise ValueError(f"{who}: operands must be arrays of one shape, got "
+                             f"{[a.shape for a in arrs]}")
+        out = _eager_sort_multi(arrs, _dimension(who, dimension, arrs[0].ndim), num_keys)
+        return tuple(out) if multi else out[0]
+    ts = [_operand(who, o) for o in ops]
+    if any(t.shape != ts[0].shape for t in ts):
+        raise ValueError(f"{who}: operands must have one shape, got "
+                         f"{[t.shape for t in ts]} (at {format_site()})")
+    ax = _dimension(who, dimension, ts[0].ndim)
+    last = [anp._to_last(t, ax) for t in ts]
+    v, _, rest = anp._sort_last(last[0], last[1:], num_keys)
+    out = [anp._from_last(x, ax) for x in [v, *rest]]
+    return tuple(out) if multi else out[0]
+
+
+def sort_key_val(keys: Any, values: Any, dimension: int = -1,
+                 is_stable: bool = True) -> tuple[Any, Any]:
+    """jax.lax.sort_key_val: `keys` sorted along `dimension` and `values` moved alike."""
+    return sort((keys, values), dimension=dimension, is_stable=is_stable)
+
+
+def top_k(operand: Any, k: int) -> tuple[Any, Any]:
+    """jax.lax.top_k: the `k` largest entries along the last axis and their int32 indices,
+    largest first; equal values keep their order, NaNs count as largest."""
+    who = "top_k"
+    if isinstance(k, Tracer) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{who}: k must be a static int, got {type(k).__name__} (at "
+                        f"{format_site()})")
+    if current_trace() is None:
+        arr = np.asarray(operand)
+        if arr.ndim == 0 or not 0 <= k <= arr.shape[-1]:
+            raise ValueError(f"{who}: k={k} must be within [0, {arr.shape[-1] if arr.ndim else 0}]"
+                             f" for an operand of shape {arr.shape}")
+        idx = anp._eager_argsort(arr, axis=-1, descending=True)[..., :k]
+        return np.take_along_axis(arr, idx, axis=-1), idx.astype(np.int32)
+    t = _operand(who, operand)
+    n = t.shape[-1]
+    if not 0 <= k <= n:
+        raise ValueError(f"{who}: k={k} must be within [0, {n}] for an operand of shape "
+                         f"{t.shape} (at {format_site()})")
+    v, i = anp._argsort_last(t, descending=True)
+    v, i = v[..., :k], i[..., :k]
+    return v, anp.astype(i, np.int32)
+
+
+_CUMULATIVE = {
+    "cumsum": (lambda a, b: anp.add(a, b), lambda x: np.add.accumulate(x, axis=0, dtype=x.dtype)),
+    "cumprod": (lambda a, b: anp.multiply(a, b),
+                lambda x: np.multiply.accumulate(x, axis=0, dtype=x.dtype)),
+    "cummax": (lambda a, b: anp.maximum(a, b), lambda x: np.maximum.accumulate(x, axis=0)),
+    "cummin": (lambda a, b: anp.minimum(a, b), lambda x: np.minimum.accumulate(x, axis=0)),
+    "cumlogsumexp": (lambda a, b: anp.logaddexp(a, b),
+                     lambda x: np.logaddexp.accumulate(x, axis=0)),
+}
+
+
+def _cumulative(who: str, operand: Any, axis: int, reverse: bool) -> Any:
+    fn, eager = _CUMULATIVE[who]
+    if current_trace() is None:
+        x = np.asarray(operand)
+        ax = _dimension(who, axis, x.ndim) if x.ndim else 0
+        if who == "cumlogsumexp" and x.dtype.kind != "f":
+            raise TypeError(f"{who}: the operand must be floating point, got {x.dtype}")
+        x = np.moveaxis(x, ax, 0)
+        if reverse:
+            x = x[::-1]
+        out = eager(x)
+        if reverse:
+            out = out[::-1]
+        return np.moveaxis(out, 0, ax)
+    t = as_tracer(operand)
+    if t.ndim == 0:
+        return t
+    ax = _dimension(who, axis, t.ndim)
+    if who == "cumlogsumexp" and t.dtype.kind != "f":
+        raise TypeError(f"{who}: the operand must be floating point, got {t.dtype} (at "
+                        f"{format_site()})")
+    if t.shape[ax] == 0:
+        return t
+    return anp._associative_scan(fn, t, ax, reverse=reverse)
+
+
+def cumsum(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
+    """jax.lax.cumsum: running sum along `axis` in the operand's dtype (`reverse`: from
+    the end). Computed and differentiated as jax's associative scan."""
+    return _cumulative("cumsum", operand, axis, reverse)
+
+
+def cumprod(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
+    """jax.lax.cumprod: running product along `axis` (exact derivatives through zeros)."""
+    return _cumulative("cumprod", operand, axis, reverse)
+
+
+def cummax(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
+    """jax.lax.cummax: running maximum along `axis`; NaN propagates; at ties the
+    cotangent splits as jax's (the scan's tree of `maximum`s, each splitting evenly)."""
+    return _cumulative("cummax", operand, axis, reverse)
+
+
+def cummin(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
+    """jax.lax.cummin: running minimum along `axis` (see cummax)."""
+    return _cumulative("cummin", operand, axis, reverse)
+
+
+def cumlogsumexp(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
+    """jax.lax.cumlogsumexp: running log(sum(exp)) along `axis`, without overflow."""
+    return _cumulative("cumlogsumexp", operand, axis, reverse)
+
+
+__all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum", "fori_loop", "map",
+           "scan", "select", "sort", "sort_key_val", "switch", "top_k", "while_loop"]

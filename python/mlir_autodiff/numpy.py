@@ -1568,6 +1568,354 @@ def identity(n: int, dtype: Any = float) -> Any:
     return eye(n, dtype=dtype)
 
 
+# --------------------------------------------------------------------------- sorting and scans
+# Sorting is a bitonic network written in our own IR (`P.bitonic_sort`: one
+# scf.for over log2(n)^2 steps, each vectorized over the other axes; O(n log^2 n)
+# work and IR of the same size for every n), stable (ties are broken by position), NaNs last. Values move
+# with their tangents through the network's selects, so jvp, vjp, vmap and
+# higher orders come from the existing rules, and the derivative of `sort` is
+# the permutation, as jax's. Scans are jax's associative scan (the same
+# combination tree, so derivatives at ties equal jax's).
+
+def _with_eager(eager: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Like `_api`, for functions whose keywords numpy lacks: `eager` runs on numpy values."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if current_trace() is None:
+                if _has_tracer(args, kwargs):
+                    raise UnexpectedTracerError(
+                        f"anp.{fn.__name__} got a traced value outside of any trace at "
+                        f"{format_site()}; traced values must not escape their function")
+                return eager(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+def _sort_axis(t: Tracer, axis: Any, name: str) -> tuple[Tracer, int]:
+    """`t` flattened for axis=None, and the normalized axis."""
+    if axis is None:
+        return P.reshape(t, (t.size,)), 0
+    if t.ndim == 0:
+        raise np.exceptions.AxisError(f"{name}: axis {axis} is out of bounds for array of "
+                                      f"dimension 0 (at {format_site()})")
+    return t, _norm_axis(axis, t.ndim, name)
+
+
+def _to_last(t: Tracer, axis: int) -> Tracer:
+    return t if axis == t.ndim - 1 else moveaxis(t, axis, -1)
+
+
+def _from_last(t: Tracer, axis: int) -> Tracer:
+    return t if axis == t.ndim - 1 else moveaxis(t, -1, axis)
+
+
+def _sort_last(t: Tracer, payloads: Sequence[Tracer] = (), num_keys: int = 1
+               ) -> tuple[Tracer, Tracer, list[Tracer]]:
+    """Stable ascending sort along the last axis by `t` (and the first `num_keys - 1`
+    payloads, lexicographically): (values, int64 positions, payloads moved alike).
+    NaNs go last; bools sort as False < True."""
+    shape, n = t.shape, t.shape[-1]
+    rows = _pymath.prod(shape[:-1])
+    pos = P.broadcast_to(P.constant(np.arange(n, dtype=np.int64)), shape)
+    if n <= 1 or t.size == 0:
+        return t, pos, list(payloads)
+    ops = [t, *payloads]
+    work = [P.convert(x, np.int8) if _is_bool(x.dtype) else x for x in ops]
+    size = 1 << (n - 1).bit_length()
+    flat = [P.reshape(x, (rows, n)) for x in work]
+    flat_pos = P.reshape(pos, (rows, n))
+    if size > n:
+        # Padding sorts after every element: NaN (or the largest integer) in every key, at
+        # later positions.
+        def pad(x: Tracer, value: Any) -> Tracer:
+            fill = np.full((1, size - n), value, dtype=x.dtype)
+            return P.concatenate([x, P.broadcast_to(P.constant(fill), (rows, size - n))], 1)
+        flat = [pad(x, (np.nan if _is_float(x.dtype) else np.iinfo(x.dtype).max)
+                    if k < num_keys else 0) for k, x in enumerate(flat)]
+        flat_pos = pad(flat_pos, np.arange(n, size)[None])
+    keys, p, rest = P.bitonic_sort(flat[:num_keys], flat_pos, flat[num_keys:])
+    out = [P.reshape(P.extract_slice(x, [0, 0], [rows, n], [1, 1]), shape)
+           for x in (*keys, *rest, p)]
+    out = [P.convert(o, x.dtype) if _is_bool(x.dtype) else o for o, x in zip(out, ops)] + \
+        [out[-1]]
+    return out[0], out[-1], out[1:-1]
+
+
+def _argsort_last(t: Tracer, descending: bool) -> tuple[Tracer, Tracer]:
+    """(sorted values, int64 indices) along the last axis; descending keeps ties in
+    their original order (jax's argsort(descending=True), lax.top_k)."""
+    if not descending:
+        v, i, _ = _sort_last(t)
+        return v, i
+    n = t.shape[-1]
+    v, i, _ = _sort_last(P.reverse(t, [t.ndim - 1]))
+    i = subtract(n - 1, P.reverse(i, [t.ndim - 1]))
+    return P.reverse(v, [t.ndim - 1]), i
+
+
+def _eager_sort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
+                stable: bool = True, descending: bool = False) -> np.ndarray:
+    _sort_args("sort", kind, order)
+    arr = np.asarray(a)
+    if axis is None:
+        arr, axis = arr.ravel(), 0
+    out = np.sort(arr, axis=axis, kind="stable")
+    return np.flip(out, axis=axis) if descending else out
+
+
+def _eager_argsort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
+                   stable: bool = True, descending: bool = False) -> np.ndarray:
+    _sort_args("argsort", kind, order)
+    arr = np.asarray(a)
+    if axis is None:
+        arr, axis = arr.ravel(), 0
+    if not descending:
+        return np.argsort(arr, axis=axis, kind="stable")
+    n = arr.shape[axis]
+    idx = np.argsort(np.flip(arr, axis=axis), axis=axis, kind="stable")
+    return np.flip(n - 1 - idx, axis=axis)
+
+
+def _sort_args(name: str, kind: Any, order: Any) -> None:
+    if kind is not None:
+        raise TypeError(f"'kind' argument to {name} is not supported; the sort is always "
+                        "stable (use stable=True/False)")
+    if order is not None:
+        raise TypeError(f"'order' argument to {name} is not supported")
+
+
+@_with_eager(_eager_sort)
+def sort(a: ArrayLike, axis: Any = -1, *, kind: Any = None, order: Any = None,
+         stable: bool = True, descending: bool = False) -> Any:
+    """A sorted copy along `axis` (None: flattened), as jax.numpy.sort: stable, NaNs last;
+    `descending=True` reverses the ascending result. Its derivative is the permutation."""
+    _sort_args("sort", kind, order)
+    t, ax = _sort_axis(_t(a), axis, "sort")
+    v, _, _ = _sort_last(_to_last(t, ax))
+    if descending:
+        v = P.reverse(v, [v.ndim - 1])
+    return _from_last(v, ax)
+
+
+@_with_eager(_eager_argsort)
+def argsort(a: ArrayLike, axis: Any = -1, *, kind: Any = None, order: Any = None,
+            stable: bool = True, descending: bool = False) -> Any:
+    """int64 indices that sort along `axis` (None: flattened), stable (ties keep their
+    order, also when `descending`), NaNs last (first when descending)."""
+    _sort_args("argsort", kind, order)
+    t, ax = _sort_axis(_t(a), axis, "argsort")
+    _, i = _argsort_last(_to_last(t, ax), descending)
+    return _from_last(i, ax)
+
+
+@_api()
+def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: Any = None) -> Any:
+    """Insertion points of `v` in the sorted 1-D `a` (int64), by binary search: NaNs sort
+    last as in numpy.sort. `sorter`: the indices that sort `a` (argsort's result)."""
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r} (at "
+                         f"{format_site()})")
+    (ta, tv), dt, _ = _prep(a, v)
+    if ta.ndim != 1:
+        raise ValueError(f"searchsorted: a must be 1-D, got shape {_fmt(ta.shape)} (at "
+                         f"{format_site()})")
+    if _is_bool(dt):
+        ta, tv = P.convert(ta, np.int8), P.convert(tv, np.int8)
+    ts = None
+    if sorter is not None:
+        ts = _t(sorter)
+        if ts.shape != ta.shape or ts.dtype.kind not in "iu":
+            raise ValueError(f"searchsorted: sorter must be integer indices of a's shape "
+                             f"{_fmt(ta.shape)}, got {ts.aval} (at {format_site()})")
+    return P.search_sorted(ta, tv, side == "right", ts)
+
+
+def _strided(t: Tracer, axis: int, start: int, stop: int, step: int = 1) -> Tracer:
+    """t[start:stop:step] along `axis` (static, non-empty or empty)."""
+    count = builtins.max(0, -(-(stop - start) // step))
+    offs, sizes, strides = [0] * t.ndim, list(t.shape), [1] * t.ndim
+    offs[axis], sizes[axis], strides[axis] = start if count else 0, count, step
+    return P.extract_slice(t, offs, sizes, strides)
+
+
+def _interleave(even: Tracer, odd: Tracer, axis: int) -> Tracer:
+    """[e0, o0, e1, o1, ...] along `axis` (even may be one longer)."""
+    m = odd.shape[axis]
+    head = _strided(even, axis, 0, m) if even.shape[axis] > m else even
+    both = stack([head, odd], axis=axis + 1)
+    shape = list(head.shape)
+    shape[axis] = 2 * m
+    out = P.reshape(both, shape)
+    if even.shape[axis] > m:
+        out = P.concatenate([out, _strided(even, axis, m, m + 1)], axis)
+    return out
+
+
+def _associative_scan(fn: Callable[[Any, Any], Any], x: Tracer, axis: int,
+                     reverse: bool = False) -> Tracer:
+    """Inclusive prefix combination of `x` along `axis` by the associative `fn(earlier,
+    later)`: jax's odd/even recursion (O(n) work, 2 log2(n) steps)."""
+    if reverse:
+        return P.reverse(_associative_scan(fn, P.reverse(x, [axis]), axis), [axis])
+
+    def scan(e: Tracer) -> Tracer:
+        n = e.shape[axis]
+        if n < 2:
+            return e
+        odd = scan(fn(_strided(e, axis, 0, n - 1, 2), _strided(e, axis, 1, n, 2)))
+        even = _strided(e, axis, 0, 1)
+        if n > 2:
+            rest = _strided(e, axis, 2, n, 2)
+            prev = _strided(odd, axis, 0, odd.shape[axis] - 1) if n % 2 == 0 else odd
+            even = P.concatenate([even, fn(prev, rest)], axis)
+        return _interleave(even, odd, axis)
+
+    return scan(x)
+
+
+def _cumulative(name: str, fn: Callable[[Any, Any], Any], a: Any, axis: Any,
+                dtype: Any) -> Tracer:
+    t = _t(a)
+    if axis is None or t.ndim == 0:
+        t = P.reshape(t, (t.size,))
+        axis = 0
+    ax = _norm_axis(axis, t.ndim, name)
+    if dtype is not None:
+        t = P.convert(t, canonical_dtype(dtype), weak_type=False)
+    else:
+        t = P.convert(t, _sum_dtype(t.dtype), weak_type=False)
+    if t.shape[ax] == 0:
+        return t
+    return _associative_scan(fn, t, ax)
+
+
+@_api()
+def cumsum(a: ArrayLike, axis: Any = None, dtype: Any = None) -> Any:
+    """Running sum along `axis` (None: flattened); bools and small ints sum in int64, as
+    numpy. Its transpose is the reversed running sum."""
+    return _cumulative("cumsum", add, a, axis, dtype)
+
+
+@_api()
+def cumprod(a: ArrayLike, axis: Any = None, dtype: Any = None) -> Any:
+    """Running product along `axis` (None: flattened); exact derivatives through zeros
+    (products of prefixes, no division)."""
+    return _cumulative("cumprod", multiply, a, axis, dtype)
+
+
+_QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
+              out: Any = None) -> Tracer:
+    if out is not None:
+        raise UnsupportedError(f"{name}: out= is not supported; arrays are immutable (at "
+                               f"{format_site()})")
+    if method not in _QUANTILE_METHODS:
+        raise ValueError(f"{name}: method must be one of {', '.join(_QUANTILE_METHODS)}; got "
+                         f"{method!r} (at {format_site()})")
+    t = _t(a)
+    a_dtype = t.dtype
+    tq = _t(q)
+    if tq.ndim > 1:
+        raise ValueError(f"{name}: q must have rank <= 1, got shape {_fmt(tq.shape)} (at "
+                         f"{format_site()})")
+    if not isinstance(q, Tracer):
+        qv = np.asarray(q, dtype=np.float64)
+        if np.any((qv < 0) | (qv > 1)):
+            raise ValueError(f"{name}: quantiles must be in the range [0, 1] (at "
+                             f"{format_site()})")
+    dt = _float_of(result_type(t, q))
+    t, tq = P.convert(t, dt), P.convert(tq, dt, weak_type=False)
+    axes = _norm_axes(axis, t.ndim, name)
+    if t.size == 0 or builtins.any(t.shape[i] == 0 for i in axes):
+        raise ValueError(f"{name}: cannot take a quantile of an empty axis (at "
+                         f"{format_site()})")
+    keep_shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
+    rest = [i for i in range(t.ndim) if i not in axes]
+    moved = transpose(t, rest + list(axes)) if t.ndim else t
+    n = _pymath.prod(t.shape[i] for i in axes)
+    x = P.reshape(moved, [t.shape[i] for i in rest] + [n])
+    # any NaN along the axis makes the result NaN (as numpy and jax)
+    x = where(any(isnan(x), axis=-1, keepdims=True), np.nan, x)
+    x, _, _ = _sort_last(x)
+    pos = tq * float(n - 1)
+    low = floor(pos)
+    high = ceil(pos)
+    w_high = pos - low
+    low = clip(low, 0.0, float(n - 1))
+    high = clip(high, 0.0, float(n - 1))
+    if method == "nearest":  # numpy rounds half to even
+        low = high = clip(round(pos), 0.0, float(n - 1))
+    grid = P.constant(np.arange(n, dtype=dt))
+    qshape = tq.shape
+
+    def take(i: Tracer) -> Tracer:
+        # x[..., i] for every q: a one-hot select and sum (exact; no inf * 0)
+        xi = P.reshape(x, (1,) * len(qshape) + x.shape)
+        ii = P.reshape(i, qshape + (1,) * x.ndim)
+        hit = equal(grid, ii)
+        return sum(where(hit, xi, 0.0), axis=-1)
+
+    lo_v = take(low)
+    if method in ("lower", "nearest"):
+        out = lo_v
+    else:
+        hi_v = take(high)
+        w = P.reshape(w_high, qshape + (1,) * (x.ndim - 1))
+        if method == "higher":
+            out = hi_v
+        elif method == "midpoint":
+            out = (lo_v + hi_v) * 0.5
+        else:
+            out = lo_v * (1.0 - w) + hi_v * w
+    if method in ("lower", "higher", "nearest"):
+        out = P.convert(out, a_dtype, weak_type=False)  # an element of `a`, as numpy
+    if keepdims:
+        out = P.reshape(out, qshape + tuple(keep_shape))
+    return out
+
+
+@_api()
+def quantile(a: ArrayLike, q: ArrayLike, axis: Any = None, out: None = None,
+             overwrite_input: bool = False, method: str = "linear",
+             keepdims: bool = False) -> Any:
+    """The q-th quantiles (q in [0, 1], a scalar or 1-D, static or traced) over `axis`
+    (None, int or tuple); methods linear, lower, higher, midpoint, nearest (half to even,
+    as numpy). A NaN along the axis gives NaN. Differentiable in `a` (through the sort)
+    and, for linear, in `q`."""
+    return _quantile("quantile", a, q, axis, method, keepdims, out)
+
+
+@_api()
+def percentile(a: ArrayLike, q: ArrayLike, axis: Any = None, out: None = None,
+               overwrite_input: bool = False, method: str = "linear",
+               keepdims: bool = False) -> Any:
+    """`quantile(a, q / 100, ...)`."""
+    if not isinstance(q, Tracer):
+        qv = np.asarray(q, dtype=np.float64)
+        if np.any((qv < 0) | (qv > 100)):
+            raise ValueError(f"percentile: percentiles must be in the range [0, 100] (at "
+                             f"{format_site()})")
+        # a Python scalar stays weakly typed (float32 data keeps float32, as numpy)
+        q = q / 100 if isinstance(q, (int, float)) else np.true_divide(q, 100)
+    else:
+        q = true_divide(q, 100.0)
+    return _quantile("percentile", a, q, axis, method, keepdims, out)
+
+
+@_api()
+def median(a: ArrayLike, axis: Any = None, out: None = None, overwrite_input: bool = False,
+           keepdims: bool = False) -> Any:
+    """The median over `axis`: the mean of the two middle values for an even count."""
+    return _quantile("median", a, 0.5, axis, "midpoint", keepdims, out)
+
+
 # --------------------------------------------------------------------------- Tracer's interface
 # `tracing.Tracer` holds a value and its abstract value; numpy's interface on it
 # (operators, `.T`, `.at`, ndarray methods, numpy's ufunc protocol) is the
@@ -1719,6 +2067,11 @@ _TRACER_METHODS: dict[str, Any] = {
     "argmin": _axis_method(argmin),
     "clip": _clip_method,
     "dot": _forward(dot),
+    # jax's (not numpy's in-place) sort: a sorted copy
+    "sort": lambda self, axis=-1, **kw: sort(self, axis, **kw),
+    "argsort": lambda self, axis=-1, **kw: argsort(self, axis, **kw),
+    "cumsum": lambda self, axis=None, dtype=None: cumsum(self, axis, dtype),
+    "cumprod": lambda self, axis=None, dtype=None: cumprod(self, axis, dtype),
 }
 #: Tracer properties.
 _TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {

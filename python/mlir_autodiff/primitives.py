@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import arith, linalg, scf, tensor
 
 from .errors import ShapeError, UnsupportedError
 from .tracing import (
@@ -613,6 +613,156 @@ def contract(operands: Sequence[Tracer], in_letters: Sequence[str], out_letters:
     return Tracer(op.result, ShapedArray(out_shape, dt), trace)
 
 
+# --------------------------------------------------------------------------- sorting
+
+def _total_less(dtype: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
+    """a < b in the order sorting uses: NaN above everything, -0.0 == 0.0 (as numpy/jax)."""
+    if not _is_float(dtype):
+        return arith.cmpi(arith.CmpIPredicate.slt, a, b)
+    lt = arith.cmpf(arith.CmpFPredicate.OLT, a, b)
+    a_num = arith.cmpf(arith.CmpFPredicate.ORD, a, a)
+    b_nan = arith.cmpf(arith.CmpFPredicate.UNO, b, b)
+    return arith.ori(lt, arith.andi(a_num, b_nan))
+
+
+def _not(v: ir.Value) -> ir.Value:
+    return arith.xori(v, arith.ConstantOp(v.type, ir.IntegerAttr.get(v.type, 1)).result)
+
+
+def _comes_first(dtypes: Sequence[np.dtype], a: Sequence[ir.Value], b: Sequence[ir.Value],
+                 ia: ir.Value, ib: ir.Value) -> ir.Value:
+    """(a..., ia) strictly before (b..., ib): lexicographically by the keys in the total
+    order, ties by position."""
+    first = arith.cmpi(arith.CmpIPredicate.slt, ia, ib)
+    for dtype, x, y in reversed(list(zip(dtypes, a, b))):
+        lt, gt = _total_less(dtype, x, y), _total_less(dtype, y, x)
+        first = arith.ori(lt, arith.andi(arith.andi(_not(lt), _not(gt)), first))
+    return first
+
+
+def bitonic_sort(keys: Sequence[Tracer], pos: Tracer, payloads: Sequence[Tracer]
+                 ) -> tuple[list[Tracer], Tracer, list[Tracer]]:
+    """Sort (R, N) arrays along the last axis (N a power of two) by (keys..., pos), with
+    Stone's bitonic sort on the perfect shuffle: one `scf.for` over m * m steps (N = 2**m),
+    each one `linalg.generic` over all rows.
+
+    A step perfectly shuffles the positions (the carried arrays read as [2, N/2] through
+    the index map (p, s) -> (s, p)), then compare-exchanges the pairs (2p, 2p + 1): slot s
+    takes the element or its partner (1 - s, p) by one select. The shuffle rotates the
+    address bits, so after the s-th shuffle of phase k (k = 1..m) a pair holds the logical
+    indices a and a + 2**(m-1-s), a = rotr(2p, s + 1); the step is the bitonic merge's
+    comparison over that bit when m - 1 - s < k, ascending where bit k of a is 0, and a
+    no-op otherwise; m shuffles per phase bring every element home. The body computes
+    this from the step number and p (no table). `pos` (distinct positions) breaks ties,
+    so the order is the stable one. Payloads move alike; float keys and payloads are
+    differentiated through the selects (the loop's tape holds each step's inputs), so
+    the derivative is the permutation. The IR has one size for every N: O(N log^2 N)
+    work in log^2 N steps.
+    """
+    trace = require_trace("sort")
+    keys, pos = _lift_all(trace, keys), trace.lift(pos)
+    payloads = _lift_all(trace, payloads)
+    operands = [*keys, pos, *payloads]
+    nk = len(keys)
+    rows, n = pos.shape
+    m = n.bit_length() - 1
+    assert n == 1 << m and m >= 1
+    half = n // 2
+    with trace.emitting():
+        idx = ir.IndexType.get()
+        lb, ub, one = (arith.constant(idx, v) for v in (0, m * m, 1))
+        loop = scf.ForOp(lb, ub, one, [o.value for o in operands])
+        with ir.InsertionPoint(loop.body):
+            shape3 = [rows, 2, half]
+            vals = [reshape_value(a, [rows, n], shape3, o.dtype)
+                    for a, o in zip(loop.inner_iter_args, operands)]
+            d = [ir.AffineDimExpr.get(k) for k in range(3)]
+            mine = ir.AffineMap.get(3, 0, [d[0], d[2], d[1]])
+            partner = ir.AffineMap.get(3, 0, [d[0], ir.AffineConstantExpr.get(1) - d[2], d[1]])
+            ins = [v for v in vals for _ in range(2)]
+            out_shape = [rows, half, 2]
+            inits = [_empty(out_shape, o.dtype) for o in operands]
+            maps = [mine, partner] * len(operands) + \
+                [ir.AffineMap.get_identity(3)] * len(operands)
+            op = linalg.GenericOp([i.type for i in inits], ins, inits, _maps(maps),
+                                  _iterators(["parallel"] * 3))
+            elts = [element_type(o.dtype) for o in operands]
+            block = op.regions[0].blocks.append(*[e for e in elts for _ in range(2)], *elts)
+            with ir.InsertionPoint(block):
+                args = list(block.arguments)
+                first = _comes_first([k.dtype for k in keys], args[0:2 * nk:2],
+                                     args[1:2 * nk:2], args[2 * nk], args[2 * nk + 1])
+                i64 = ir.IntegerType.get_signless(64)
+                c = lambda v: arith.constant(i64, v)  # noqa: E731
+                cmp = lambda pred, a, b: arith.cmpi(getattr(arith.CmpIPredicate, pred), a, b)  # noqa: E731
+                step = arith.index_cast(i64, loop.induction_variable)
+                s_ = arith.remsi(step, c(m))
+                k = arith.addi(arith.divsi(step, c(m)), c(1))
+                r = arith.addi(s_, c(1))
+                q = arith.muli(arith.index_cast(i64, linalg.IndexOp(1).result), c(2))
+                a = arith.andi(arith.ori(arith.shrui(q, r), arith.shli(q, arith.subi(c(m), r))),
+                               c(n - 1))
+                active = cmp("slt", arith.subi(c(m - 1), s_), k)
+                ascending = cmp("eq", arith.andi(arith.shrui(a, k), c(1)), c(0))
+                slot0 = cmp("eq", linalg.IndexOp(2).result, arith.constant(idx, 0))
+                want_first = arith.cmpi(arith.CmpIPredicate.eq, slot0, ascending)
+                keep = arith.ori(_not(active), arith.cmpi(arith.CmpIPredicate.eq, want_first,
+                                                          first))
+                linalg.YieldOp([arith.select(keep, args[2 * k], args[2 * k + 1])
+                                for k in range(len(operands))])
+            outs = [reshape_value(r, out_shape, [rows, n], o.dtype)
+                    for r, o in zip(op.results, operands)]
+            scf.YieldOp(outs)
+    res = [Tracer(v, o.aval, trace) for v, o in zip(loop.results, operands)]
+    return res[:nk], res[nk], res[nk + 1:]
+
+
+def search_sorted(a: Tracer, v: Tracer, right: bool, sorter: Tracer | None) -> Tracer:
+    """numpy.searchsorted of every element of `v` in the sorted 1-D `a` (int64 result).
+
+    One `linalg.generic` over `v` whose body is an unrolled binary search
+    (ceil(log2(len(a))) + 1 `tensor.extract`s from `a`, through `sorter` when
+    given): O(len(v) log len(a)). The result is an integer, so no derivative
+    flows through it, and the extracts batch into gathers under vmap.
+    """
+    trace = require_trace("searchsorted")
+    a, v = trace.lift(a), trace.lift(v)
+    if sorter is not None:
+        sorter = trace.lift(sorter)
+    n = a.shape[0]
+    i64 = np.dtype(np.int64)
+    shape = list(v.shape)
+    r = len(shape)
+    with trace.emitting():
+        idx_t = ir.IndexType.get()
+        init = _empty(shape, i64)
+        maps = [ir.AffineMap.get_identity(r)] * 2
+        op = linalg.GenericOp([init.type], [v.value], [init], _maps(maps),
+                              _iterators(["parallel"] * r))
+        block = op.regions[0].blocks.append(element_type(v.dtype), element_type(i64))
+        with ir.InsertionPoint(block):
+            x = block.arguments[0]
+            e64 = element_type(i64)
+            c = lambda k: arith.constant(e64, k)  # noqa: E731
+            count = c(0)
+            step = 1 << max(n.bit_length() - 1, 0)
+            while n and step >= 1:
+                cand = arith.addi(count, c(step))
+                fits = arith.cmpi(arith.CmpIPredicate.sle, cand, c(n))
+                probe = arith.subi(arith.minsi(cand, c(n)), c(1))
+                probe = arith.index_cast(idx_t, probe)
+                if sorter is not None:
+                    probe = arith.index_cast(idx_t, tensor.extract(sorter.value, [probe]))
+                av = tensor.extract(a.value, [probe])
+                # left: a[probe] < x;  right: a[probe] <= x, i.e. not x < a[probe]
+                go = (_not(_total_less(v.dtype, x, av)) if right
+                      else _total_less(v.dtype, av, x))
+                count = arith.select(arith.andi(fits, go), cand, count)
+                step //= 2
+            linalg.YieldOp([count])
+    return Tracer(op.result, ShapedArray(shape, i64), trace)
+
+
 # `tracing.as_tracer` makes constants and converts dtypes with these ops.
 set_lift_ops(constant_like, convert)
 
@@ -622,6 +772,7 @@ __all__ = [
     "broadcast_shapes",
     "broadcast_to",
     "combiner",
+    "bitonic_sort",
     "concatenate",
     "constant",
     "constant_like",
@@ -638,5 +789,6 @@ __all__ = [
     "reshape_value",
     "reverse",
     "scalar_constant",
+    "search_sorted",
     "transpose",
 ]

@@ -515,6 +515,11 @@ _d("Tracer.__rtruediv__", lambda f, x: 1.0 / x, [A(S, "nonzero")], "py_lhs")
 _d("Tracer.T", lambda f, x: x.T, [A(S)], "2d")
 _d("Tracer.sum", lambda f, x: x.sum(axis=0), [A(S)], "axis0")
 _d("Tracer.reshape", lambda f, x: x.reshape(2, 6), [A(S)], "2x6")
+_d("Tracer.sort", lambda f, x: x.sort(axis=0), [A(S)], "axis0_copy", ref=lambda x: np.sort(x, 0))
+_d("Tracer.cumsum", lambda f, x: x.cumsum(axis=1), [A(S)], "axis1")
+_d("Tracer.cumprod", lambda f, x: x.cumprod(), [A(S)], "flat")
+_v("Tracer.argsort", lambda f, x: x.argsort(axis=0), [A(value=[[1.0, 2.0], [1.0, 0.0]])],
+   "ties", ref=lambda x: np.argsort(x, axis=0, kind="stable"))
 _d("Tracer.flatten", lambda f, x: x.flatten(), [A(S)], "3x4")
 
 # -- nn
@@ -745,5 +750,99 @@ _v("numpy.result_type", lambda f, x, i: str(f(x, i)), [A(""), np.int64(3)], "flo
 _v("numpy.result_type", lambda f, i: str(f(i, 1.0)), [np.asarray([1, 2], np.int32)], "int_weak")
 _v("nn.one_hot", lambda f, x: f(x, 4), [[0, 3, 1, 5]], "f32_default")
 _v("nn.one_hot", lambda f, x: f(x, 3, np.float64), [[[0, 2], [1, 1]]], "2d_f64")
+
+# -- sorting and scans (numpy): the derivative of a sort is its permutation
+_d("numpy.sort", lambda f, x: f(x), [A(S)], "last_axis")
+_d("numpy.sort", lambda f, x: f(x, axis=0), [A("5x3")], "axis0_pad")
+_d("numpy.sort", lambda f, x: f(x, axis=None), [A("2x3x2")], "flattened")
+_d("numpy.sort", lambda f, x: f(x), [A(value=[3.0, 1.0, 3.0, 2.0, 1.0, 3.0])], "ties",
+   nondiff=True)
+_d("numpy.cumsum", lambda f, x: f(x), [A(S)], "flattened")
+_d("numpy.cumsum", lambda f, x: f(x, axis=1), [A("3x5")], "axis1")
+_d("numpy.cumsum", lambda f, x: f(x, axis=0), [A("7x2")], "axis0_odd")
+_d("numpy.cumprod", lambda f, x: f(x, axis=1), [A("3x5")], "axis1")
+_d("numpy.cumprod", lambda f, x: f(x), [A(value=[[1.5, 0.0, -2.0], [0.0, 2.0, -1.0]])],
+   "two_zeros")
+_d("numpy.cumprod", lambda f, x: f(x, axis=0), [A(value=[[1.5, 0.5], [0.0, 2.0], [3.0, -1.0]])],
+   "one_zero_axis0")
+_d("numpy.quantile", lambda f, x: f(x, 0.3), [A(S)], "flat")
+_d("numpy.quantile", lambda f, x: f(x, np.array([0.25, 0.5, 0.9]), axis=1), [A("3x5")], "q_list_axis1")
+_d("numpy.quantile", lambda f, x: f(x, 0.4, axis=0, keepdims=True, method="midpoint"),
+   [A("4x3")], "midpoint_keepdims")
+_d("numpy.quantile", lambda f, x: f(x, np.array([0.1, 0.7]), axis=(0, 2), method="lower"),
+   [A("2x3x4")], "lower_axes02")
+_d("numpy.quantile", lambda f, x: f(x, 0.65, axis=-1, method="higher"), [A("2x6")], "higher")
+_d("numpy.quantile", lambda f, x, q: f(x, q), [A("7"), A("")], "traced_q",
+   inputs=lambda rng: [rng.standard_normal(7).astype(np.float32).astype(np.float64),
+                       np.asarray(0.37)])
+_d("numpy.percentile", lambda f, x: f(x, np.array([10.0, 75.0]), axis=0), [A("5x3")], "axis0")
+_d("numpy.percentile", lambda f, x: f(x, 40.0, method="nearest"), [A("6")], "nearest")
+_d("numpy.median", lambda f, x: f(x), [A(S)], "even")
+_d("numpy.median", lambda f, x: f(x, axis=1), [A("3x5")], "odd_axis1")
+_d("numpy.median", lambda f, x: f(x, axis=0, keepdims=True), [A("4x2")], "keepdims")
+_ARGS_TIES = [[2.0, -1.0, 2.0, 0.5, -1.0, 2.0], [np.nan, 1.0, -0.0, 0.0, np.nan, -np.inf]]
+_stable_argsort = lambda x, axis=-1: np.argsort(x, axis=axis, kind="stable")  # noqa: E731
+_v("numpy.argsort", lambda f, x: f(x), [A(value=_ARGS_TIES)], "ties_nans",
+   ref=_stable_argsort)
+_v("numpy.argsort", lambda f, x: f(x, axis=0), [A("5x3")], "axis0",
+   ref=lambda x: _stable_argsort(x, axis=0))
+_v("numpy.argsort", lambda f, x: f(x, axis=None), [_I34], "int_flat",
+   ref=lambda x: _stable_argsort(np.ravel(x)))
+_v("numpy.argsort", lambda f, x: f(x, descending=True), [A(value=_ARGS_TIES)], "descending",
+   ref=lambda x: np.flip(x.shape[-1] - 1 - _stable_argsort(np.flip(x, -1)), -1))
+_v("numpy.searchsorted", lambda f, a, v: f(a, v), [[-1.0, 0.5, 0.5, 2.0, np.nan],
+                                                  [[0.5, -3.0], [9.0, np.nan]]], "left_nan")
+_v("numpy.searchsorted", lambda f, a, v: f(a, v, side="right"),
+   [[-1.0, 0.5, 0.5, 2.0, 2.0, 3.0], [0.5, 2.0, -1.0, 3.5]], "right")
+_v("numpy.searchsorted", lambda f, a, v: f(a, v), [[1, 3, 3, 7], 3], "int_scalar")
+_v("numpy.searchsorted", lambda f, a, v, s: f(a, v, sorter=s),
+   [[3.0, 1.0, 2.0], [2.5, 0.0, 1.0], [1, 2, 0]], "sorter")
+_v("numpy.sort", lambda f, x: f(x, axis=0), [_I34], "int")
+_v("numpy.sort", lambda f, x: f(x), [_B34], "bool")
+_v("numpy.sort", lambda f, x: f(x), [A(value=_ARGS_TIES)], "nans")
+_v("numpy.cumsum", lambda f, x: f(x, axis=1), [_I34], "int")
+_v("numpy.cumsum", lambda f, x: f(x), [_B34], "bool_to_int64")
+_v("numpy.cumsum", lambda f, x: f(x, axis=0), [np.asarray(_I34, np.int8)], "int8_to_int64")
+_v("numpy.cumprod", lambda f, x: f(x, axis=0), [_I34], "int")
+_v("numpy.cumsum", lambda f, x: f(x, dtype=np.float32), [_I34], "dtype_f32")
+
+# -- lax: sorting and cumulative reductions (numpy references written from the definitions)
+def _np_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :k]   # no NaN in these draws
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+def _np_cum(ufunc: Any, x: np.ndarray, axis: int = 0, reverse: bool = False) -> np.ndarray:
+    if reverse:
+        return np.flip(ufunc.accumulate(np.flip(x, axis), axis=axis), axis)
+    return ufunc.accumulate(x, axis=axis)
+
+
+_d("lax.sort", lambda f, x: f(x), [A(S)], "last", ref=lambda x: np.sort(x, -1))
+_d("lax.sort", lambda f, x: f(x, dimension=0), [A("5x2")], "dim0",
+   ref=lambda x: np.sort(x, 0))
+_d("lax.sort", lambda f, x, y: f((x, y))[1], [A("6"), A("6")], "key_val",
+   ref=lambda x, y: y[np.argsort(x, kind="stable")])
+_d("lax.sort_key_val", lambda f, x, y: f(x, y)[1], [A("2x5"), A("2x5")], "values",
+   ref=lambda x, y: np.take_along_axis(y, np.argsort(x, -1, kind="stable"), -1))
+_d("lax.sort_key_val", lambda f, x, y: f(x, y, dimension=0)[0], [A("3x2"), A("3x2")], "keys",
+   ref=lambda x, y: np.sort(x, 0))
+_d("lax.top_k", lambda f, x: f(x, 3)[0], [A(S)], "values", ref=lambda x: _np_top_k(x, 3)[0])
+_d("lax.top_k", lambda f, x: f(x, 2)[0], [A(value=[1.0, 3.0, 3.0, -2.0, 3.0])], "ties",
+   nondiff=True, ref=lambda x: _np_top_k(x, 2)[0])
+_v("lax.top_k", lambda f, x: f(x, 4)[1], [A(value=[[1.0, 3.0, 3.0, -2.0, 3.0]])],
+   "indices_ties", ref=lambda x: _np_top_k(x, 4)[1])
+_v("lax.top_k", lambda f, x: f(x, 2)[1], [A("3x5")], "indices", ref=lambda x: _np_top_k(x, 2)[1])
+for _name, _uf in (("cumsum", np.add), ("cumprod", np.multiply), ("cummax", np.maximum),
+                   ("cummin", np.minimum), ("cumlogsumexp", np.logaddexp)):
+    _d(f"lax.{_name}", lambda f, x: f(x), [A("5x3")], "axis0",
+       ref=lambda x, u=_uf: _np_cum(u, x))
+    _d(f"lax.{_name}", lambda f, x: f(x, axis=1, reverse=True), [A("2x6")], "axis1_reverse",
+       ref=lambda x, u=_uf: _np_cum(u, x, 1, True))
+for _name, _uf in (("cummax", np.maximum), ("cummin", np.minimum)):
+    _d(f"lax.{_name}", lambda f, x: f(x), [A(value=[1.0, 1.0, 1.0, 0.5, 1.0, -1.0, -1.0])],
+       "ties", nondiff=True, ref=lambda x, u=_uf: _np_cum(u, x))
+_d("lax.cumprod", lambda f, x: f(x, axis=1), [A(value=[[2.0, 0.0, 3.0, 0.0], [0.0, 1.5, 2.0, -1.0]])],
+   "zeros", ref=lambda x: _np_cum(np.multiply, x, 1))
 
 CASES: list[Case] = DIFF + VALUE

@@ -97,6 +97,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     **{f"numpy.{n}": "integer/bool operands only" for n in (
         "bitwise_and", "bitwise_or", "bitwise_xor", "invert")},
     "numpy.argmax": "integer result", "numpy.argmin": "integer result",
+    "numpy.argsort": "integer result", "numpy.searchsorted": "integer result",
     **{f"numpy.{n}": "constructor: no array input" for n in (
         "zeros", "ones", "empty", "eye", "identity", "arange", "linspace")},
     **{f"numpy.{n}": "static shape query" for n in ("shape", "ndim", "size")},
