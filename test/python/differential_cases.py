@@ -495,6 +495,12 @@ def _np_at_set(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
     return out
 
 
+def _np_at_op(x: np.ndarray, y: np.ndarray, idx: Any, op: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[idx] = op(out[idx], y)
+    return out
+
+
 def _np_at_add(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
     out = np.array(x, copy=True)
     out[idx] += y
@@ -516,6 +522,44 @@ _d("Tracer.T", lambda f, x: x.T, [A(S)], "2d")
 _d("Tracer.sum", lambda f, x: x.sum(axis=0), [A(S)], "axis0")
 _d("Tracer.reshape", lambda f, x: x.reshape(2, 6), [A(S)], "2x6")
 _d("Tracer.flatten", lambda f, x: x.flatten(), [A(S)], "3x4")
+
+# -- gathers and scatters: integer-array and traced indices (in range, where
+#    numpy, jax and we agree; out-of-range behaviour: test_gather_scatter.py)
+_d("numpy.take", lambda f, x, i: f(x, i, axis=1), [A(S), C([3, 0, 3, 1, 2])], "axis1_dups")
+_d("numpy.take", lambda f, x, i: f(x, i), [A(S), C([[11, -1], [0, 5]])], "flat_2d_negative")
+_d("numpy.take", lambda f, x, i: f(x, i, axis=0), [A(S), C(2)], "traced_scalar")
+_d("numpy.take_along_axis", lambda f, x, i: f(x, i, axis=1),
+   [A(S), C([[0, 3], [1, 1], [2, 0]])], "axis1")
+_d("numpy.take_along_axis", lambda f, x, i: f(x, i, axis=0), [A(S), C([[2, 0, 1, 2]])],
+   "axis0_bcast")
+
+
+def _np_at_add_dups(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    np.add.at(out, idx, y)
+    return out
+
+
+_GATHERS = [(lambda x, i: x[i], [C([2, 0, 2, -1])], "int_array_rows"),
+            (lambda x, i: x[:, i], [C([3, 1, 3])], "int_array_cols"),
+            (lambda x, i: x[i], [C(1)], "traced_scalar"),
+            (lambda x, i: x[1, i], [C([[0, 3], [2, 2]])], "int_and_array"),
+            (lambda x, i, j: x[i[:, None], j], [C([2, 0]), C([1, 3, 3])], "two_arrays_bcast"),
+            (lambda x, i: x[None, 1:, i], [C([0, -2])], "newaxis_slice_array")]
+for _fn, _cs, _lab in _GATHERS:
+    _d("Tracer.__getitem__", lambda f, x, *i, g=_fn: g(x, *i), [A(S), *_cs], _lab)
+_d("Tracer.at.add", lambda f, x, y, i: x.at[i].add(y), [A(S), A("3x4"), C([0, 2, 0])],
+   "int_array_dups", ref=lambda x, y, i: _np_at_add_dups(x, y, i))
+_d("Tracer.at.set", lambda f, x, y, i: x.at[i[0], i[1]].set(y),
+   [A(S), A("2"), C([[2, 0], [1, 3]])], "int_array_pairs",
+   ref=lambda x, y, i: _np_at_set(x, y, (i[0], i[1])))
+for _k, _np_op in (("multiply", np.multiply), ("min", np.minimum), ("max", np.maximum)):
+    _d(f"Tracer.at.{_k}", lambda f, x, y, i, k=_k: getattr(x.at[i], k)(y),
+       [A(S), A("2x4"), C([2, 0])], "int_array",
+       ref=lambda x, y, i, op=_np_op: _np_at_op(x, y, i, op),
+       # (jax differentiates a multiply-scatter only when told the indices are unique)
+       jref=lambda x, y, i, k=_k: getattr(x.at[i], k)(y, unique_indices=True))
+
 
 # -- nn
 for _name in ("relu", "sigmoid", "log_sigmoid", "softplus", "silu", "gelu"):
