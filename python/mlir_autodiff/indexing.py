@@ -49,7 +49,7 @@ def _is_array_item(i: Any) -> bool:
     """Whether `i` is an advanced (array or traced) index item."""
     if isinstance(i, Tracer):
         return True
-    if isinstance(i, (list, np.ndarray)):
+    if isinstance(i, (list, tuple, np.ndarray)):
         return not (isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype.kind in "iu")
     return False
 
@@ -168,6 +168,19 @@ class _Advanced:
         if part is x:
             return new
         return self.basic.write(x, new)
+
+
+def check_options(opname: str, options: dict[str, Any], modes: Sequence[str]) -> None:
+    """jax's keyword options of `x.at[idx]` methods: the hints are accepted
+    (ignored); `mode` may only name what we do (gathers clamp, scatters drop)."""
+    for k, v in options.items():
+        if k in ("indices_are_sorted", "unique_indices"):
+            continue
+        if k == "mode" and (v is None or str(getattr(v, "name", v)).lower() in modes):
+            continue
+        raise UnsupportedError(
+            f"{opname}: option {k}={v!r} is not supported (at {format_site()}); out-of-range "
+            f"indices {'clamp' if opname.endswith('get') else 'are dropped'}")
 
 
 def advanced_getitem(x: Tracer, idx: Any, basic_index: Any) -> Tracer:

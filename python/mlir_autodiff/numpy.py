@@ -1279,12 +1279,16 @@ class _IndexUpdateRef:
         self.x = x
         self.idx = idx
 
-    def get(self) -> Tracer:
+    def get(self, **options: Any) -> Tracer:
+        """x[idx]; out-of-range array indices clamp (jax's options accepted:
+        `mode` "clip"/"promise_in_bounds", `indices_are_sorted`, `unique_indices`)."""
+        _ix.check_options("at[].get", options, ("clip", "promise_in_bounds"))
         return _getitem(self.x, self.idx)
 
     def _update(self, v: Any, combine: Callable[[Tracer, Tracer], Tracer] | None,
-                opname: str) -> Tracer:
+                opname: str, options: dict[str, Any] | None = None) -> Tracer:
         x = self.x
+        _ix.check_options(opname, options or {}, ("drop", "promise_in_bounds"))
         if _ix.has_array_items(self.idx):  # integer arrays / traced indices: a scatter
             return _scatter_update(x, self.idx, v, opname)
         index = _Index(x.shape, self.idx)
@@ -1300,33 +1304,33 @@ class _IndexUpdateRef:
                 val = P.reverse(val, index.flip_in_slice)
         return index.write(x, val)
 
-    def set(self, values: Any) -> Tracer:
+    def set(self, values: Any, **options: Any) -> Tracer:
         """x with x[idx] replaced by `values` (broadcast to x[idx].shape, cast to x.dtype)."""
-        return self._update(values, None, "at[].set")
+        return self._update(values, None, "at[].set", options)
 
-    def add(self, values: Any) -> Tracer:
+    def add(self, values: Any, **options: Any) -> Tracer:
         """x with `values` added at x[idx]."""
-        return self._update(values, add, "at[].add")
+        return self._update(values, add, "at[].add", options)
 
-    def subtract(self, values: Any) -> Tracer:
-        return self._update(values, subtract, "at[].subtract")
+    def subtract(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, subtract, "at[].subtract", options)
 
-    def multiply(self, values: Any) -> Tracer:
-        return self._update(values, multiply, "at[].multiply")
+    def multiply(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, multiply, "at[].multiply", options)
 
     mul = multiply
 
-    def divide(self, values: Any) -> Tracer:
-        return self._update(values, true_divide, "at[].divide")
+    def divide(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, true_divide, "at[].divide", options)
 
-    def power(self, values: Any) -> Tracer:
-        return self._update(values, power, "at[].power")
+    def power(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, power, "at[].power", options)
 
-    def min(self, values: Any) -> Tracer:
-        return self._update(values, minimum, "at[].min")
+    def min(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, minimum, "at[].min", options)
 
-    def max(self, values: Any) -> Tracer:
-        return self._update(values, maximum, "at[].max")
+    def max(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, maximum, "at[].max", options)
 
 
 class _IndexUpdateHelper:

@@ -423,3 +423,16 @@ def test_gpu_pipeline_parallel_stage_and_device_code() -> None:
         module = ir.Module.parse(text)
         run_pipeline(module, [LowerToGpu(chip="sm_80", format="fatbin")])
         assert "gpu.binary" in str(module)
+
+
+def test_jax_options_of_at_methods_and_tuple_items() -> None:
+    i = np.array([2, 0])
+    f = lambda x, u: (x.at[i].multiply(u, unique_indices=True, indices_are_sorted=False)  # noqa: E731
+                      + x.at[i].get(mode="clip")[0, 0] + x[(1, 3), :][0])
+    jf = lambda x, u: (jnp.asarray(x).at[i].multiply(u, unique_indices=True)  # noqa: E731
+                       + jnp.asarray(x)[i][0, 0] + jnp.asarray(x)[np.array([1, 3]), :][0])
+    _close(ad.jit(f)(X, U[:2]), jf(X, U[:2]))
+    _close(ad.grad(lambda x: f(x, U[:2]).sum())(X), jax.grad(lambda x: jf(x, U[:2]).sum())(X))
+    with pytest.raises(UnsupportedError, match="mode='clip'") as e:
+        ad.jit(lambda x: x.at[i].add(1.0, mode="clip"))(X)
+    _site(e)

@@ -32,8 +32,8 @@ from ..ad_support import (
     captured_values,
     clone_remapped,
     element_type,
-    is_inside,
     is_float,
+    is_inside,
     op_name,
     tangent_results,
 )
