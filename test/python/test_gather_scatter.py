@@ -456,3 +456,18 @@ def test_scatter_multiply_second_order() -> None:
     f = lambda x: (x.at[i].multiply(v * x[:3]) ** 2).sum()  # noqa: E731
     jf = lambda x: (jnp.asarray(x).at[i].multiply(v * x[:3], unique_indices=True) ** 2).sum()  # noqa: E731
     _close(ad.hessian(f)(x), jax.hessian(jf)(x))
+
+
+def test_traced_loop_index_reads_and_writes_in_fori_loop() -> None:
+    def run(m: Any, L: Any, x: Any) -> Any:
+        def body(i: Any, c: Any) -> Any:
+            return c.at[i].set(c[i - 1] * 0.5 + m.sin(c[i]))
+        return (L.fori_loop(1, x.shape[0], body, x) ** 2).sum()
+
+    x = RNG.standard_normal(6)
+    f = lambda x: run(anp, alax, anp.asarray(x))  # noqa: E731
+    jf = lambda x: run(jnp, jax.lax, jnp.asarray(x))  # noqa: E731
+    _close(ad.jit(f)(x), jf(x))
+    _close(ad.grad(f)(x), jax.grad(jf)(x))
+    xb = np.stack([x, -x])
+    _close(ad.vmap(ad.grad(f))(xb), jax.vmap(jax.grad(jf))(xb))
