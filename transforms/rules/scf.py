@@ -18,7 +18,11 @@ and runs the reverse rules over the clone, carrying the cotangents of the
 carried values and accumulating those of values captured from above. With
 a static trip count, the body values the reverse rules read are then taped
 in the forward loop too and the clones that computed them die
-(`_save_residuals`, what JAX's scan saves), so the body is not run twice.
+(`_save_residuals`, what JAX's scan saves), so the body is not run twice;
+elements read from a carried tensor are among them, and a carried value
+whose tape the backward loop then never reads loses its tape
+(`_drop_unread_tapes`: an array updated element by element, a scatter,
+costs its elements, not trip x size).
 `scf.if` recomputes the taken branch under the saved predicate.
 
 Batching: `scf.for` stays one loop whose carried values that depend on
