@@ -20,6 +20,10 @@ body *once*, into the region of one upstream loop op:
   and selects per lane (the batching rule of `scf.if`), as jax does;
 - `select(pred, on_true, on_false)` -> an elementwise `arith.select`.
 
+It also holds jax's windows at traced offsets, `dynamic_slice`,
+`dynamic_update_slice` and their `_in_dim` / `index_in_dim` forms: gathers
+and scatters (see `indexing.py`), the start clamped so the window fits.
+
 The MLIR passes differentiate (forward mode, reverse mode with tapes, to any
 order), batch and lower these ops, so `grad`, `jvp`, `vmap`, `hessian` and
 `jit` compose with the loops. Loop bodies may close over values of the
