@@ -790,4 +790,70 @@ _v("numpy.result_type", lambda f, i: str(f(i, 1.0)), [np.asarray([1, 2], np.int3
 _v("nn.one_hot", lambda f, x: f(x, 4), [[0, 3, 1, 5]], "f32_default")
 _v("nn.one_hot", lambda f, x: f(x, 3, np.float64), [[[0, 2], [1, 1]]], "2d_f64")
 
+# -- lax windows at traced offsets (gathers and scatters): numpy references of
+#    jax's contract (negative starts wrap, then clamp so the window fits)
+
+def _np_window(x: np.ndarray, starts: Any, sizes: Any) -> tuple:
+    out = []
+    for s, size, n in zip(starts, sizes, np.shape(x)):
+        s = int(s)
+        s = min(max(s + n if s < 0 else s, 0), n - int(size))
+        out.append(slice(s, s + int(size)))
+    return tuple(out)
+
+
+def _np_dynamic_update_slice(x: np.ndarray, u: np.ndarray, starts: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[_np_window(x, starts, np.shape(u))] = u
+    return out
+
+
+def _np_in_dim(x: np.ndarray, start: Any, size: int, axis: int) -> tuple[list, list]:
+    starts = [0] * np.ndim(x)
+    starts[axis] = start
+    sizes = list(np.shape(x))
+    sizes[axis] = size
+    return starts, sizes
+
+
+LAX_REF.update({
+    "dynamic_slice": lambda x, starts, sizes: x[_np_window(x, starts, sizes)],
+    "dynamic_update_slice": _np_dynamic_update_slice,
+    "dynamic_slice_in_dim": lambda x, s, size, axis=0: x[_np_window(
+        x, *_np_in_dim(x, s, size, axis))],
+    "dynamic_index_in_dim": lambda x, i, axis=0, keepdims=True: (
+        (lambda r: r if keepdims else np.squeeze(r, axis))(
+            x[_np_window(x, *_np_in_dim(x, i, 1, axis))])),
+    "dynamic_update_slice_in_dim": lambda x, u, s, axis: _np_dynamic_update_slice(
+        x, u, _np_in_dim(x, s, 1, axis)[0]),
+    "dynamic_update_index_in_dim": lambda x, u, i, axis: _np_dynamic_update_slice(
+        x, np.expand_dims(u, axis) if np.ndim(u) == np.ndim(x) - 1 else u,
+        _np_in_dim(x, i, 1, axis)[0]),
+})
+_d("lax.dynamic_slice", lambda f, x, i, j: f(x, (i, j), (2, 3)),
+   [A(S), C(np.int32(1)), C(np.int32(-1))], "negative_start_clamped")
+_d("lax.dynamic_slice", lambda f, x, i: f(x, (i, 0), (1, 4)), [A(S), C(np.int64(7))],
+   "start_past_end")
+_d("lax.dynamic_update_slice", lambda f, x, u, i, j: f(x, u, (i, j)),
+   [A(S), A("2x2"), C(np.int32(2)), C(np.int32(1))], "clamped_rows")
+_d("lax.dynamic_update_slice", lambda f, x, u, i: f(x, u, (0, i)),
+   [A(S), A("3x1"), C(np.int64(-2))], "negative_start")
+_d("lax.dynamic_slice_in_dim", lambda f, x, i: f(x, i, 2, 1), [A(S), C(np.int32(1))],
+   "axis1")
+_d("lax.dynamic_slice_in_dim", lambda f, x, i: f(x, i, 2), [A(S), C(np.int32(5))],
+   "axis0_clamped")
+_d("lax.dynamic_index_in_dim", lambda f, x, i: f(x, i, 1, keepdims=False),
+   [A(S), C(np.int32(-1))], "axis1_drop")
+_d("lax.dynamic_index_in_dim", lambda f, x, i: f(x, i), [A(S), C(np.int32(2))],
+   "axis0_keep")
+_d("lax.dynamic_update_slice_in_dim", lambda f, x, u, i: f(x, u, i, 0),
+   [A(S), A("2x4"), C(np.int32(1))], "axis0")
+_d("lax.dynamic_update_slice_in_dim", lambda f, x, u, i: f(x, u, i, 1),
+   [A(S), A("3x2"), C(np.int32(3))], "axis1_clamped")
+_d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 0),
+   [A(S), A("4"), C(np.int32(-1))], "row")
+_d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 1),
+   [A(S), A("3x1"), C(np.int32(2))], "col_keepdim")
+
+
 CASES: list[Case] = DIFF + VALUE
