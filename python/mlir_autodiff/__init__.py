@@ -34,14 +34,15 @@ depend on) the front end.
 #                                        building shared libraries from lowered modules
 #   layer 5  primitives, gpu, compile_cache  the ops a trace emits; the GPU runtime; jit's
 #                                        persistent compilation cache
-#   layer 6  numpy                       numpy's API; installs Tracer's operators and methods
-#   layer 7  api                         jit and lower (imports numpy: traces see a full Tracer)
-#   layer 8  batching, random, exporting  vmap; random draws; ahead-of-time export
-#   layer 9  custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
-#   layer 10 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
-#   layer 11 custom                      custom_vjp, custom_jvp
-#   layer 12 custom_function             the torch-style Function (a custom_vjp call)
-#   layer 13 __init__                    this namespace, imported lazily (PEP 562)
+#   layer 6  indexing                    gathers and scatters of array/traced indices
+#   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
+#   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
+#   layer 9  batching, random, exporting  vmap; random draws; ahead-of-time export
+#   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
+#   layer 11 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
+#   layer 12 custom                      custom_vjp, custom_jvp
+#   layer 13 custom_function             the torch-style Function (a custom_vjp call)
+#   layer 14 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 

@@ -20,6 +20,10 @@ body *once*, into the region of one upstream loop op:
   and selects per lane (the batching rule of `scf.if`), as jax does;
 - `select(pred, on_true, on_false)` -> an elementwise `arith.select`.
 
+It also holds jax's windows at traced offsets, `dynamic_slice`,
+`dynamic_update_slice` and their `_in_dim` / `index_in_dim` forms: gathers
+and scatters (see `indexing.py`), the start clamped so the window fits.
+
 The MLIR passes differentiate (forward mode, reverse mode with tapes, to any
 order), batch and lower these ops, so `grad`, `jvp`, `vmap`, `hessian` and
 `jit` compose with the loops. Loop bodies may close over values of the
@@ -45,8 +49,10 @@ from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
 from . import dialects, primitives, pytree
+from . import indexing as _ix
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
+from .errors import ShapeError
 from .tracing import (
     FunctionTrace,
     RegionTrace,
@@ -979,5 +985,145 @@ def cumlogsumexp(operand: Any, axis: int = 0, reverse: bool = False) -> Any:
     return _cumulative("cumlogsumexp", operand, axis, reverse)
 
 
-__all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum", "fori_loop", "map",
-           "scan", "select", "sort", "sort_key_val", "switch", "top_k", "while_loop"]
+# --------------------------------------------------------------------------- dynamic slices
+# Windows at traced start indices: gathers and scatters (indexing.py), the
+# starts wrapped when negative and clamped so the window fits, as jax's.
+
+def _axis(axis: int, ndim: int, who: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{who}: axis {axis} is out of bounds for an array of dimension "
+                         f"{ndim} (at {format_site()})")
+    return axis % ndim
+
+
+_I64 = np.dtype(np.int64)
+
+
+def _starts(who: str, operand: Tracer, start_indices: Sequence[Any],
+            sizes: Sequence[int]) -> list[Tracer]:
+    """Per dim, the window's indices `start + arange(size)` with the start
+    wrapped (negative) and clamped so the window fits, as jax does."""
+    if len(start_indices) != operand.ndim or len(sizes) != operand.ndim:
+        raise ShapeError(
+            f"{who}: expected {operand.ndim} start indices and sizes (one per dim of an array "
+            f"of shape {operand.shape}), got {len(start_indices)} and {len(sizes)} (at "
+            f"{format_site()})")
+    out = []
+    for d, (s, size) in enumerate(zip(start_indices, sizes)):
+        n = operand.shape[d]
+        if not 0 <= size <= n:
+            raise ShapeError(f"{who}: slice size {size} does not fit dim {d} of size {n} (at "
+                             f"{format_site()})")
+        st = _ix._int_tracer(s, f"{who}: start indices")
+        if st.ndim != 0:
+            raise ShapeError(f"{who}: each start index must be a scalar, got shape "
+                             f"{st.shape} (at {format_site()})")
+        st = st.astype(_I64)
+        st = anp.where(anp.less(st, 0), st + n, st)
+        st = anp.clip(st, 0, n - size)
+        out.append(st + anp.arange(size, dtype=_I64))
+    return out
+
+
+def _window_spec(idx: list[Tracer]) -> list[Any]:
+    return [(t, [d]) for d, t in enumerate(idx)]
+
+
+def _start_list(start_indices: Any) -> list[Any]:
+    if isinstance(start_indices, Tracer):
+        if start_indices.ndim != 1:
+            raise ShapeError(f"start indices must be a sequence or a 1-D array, got shape "
+                             f"{start_indices.shape} (at {format_site()})")
+        return [start_indices[k] for k in range(start_indices.shape[0])]
+    if isinstance(start_indices, np.ndarray):
+        return list(start_indices.reshape(-1))
+    return list(start_indices)
+
+
+def _eager_window(operand: Any, start_indices: Any, sizes: Sequence[int]) -> tuple:
+    """Outside a trace: the window's slices, starts wrapped and clamped as jax's."""
+    x = np.asarray(operand)
+    starts = [int(s) for s in np.asarray(start_indices).reshape(-1)]
+    if len(starts) != x.ndim or len(sizes) != x.ndim:
+        raise ShapeError(f"expected {x.ndim} start indices and sizes, got {len(starts)} and "
+                         f"{len(sizes)} (at {format_site()})")
+    out = []
+    for s, size, n in zip(starts, sizes, x.shape):
+        s = min(max(s + n if s < 0 else s, 0), n - int(size))
+        out.append(slice(s, s + int(size)))
+    return x, tuple(out)
+
+
+def dynamic_slice(operand: Any, start_indices: Any, slice_sizes: Sequence[int]) -> Any:
+    """`operand[start:start+size]` per dim at traced starts (clamped to fit, as jax)."""
+    if current_trace() is None:
+        x, window = _eager_window(operand, start_indices, slice_sizes)
+        return x[window].copy()
+    x = anp.asarray(operand)
+    sizes = [int(s) for s in slice_sizes]
+    idx = _starts("dynamic_slice", x, _start_list(start_indices), sizes)
+    return primitives.gather(x, _window_spec(idx), sizes)
+
+
+def dynamic_update_slice(operand: Any, update: Any, start_indices: Any) -> Any:
+    """`operand` with the window at traced starts replaced by `update` (starts
+    clamped so the whole update fits, as jax)."""
+    if current_trace() is None:
+        u = np.asarray(update)
+        x, window = _eager_window(operand, start_indices, u.shape)
+        x = x.copy()
+        x[window] = u
+        return x
+    x = anp.asarray(operand)
+    u = primitives.convert(anp.asarray(update), x.dtype)
+    if u.ndim != x.ndim:
+        raise ShapeError(f"dynamic_update_slice: update of rank {u.ndim} for an operand of "
+                         f"rank {x.ndim} (at {format_site()})")
+    idx = _starts("dynamic_update_slice", x, _start_list(start_indices), list(u.shape))
+    return primitives.scatter(x, _window_spec(idx), u, "set")
+
+
+def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int,
+                         axis: int = 0) -> Any:
+    x = anp.asarray(operand)
+    ax = _axis(axis, x.ndim, "dynamic_slice_in_dim")
+    starts: list[Any] = [0] * x.ndim
+    starts[ax] = start_index
+    sizes = list(x.shape)
+    sizes[ax] = int(slice_size)
+    return dynamic_slice(x, starts, sizes)
+
+
+def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0,
+                         keepdims: bool = True) -> Any:
+    """`operand`'s slice `index` (traced, clamped) along `axis`."""
+    x = anp.asarray(operand)
+    r = dynamic_slice_in_dim(x, index, 1, axis)
+    if keepdims:
+        return r
+    return anp.squeeze(r, _axis(axis, x.ndim, "dynamic_index_in_dim"))
+
+
+def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any,
+                                axis: int) -> Any:
+    x = anp.asarray(operand)
+    ax = _axis(axis, x.ndim, "dynamic_update_slice_in_dim")
+    starts: list[Any] = [0] * x.ndim
+    starts[ax] = start_index
+    return dynamic_update_slice(x, update, starts)
+
+
+def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int) -> Any:
+    x = anp.asarray(operand)
+    ax = _axis(axis, x.ndim, "dynamic_update_index_in_dim")
+    u = anp.asarray(update)
+    if u.ndim == x.ndim - 1:
+        u = anp.expand_dims(u, ax)
+    return dynamic_update_slice_in_dim(x, u, index, ax)
+
+
+__all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
+           "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
+           "dynamic_update_index_in_dim", "dynamic_update_slice",
+           "dynamic_update_slice_in_dim", "fori_loop", "map", "scan", "select", "sort",
+           "sort_key_val", "switch", "top_k", "while_loop"]

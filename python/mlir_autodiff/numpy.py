@@ -36,6 +36,7 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import math as _m
 
+from . import indexing as _ix
 from . import primitives as P
 from .errors import (
     ConcretizationTypeError,
@@ -1266,6 +1267,8 @@ class _Index:
 
 
 def _getitem(x: Tracer, idx: Any) -> Tracer:
+    if _ix.has_array_items(idx):  # integer arrays / traced indices: a gather
+        return _ix.advanced_getitem(x, idx, _Index)
     return _Index(x.shape, idx).read(x)
 
 
@@ -1276,12 +1279,18 @@ class _IndexUpdateRef:
         self.x = x
         self.idx = idx
 
-    def get(self) -> Tracer:
+    def get(self, **options: Any) -> Tracer:
+        """x[idx]; out-of-range array indices clamp (jax's options accepted:
+        `mode` "clip"/"promise_in_bounds", `indices_are_sorted`, `unique_indices`)."""
+        _ix.check_options("at[].get", options, ("clip", "promise_in_bounds"))
         return _getitem(self.x, self.idx)
 
     def _update(self, v: Any, combine: Callable[[Tracer, Tracer], Tracer] | None,
-                opname: str) -> Tracer:
+                opname: str, options: dict[str, Any] | None = None) -> Tracer:
         x = self.x
+        _ix.check_options(opname, options or {}, ("drop", "promise_in_bounds"))
+        if _ix.has_array_items(self.idx):  # integer arrays / traced indices: a scatter
+            return _scatter_update(x, self.idx, v, opname)
         index = _Index(x.shape, self.idx)
         val = P.convert(_t(v), x.dtype)
         val = P.broadcast_to(val, index.result_shape, opname)
@@ -1295,33 +1304,33 @@ class _IndexUpdateRef:
                 val = P.reverse(val, index.flip_in_slice)
         return index.write(x, val)
 
-    def set(self, values: Any) -> Tracer:
+    def set(self, values: Any, **options: Any) -> Tracer:
         """x with x[idx] replaced by `values` (broadcast to x[idx].shape, cast to x.dtype)."""
-        return self._update(values, None, "at[].set")
+        return self._update(values, None, "at[].set", options)
 
-    def add(self, values: Any) -> Tracer:
+    def add(self, values: Any, **options: Any) -> Tracer:
         """x with `values` added at x[idx]."""
-        return self._update(values, add, "at[].add")
+        return self._update(values, add, "at[].add", options)
 
-    def subtract(self, values: Any) -> Tracer:
-        return self._update(values, subtract, "at[].subtract")
+    def subtract(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, subtract, "at[].subtract", options)
 
-    def multiply(self, values: Any) -> Tracer:
-        return self._update(values, multiply, "at[].multiply")
+    def multiply(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, multiply, "at[].multiply", options)
 
     mul = multiply
 
-    def divide(self, values: Any) -> Tracer:
-        return self._update(values, true_divide, "at[].divide")
+    def divide(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, true_divide, "at[].divide", options)
 
-    def power(self, values: Any) -> Tracer:
-        return self._update(values, power, "at[].power")
+    def power(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, power, "at[].power", options)
 
-    def min(self, values: Any) -> Tracer:
-        return self._update(values, minimum, "at[].min")
+    def min(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, minimum, "at[].min", options)
 
-    def max(self, values: Any) -> Tracer:
-        return self._update(values, maximum, "at[].max")
+    def max(self, values: Any, **options: Any) -> Tracer:
+        return self._update(values, maximum, "at[].max", options)
 
 
 class _IndexUpdateHelper:
@@ -2090,3 +2099,127 @@ def _install_tracer_interface() -> None:
 
 
 _install_tracer_interface()
+
+
+# --------------------------------------------------------------------------- gather / scatter
+# (integer-array and traced indices: indexing.py; semantics documented there)
+
+def _scatter_update(x: Tracer, idx: Any, values: Any, opname: str) -> Tracer:
+    """x.at[idx].<op>(values) with array/traced indices: one scatter."""
+    kind = {"set": "set", "add": "add", "subtract": "add", "multiply": "mul",
+            "divide": "mul", "min": "min", "max": "max"}.get(opname[5:])
+    if kind is None:
+        raise UnsupportedError(f"{opname} with array or traced indices is not supported "
+                               f"(at {format_site()})")
+    if opname.endswith("subtract"):
+        values = negative(_t(values))
+    elif opname.endswith("divide"):
+        if not _is_float(x.dtype):
+            raise UnsupportedError(f"{opname} of an integer array with array indices is not "
+                                   f"supported (at {format_site()})")
+        values = reciprocal(P.convert(_t(values), x.dtype))
+    return _ix.advanced_update(x, idx, values, kind, opname, _Index)
+
+
+def _ix_axis(axis: int, ndim: int, who: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{who}: axis {axis} is out of bounds for an array of dimension "
+                         f"{ndim} (at {format_site()})")
+    return axis % ndim
+
+
+def _fill_value(dtype: np.dtype, fill_value: Any) -> Any:
+    if fill_value is not None:
+        return fill_value
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    if dtype.kind == "u":
+        return np.iinfo(dtype).max
+    return np.iinfo(dtype).min
+
+
+def _mode_indices(idx: Tracer, n: int, mode: str | None, who: str) -> tuple[Tracer, Any]:
+    """Indices for `mode` and, for "fill", the in-range mask (else None)."""
+    if mode in (None, "fill"):
+        i = idx.astype(_I64) if idx.dtype.kind == "u" else idx
+        ok = logical_and(greater_equal(i, -n), less(i, n))
+        return idx, ok
+    if mode in ("clip", "promise_in_bounds"):
+        return clip(idx, 0, builtins.max(n - 1, 0)), None
+    if mode == "wrap":
+        return remainder(idx, n), None
+    raise ValueError(f"{who}: invalid mode {mode!r}; expected 'fill', 'clip', 'wrap' or "
+                     f"'promise_in_bounds' (at {format_site()})")
+
+
+def _ix_axis(axis: int, ndim: int, who: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{who}: axis {axis} is out of bounds for an array of dimension "
+                         f"{ndim} (at {format_site()})")
+    return axis % ndim
+
+
+@_api()
+def take(a: Any, indices: Any, axis: int | None = None, out: Any = None,
+         mode: str | None = None, unique_indices: bool = False,
+         indices_are_sorted: bool = False, fill_value: Any = None) -> Any:
+    """Elements of `a` at `indices` along `axis` (flattened `a` when None).
+
+    Out-of-range indices follow jax's `mode`: "fill" (default: NaN for floats,
+    the most negative integer, True), "clip" (clamp, no negative wrap) or
+    "wrap" (modulo); negative indices wrap in "fill" mode.
+    """
+    if out is not None:
+        raise UnsupportedError(f"take: the out= argument is not supported (at {format_site()})")
+    x = _t(a)
+    if axis is None:
+        x = ravel(x)
+        axis = 0
+    if x.ndim == 0:
+        raise ValueError(f"take: cannot index a 0-d array (at {format_site()})")
+    ax = _ix_axis(axis, x.ndim, "take")
+    idx = _ix._int_tracer(indices, "take: indices")
+    idx, ok = _mode_indices(idx, x.shape[ax], mode, "take")
+    r = x[(slice(None),) * ax + (idx,)]
+    if ok is not None:
+        ok = reshape(ok, (1,) * ax + ok.shape + (1,) * (x.ndim - ax - 1))
+        r = where(ok, r, asarray(_fill_value(x.dtype, fill_value), x.dtype))
+    return r
+
+
+@_api()
+def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None = None,
+                    fill_value: Any = None) -> Any:
+    """`arr` read at `indices` along `axis`, the other dims matched (broadcast)
+    position by position; out-of-range indices as in `take`."""
+    x = _t(arr)
+    idx = _ix._int_tracer(indices, "take_along_axis: indices")
+    if axis is None:
+        x = ravel(x)
+        if idx.ndim != 1:
+            raise ValueError(f"take_along_axis: with axis=None the indices must be 1-D, got "
+                             f"{idx.ndim}-D (at {format_site()})")
+        axis = 0
+    if idx.ndim != x.ndim:
+        raise ShapeError(
+            f"take_along_axis: indices and arr must have the same number of dimensions; "
+            f"got {idx.ndim} and {x.ndim} (at {format_site()})")
+    ax = _ix_axis(axis, x.ndim, "take_along_axis")
+    idx, ok = _mode_indices(idx, x.shape[ax], mode, "take_along_axis")
+    shape = list(P.broadcast_shapes(
+        "take_along_axis", [d for i, d in enumerate(x.shape) if i != ax],
+        [d for i, d in enumerate(idx.shape) if i != ax]))
+    shape.insert(ax, idx.shape[ax])
+    idx = P.broadcast_to(idx, shape, "take_along_axis")
+    xs = list(shape)
+    xs[ax] = x.shape[ax]
+    x = P.broadcast_to(x, xs, "take_along_axis")
+    spec: list[Any] = list(range(x.ndim))
+    spec[ax] = (idx, list(range(x.ndim)))
+    r = P.gather(x, spec, shape)
+    if ok is not None:
+        r = where(P.broadcast_to(ok, shape, "take_along_axis"), r,
+                      asarray(_fill_value(x.dtype, fill_value), x.dtype))
+    return r

@@ -561,6 +561,121 @@ def concatenate(xs: Sequence[Tracer], axis: int) -> Tracer:
     return Tracer(acc, ShapedArray(out_shape, dt, weak), trace)
 
 
+# --------------------------------------------------------------------------- gather / scatter
+#
+# An indexed read or write with computed indices. `spec[d]` says where dim d
+# of the operand is indexed: an int k (loop dim k of the result/update shape:
+# the whole dim is walked) or a pair (t, dims): the integer tensor `t`, whose
+# dims are the loop dims `dims`, holds the index (negative values wrap once, as
+# numpy's; gathers then clamp into range, scatters drop what is out of range).
+
+IndexSpec = Sequence[Any]
+
+
+def _index_value(iv: ir.Value, dtype: np.dtype, n: int, clamp: bool) -> tuple[ir.Value, ir.Value]:
+    """An integer index element as (index, in_bounds): wrapped, then clamped to [0, n-1]."""
+    i64 = ir.IntegerType.get_signless(64)
+    if np.dtype(dtype).itemsize < 8:
+        iv = arith.extui(i64, iv) if np.dtype(dtype).kind == "u" else arith.extsi(i64, iv)
+    c0 = arith.ConstantOp(i64, 0).result
+    cn = arith.ConstantOp(i64, n).result
+    neg = arith.cmpi(arith.CmpIPredicate.slt, iv, c0)
+    iv = arith.select(neg, arith.addi(iv, cn), iv)
+    ge = arith.cmpi(arith.CmpIPredicate.sge, iv, c0)
+    lt = arith.cmpi(arith.CmpIPredicate.slt, iv, cn)
+    inb = arith.andi(ge, lt)
+    if clamp:
+        iv = arith.maxsi(arith.minsi(iv, arith.ConstantOp(i64, max(n - 1, 0)).result), c0)
+    return arith.index_cast(ir.IndexType.get(), iv), inb
+
+
+def gather(x: Tracer, spec: IndexSpec, out_shape: Sequence[int]) -> Tracer:
+    """`out[p] = x[idx(p)]`: a `linalg.generic` over the result whose body reads
+    the index tensors (inputs) and `tensor.extract`s `x` (captured) at the
+    clamped index (out-of-range indices clamp, as jax's gathers do)."""
+    trace = require_trace("gather")
+    x = trace.lift(x)
+    out_shape = [int(d) for d in out_shape]
+    n = len(out_shape)
+    arrays = [trace.lift(s[0]) for s in spec if not isinstance(s, int)]
+    with trace.emitting():
+        maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in s[1]])
+                for s in spec if not isinstance(s, int)]
+        maps.append(ir.AffineMap.get_identity(n))
+        init = _empty(out_shape, x.dtype)
+        op = linalg.GenericOp([init.type], [a.value for a in arrays], [init], _maps(maps),
+                              _iterators(["parallel"] * n))
+        block = op.regions[0].blocks.append(*[element_type(a.dtype) for a in arrays],
+                                            element_type(x.dtype))
+        with ir.InsertionPoint(block):
+            args = iter(block.arguments)
+            idx = []
+            for d, s in enumerate(spec):
+                if isinstance(s, int):
+                    idx.append(linalg.IndexOp(s).result)
+                else:
+                    idx.append(_index_value(next(args), s[0].dtype, x.shape[d], True)[0])
+            linalg.YieldOp([tensor.extract(x.value, idx)])
+    return Tracer(op.result, ShapedArray(out_shape, x.dtype, x.weak_type), trace)
+
+
+def scatter(x: Tracer, spec: IndexSpec, updates: Tracer, kind: str) -> Tracer:
+    """`x` with `updates` (shaped like the gather of `spec`) combined in at the
+    indices: one `scf.for` over the update elements in row-major order, each
+    step a `tensor.extract` / `tensor.insert` of the carried array. `kind`:
+    "set" (a later duplicate overwrites an earlier one), "add", "mul", "min",
+    "max" (duplicates combine). Out-of-range updates are dropped, as jax's."""
+    from mlir.dialects import scf
+
+    trace = require_trace("scatter")
+    x, updates = trace.lift(x), trace.lift(updates)
+    arrays = [trace.lift(s[0]) for s in spec if not isinstance(s, int)]
+    shape = list(updates.shape)
+    total = pymath.prod(shape)
+    dt = x.dtype
+    if total == 0:
+        return x
+    with trace.emitting():
+        idx_t = ir.IndexType.get()
+        lb = arith.ConstantOp(idx_t, 0).result
+        ub = arith.ConstantOp(idx_t, total).result
+        one = arith.ConstantOp(idx_t, 1).result
+        loop = scf.ForOp(lb, ub, one, [x.value])
+        with ir.InsertionPoint(loop.body):
+            acc = loop.inner_iter_args[0]
+            # the update's multi-index, row-major
+            rem = loop.induction_variable
+            pos: list[ir.Value] = [None] * len(shape)  # type: ignore[list-item]
+            for k in reversed(range(len(shape))):
+                size = arith.ConstantOp(idx_t, shape[k]).result
+                pos[k] = arith.remui(rem, size) if k else rem
+                if k:
+                    rem = arith.divui(rem, size)
+            arr_it = iter(arrays)
+            idx: list[ir.Value] = []
+            inb = None
+            for d, s in enumerate(spec):
+                if isinstance(s, int):
+                    idx.append(pos[s])
+                    continue
+                a = next(arr_it)
+                raw = tensor.extract(a.value, [pos[k] for k in s[1]])
+                i, ok = _index_value(raw, a.dtype, x.shape[d], True)
+                idx.append(i)
+                inb = ok if inb is None else arith.andi(inb, ok)
+            u = tensor.extract(updates.value, pos)
+            old = tensor.extract(acc, idx)
+            if kind == "set":
+                new = u
+            else:
+                ck = {"add": "sum", "mul": "prod", "min": "min", "max": "max"}[kind]
+                new = _store(dt, combiner(ck, dt, _load(dt, old), _load(dt, u)))
+            if inb is not None:
+                new = arith.select(inb, new, old)
+            scf.YieldOp([tensor.insert(new, acc, idx)])
+    return Tracer(loop.results[0], x.aval, trace)
+
+
 # --------------------------------------------------------------------------- contractions
 
 def matmul2d(a: Tracer, b: Tracer) -> Tracer:
@@ -781,6 +896,7 @@ __all__ = [
     "diagonal",
     "elementwise",
     "extract_slice",
+    "gather",
     "insert_slice",
     "matmul2d",
     "python_scalar_dtype",
@@ -790,5 +906,6 @@ __all__ = [
     "reverse",
     "scalar_constant",
     "search_sorted",
+    "scatter",
     "transpose",
 ]

@@ -69,15 +69,15 @@ func.func @insert(%s: tensor<8xf32>, %t: tensor<3xf32>, %i: index) -> tensor<8x3
 
 // -----
 
-/// Check that tensor.insert at batched indices is a scatter: a generic over the batched
-/// destination that selects the inserted value where the element index equals the lane's index.
+/// Check that tensor.insert at batched indices is a scatter: a loop over the lanes, each
+/// inserting into its own row at its own index (one element write per lane).
 // CHECK-LABEL: func.func private @f_batched_8_ubb(
 // CHECK-SAME: %[[S:.*]]: f32, %[[T:.*]]: tensor<8x3xf32>, %[[I:.*]]: tensor<8xindex>)
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]} ins(%[[I]] : tensor<8xindex>) outs(%[[T]] : tensor<8x3xf32>)
-// CHECK: ^bb0(%[[II:.*]]: index, %[[OLD:.*]]: f32):
-// CHECK: %[[K:.*]] = linalg.index 1 : index
-// CHECK: %[[EQ:.*]] = arith.cmpi eq, %[[K]], %[[II]] : index
-// CHECK: arith.select %[[EQ]], %[[S]], %[[OLD]] : f32
+// CHECK: %[[R:.*]] = scf.for %[[L:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %[[T]]) -> (tensor<8x3xf32>)
+// CHECK: %[[II:.*]] = tensor.extract %[[I]][%[[L]]] : tensor<8xindex>
+// CHECK: %[[NEW:.*]] = tensor.insert %[[S]] into %[[ACC]][%[[L]], %[[II]]] : tensor<8x3xf32>
+// CHECK: scf.yield %[[NEW]] : tensor<8x3xf32>
+// CHECK: return %[[R]]
 func.func @f(%s: f32, %t: tensor<3xf32>, %i: index) -> tensor<3xf32> {
   %0 = tensor.insert %s into %t[%i] : tensor<3xf32>
   return %0 : tensor<3xf32>

@@ -495,6 +495,12 @@ def _np_at_set(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
     return out
 
 
+def _np_at_op(x: np.ndarray, y: np.ndarray, idx: Any, op: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[idx] = op(out[idx], y)
+    return out
+
+
 def _np_at_add(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
     out = np.array(x, copy=True)
     out[idx] += y
@@ -521,6 +527,44 @@ _d("Tracer.cumprod", lambda f, x: x.cumprod(), [A(S)], "flat")
 _v("Tracer.argsort", lambda f, x: x.argsort(axis=0), [A(value=[[1.0, 2.0], [1.0, 0.0]])],
    "ties", ref=lambda x: np.argsort(x, axis=0, kind="stable"))
 _d("Tracer.flatten", lambda f, x: x.flatten(), [A(S)], "3x4")
+
+# -- gathers and scatters: integer-array and traced indices (in range, where
+#    numpy, jax and we agree; out-of-range behaviour: test_gather_scatter.py)
+_d("numpy.take", lambda f, x, i: f(x, i, axis=1), [A(S), C([3, 0, 3, 1, 2])], "axis1_dups")
+_d("numpy.take", lambda f, x, i: f(x, i), [A(S), C([[11, -1], [0, 5]])], "flat_2d_negative")
+_d("numpy.take", lambda f, x, i: f(x, i, axis=0), [A(S), C(2)], "traced_scalar")
+_d("numpy.take_along_axis", lambda f, x, i: f(x, i, axis=1),
+   [A(S), C([[0, 3], [1, 1], [2, 0]])], "axis1")
+_d("numpy.take_along_axis", lambda f, x, i: f(x, i, axis=0), [A(S), C([[2, 0, 1, 2]])],
+   "axis0_bcast")
+
+
+def _np_at_add_dups(x: np.ndarray, y: np.ndarray, idx: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    np.add.at(out, idx, y)
+    return out
+
+
+_GATHERS = [(lambda x, i: x[i], [C([2, 0, 2, -1])], "int_array_rows"),
+            (lambda x, i: x[:, i], [C([3, 1, 3])], "int_array_cols"),
+            (lambda x, i: x[i], [C(1)], "traced_scalar"),
+            (lambda x, i: x[1, i], [C([[0, 3], [2, 2]])], "int_and_array"),
+            (lambda x, i, j: x[i[:, None], j], [C([2, 0]), C([1, 3, 3])], "two_arrays_bcast"),
+            (lambda x, i: x[None, 1:, i], [C([0, -2])], "newaxis_slice_array")]
+for _fn, _cs, _lab in _GATHERS:
+    _d("Tracer.__getitem__", lambda f, x, *i, g=_fn: g(x, *i), [A(S), *_cs], _lab)
+_d("Tracer.at.add", lambda f, x, y, i: x.at[i].add(y), [A(S), A("3x4"), C([0, 2, 0])],
+   "int_array_dups", ref=lambda x, y, i: _np_at_add_dups(x, y, i))
+_d("Tracer.at.set", lambda f, x, y, i: x.at[i[0], i[1]].set(y),
+   [A(S), A("2"), C([[2, 0], [1, 3]])], "int_array_pairs",
+   ref=lambda x, y, i: _np_at_set(x, y, (i[0], i[1])))
+for _k, _np_op in (("multiply", np.multiply), ("min", np.minimum), ("max", np.maximum)):
+    _d(f"Tracer.at.{_k}", lambda f, x, y, i, k=_k: getattr(x.at[i], k)(y),
+       [A(S), A("2x4"), C([2, 0])], "int_array",
+       ref=lambda x, y, i, op=_np_op: _np_at_op(x, y, i, op),
+       # (jax differentiates a multiply-scatter only when told the indices are unique)
+       jref=lambda x, y, i, k=_k: getattr(x.at[i], k)(y, unique_indices=True))
+
 
 # -- nn
 for _name in ("relu", "sigmoid", "log_sigmoid", "softplus", "silu", "gelu"):
@@ -844,5 +888,71 @@ for _name, _uf in (("cummax", np.maximum), ("cummin", np.minimum)):
        "ties", nondiff=True, ref=lambda x, u=_uf: _np_cum(u, x))
 _d("lax.cumprod", lambda f, x: f(x, axis=1), [A(value=[[2.0, 0.0, 3.0, 0.0], [0.0, 1.5, 2.0, -1.0]])],
    "zeros", ref=lambda x: _np_cum(np.multiply, x, 1))
+
+# -- lax windows at traced offsets (gathers and scatters): numpy references of
+#    jax's contract (negative starts wrap, then clamp so the window fits)
+
+def _np_window(x: np.ndarray, starts: Any, sizes: Any) -> tuple:
+    out = []
+    for s, size, n in zip(starts, sizes, np.shape(x)):
+        s = int(s)
+        s = min(max(s + n if s < 0 else s, 0), n - int(size))
+        out.append(slice(s, s + int(size)))
+    return tuple(out)
+
+
+def _np_dynamic_update_slice(x: np.ndarray, u: np.ndarray, starts: Any) -> np.ndarray:
+    out = np.array(x, copy=True)
+    out[_np_window(x, starts, np.shape(u))] = u
+    return out
+
+
+def _np_in_dim(x: np.ndarray, start: Any, size: int, axis: int) -> tuple[list, list]:
+    starts = [0] * np.ndim(x)
+    starts[axis] = start
+    sizes = list(np.shape(x))
+    sizes[axis] = size
+    return starts, sizes
+
+
+LAX_REF.update({
+    "dynamic_slice": lambda x, starts, sizes: x[_np_window(x, starts, sizes)],
+    "dynamic_update_slice": _np_dynamic_update_slice,
+    "dynamic_slice_in_dim": lambda x, s, size, axis=0: x[_np_window(
+        x, *_np_in_dim(x, s, size, axis))],
+    "dynamic_index_in_dim": lambda x, i, axis=0, keepdims=True: (
+        (lambda r: r if keepdims else np.squeeze(r, axis))(
+            x[_np_window(x, *_np_in_dim(x, i, 1, axis))])),
+    "dynamic_update_slice_in_dim": lambda x, u, s, axis: _np_dynamic_update_slice(
+        x, u, _np_in_dim(x, s, 1, axis)[0]),
+    "dynamic_update_index_in_dim": lambda x, u, i, axis: _np_dynamic_update_slice(
+        x, np.expand_dims(u, axis) if np.ndim(u) == np.ndim(x) - 1 else u,
+        _np_in_dim(x, i, 1, axis)[0]),
+})
+_d("lax.dynamic_slice", lambda f, x, i, j: f(x, (i, j), (2, 3)),
+   [A(S), C(np.int32(1)), C(np.int32(-1))], "negative_start_clamped")
+_d("lax.dynamic_slice", lambda f, x, i: f(x, (i, 0), (1, 4)), [A(S), C(np.int64(7))],
+   "start_past_end")
+_d("lax.dynamic_update_slice", lambda f, x, u, i, j: f(x, u, (i, j)),
+   [A(S), A("2x2"), C(np.int32(2)), C(np.int32(1))], "clamped_rows")
+_d("lax.dynamic_update_slice", lambda f, x, u, i: f(x, u, (0, i)),
+   [A(S), A("3x1"), C(np.int64(-2))], "negative_start")
+_d("lax.dynamic_slice_in_dim", lambda f, x, i: f(x, i, 2, 1), [A(S), C(np.int32(1))],
+   "axis1")
+_d("lax.dynamic_slice_in_dim", lambda f, x, i: f(x, i, 2), [A(S), C(np.int32(5))],
+   "axis0_clamped")
+_d("lax.dynamic_index_in_dim", lambda f, x, i: f(x, i, 1, keepdims=False),
+   [A(S), C(np.int32(-1))], "axis1_drop")
+_d("lax.dynamic_index_in_dim", lambda f, x, i: f(x, i), [A(S), C(np.int32(2))],
+   "axis0_keep")
+_d("lax.dynamic_update_slice_in_dim", lambda f, x, u, i: f(x, u, i, 0),
+   [A(S), A("2x4"), C(np.int32(1))], "axis0")
+_d("lax.dynamic_update_slice_in_dim", lambda f, x, u, i: f(x, u, i, 1),
+   [A(S), A("3x2"), C(np.int32(3))], "axis1_clamped")
+_d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 0),
+   [A(S), A("4"), C(np.int32(-1))], "row")
+_d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 1),
+   [A(S), A("3x1"), C(np.int32(2))], "col_keepdim")
+
 
 CASES: list[Case] = DIFF + VALUE

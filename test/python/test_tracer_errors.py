@@ -165,15 +165,22 @@ def test_index_errors() -> None:
 
     assert "too many indices" in raises_at(IndexError, g, "# TOOMANY", X)
 
+    # integer arrays and traced indices gather (test_gather_scatter.py); what
+    # stays an error: float indices, boolean masks, traced slice bounds
     def h(x: Any) -> Any:
-        return x[np.array([0, 1])]  # ADV
+        return x[np.array([0.0, 1.0])]  # ADV
 
-    assert "advanced indexing" in raises_at(ad.UnsupportedError, h, "# ADV", X)
+    assert "must be integers" in raises_at(TypeError, h, "# ADV", X)
 
     def k(x: Any) -> Any:
-        return x[x[0, 0].astype(anp.int32)]  # DYN
+        return x[x > 0]  # MASK
 
-    assert "traced value" in raises_at(ad.UnsupportedError, k, "# DYN", X)
+    assert "boolean array indices" in raises_at(ad.UnsupportedError, k, "# MASK", X)
+
+    def m(x: Any) -> Any:
+        return x[: x[0, 0].astype(anp.int32)]  # DYN
+
+    assert "traced value" in raises_at(ad.UnsupportedError, m, "# DYN", X)
 
 
 def test_item_assignment_suggests_at() -> None:

@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import linalg, scf
 
 from ..ad_support import (
     Builder,
@@ -33,6 +33,7 @@ from ..ad_support import (
     clone_remapped,
     element_type,
     is_float,
+    is_inside,
     op_name,
     tangent_results,
 )
@@ -44,7 +45,7 @@ from .linalg_reductions import (
     special_aux,
     weighted_jvp,
 )
-from .regions import move_ops
+from .regions import marker_op, move_ops, sweep_recomputed
 from .registry import USES_RESULT, defjvp_rule, defvjp
 from .structured import (
     PAR,
@@ -252,11 +253,19 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         for j in range(n_out):
             if ad.is_active(outputs[j]) and list(args[n_in + j].uses):
                 targets.append(("out", j))
+    gathered = []
     for v in captured_values(op):
         if ad.is_active(v):
             if isinstance(v.type, ir.ShapedType):
-                raise ad.fail(op, "a 'linalg.generic' body uses an active tensor from above")
+                if not _only_extracted(op, v) or has_red:
+                    raise ad.fail(op, "a 'linalg.generic' body uses an active tensor from "
+                                      "above (other than by 'tensor.extract' in a parallel "
+                                      "generic: a gather)")
+                gathered.append(v)
+                continue
             targets.append(("cap", v))
+    if gathered:
+        _gather_vjp(b, op, ct_vals, gathered)
 
     result: list = [None] * (n_in + n_out)
     for kind, what in targets:
@@ -411,6 +420,93 @@ def _generic_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
         else:
             result[n_in + j] = b.mulf(ct_vals[j], aux_mul[j][1])
     return result
+
+
+def _only_extracted(op: ir.Operation, v: ir.Value) -> bool:
+    """Whether the body reads captured tensor `v` only with `tensor.extract`
+    directly in its block (a gather)."""
+    block = op.regions[0].blocks[0]
+    return all(u.owner.operation.name == "tensor.extract" and u.operand_number == 0
+               and u.owner.operation.block == block
+               for u in v.uses if is_inside(u.owner.operation, op.operation))
+
+
+def _gather_vjp(b: Builder, op: ir.Operation, ct_vals: dict, gathered: list) -> None:
+    """Cotangents of captured tensors a parallel generic reads with
+    `tensor.extract` (a gather): one `scf.for` over the iteration space (its
+    points in row-major order) that recomputes the body at each point and adds
+    the cotangent of every extracted element at its index (a scatter-add:
+    duplicate indices accumulate)."""
+    ad = b.ad
+    n_in = num_inputs(op)
+    operands = list(op.operands)
+    maps = indexing_maps(op)
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    body = list(block.operations)
+    yielded = list(body[-1].operands)
+    sizes = loop_sizes(b, op)
+    idx_t = ir.IndexType.get()
+    dims_of = []
+    for m in maps:
+        d = map_dims(m)
+        if d is None:
+            raise ad.fail(op, "reverse mode of a gather needs projected-permutation "
+                              "indexing maps")
+        dims_of.append(d)
+    acc = [ad.ct.pop(v, None) or b.zeros_like(v) for v in gathered]
+    total = 1
+    for z in sizes:
+        total *= z
+    loop = scf.ForOp(b.index(0), b.index(total), b.index(1), acc, loc=b.loc, ip=b.ip)
+    ip = ir.InsertionPoint(loop.body)
+    bb = Builder(ip, b.loc, ad)
+    rem = loop.induction_variable
+    ivs: list = [None] * len(sizes)
+    for k in reversed(range(len(sizes))):
+        if k:
+            ivs[k] = bb.create("arith.remui", [rem, bb.index(sizes[k])], [idx_t]).result
+            rem = bb.create("arith.divui", [rem, bb.index(sizes[k])], [idx_t]).result
+        else:
+            ivs[k] = rem
+    vmap: dict = {}
+    for i, a in enumerate(args):
+        if not list(a.uses):
+            continue
+        vmap[a] = bb.create("tensor.extract", [operands[i], *[ivs[d] for d in dims_of[i]]],
+                            [a.type]).result
+    cts = []
+    for j, y in enumerate(yielded):
+        if j in ct_vals:
+            cts.append(bb.create("tensor.extract",
+                                 [ct_vals[j], *[ivs[d] for d in dims_of[n_in + j]]],
+                                 [y.type]).result)
+        else:
+            cts.append(None)
+    marker = marker_op(bb)
+    for o in body[:-1]:
+        if o.operation.name == "linalg.index":
+            dim = ir.IntegerAttr(o.attributes["dim"]).value
+            vmap[o.results[0]] = ivs[dim]
+            continue
+        clone_remapped(o, ip, vmap)
+    outs = [vmap.get(y, y) for y in yielded]
+    reads = [o for o in bb.ip.block.operations if o.operation.name == "tensor.extract"
+             and o.operands[0] in gathered]
+    sub = sweep_recomputed(ad, bb, marker, outs, cts, {o.results[0] for o in reads})
+    sb = Builder(ip, b.loc, sub)
+    new_acc = []
+    for a, v in zip(list(loop.inner_iter_args), gathered):
+        for o in reads:
+            c = sub.ct.get(o.results[0])
+            if o.operands[0] == v and c is not None:
+                idx = list(o.operands)[1:]
+                old = sb.create("tensor.extract", [a, *idx], [c.type]).result
+                a = sb.create("tensor.insert", [sb.addf(old, c), a, *idx], [a.type]).result
+        new_acc.append(a)
+    scf.YieldOp(new_acc, loc=b.loc, ip=ip)
+    for v, g in zip(gathered, list(loop.results)):
+        ad.add_ct(b, v, g)
 
 
 defjvp_rule("linalg.generic", _generic_jvp)

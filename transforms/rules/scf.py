@@ -18,7 +18,11 @@ and runs the reverse rules over the clone, carrying the cotangents of the
 carried values and accumulating those of values captured from above. With
 a static trip count, the body values the reverse rules read are then taped
 in the forward loop too and the clones that computed them die
-(`_save_residuals`, what JAX's scan saves), so the body is not run twice.
+(`_save_residuals`, what JAX's scan saves), so the body is not run twice;
+elements read from a carried tensor are among them, and a carried value
+whose tape the backward loop then never reads loses its tape
+(`_drop_unread_tapes`: an array updated element by element, a scatter,
+costs its elements, not trip x size).
 `scf.if` recomputes the taken branch under the saved predicate.
 
 Batching: `scf.for` stays one loop whose carried values that depend on
@@ -328,7 +332,15 @@ MAX_SAVED_RESIDUAL_BYTES = 1 << 30
 
 
 def _saveable(op: ir.Operation, v: ir.Value) -> bool:
-    """Can `v`, a result of the loop body's `op`, be saved in a tape?"""
+    """Can `v`, a result of the loop body's `op`, be saved in a tape?
+
+    An element read from a carried tensor is saved (not recomputed): its
+    recomputation would need the whole carried tensor taped per iteration
+    (an array updated element by element, as a scatter's)."""
+    if op_name(op) == "tensor.extract":
+        src = op.operands[0]
+        return (isinstance(src, ir.BlockArgument) and src.owner == op.block
+                and src.arg_number > 0 and isinstance(v.type, ir.FloatType))
     if op_name(op) in _RECOMPUTE_CHEAP or op_name(op).startswith("scf."):
         return False
     t = v.type
@@ -358,8 +370,11 @@ def _save_residuals(ad: Any, op: ir.Operation, primal_ops: Sequence[Any],
     loops). This is what scan's reverse mode saves in JAX; the price is memory
     (bounded by `MAX_SAVED_RESIDUAL_BYTES`, beyond which nothing is saved).
     """
-    per_iter = sum(_nbytes(r.type) for o in primal_ops for r in o.results
-                   if _saveable(o.operation, r))
+    # (an upper bound: the saveable results whose recomputed clone the reverse
+    # code reads now; walking backwards only removes readers)
+    results = [(o.operation, r) for o in primal_ops for r in o.results]
+    per_iter = sum(_nbytes(r.type) for (o, r), c in zip(results, recomputed)
+                   if _saveable(o, r) and any(True for _ in c.uses))
     if not per_iter or per_iter * trip > MAX_SAVED_RESIDUAL_BYTES:
         return
     pos = len(recomputed)
@@ -483,6 +498,7 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     new_acc = [sub.ct[v] for v in caps]
     scf.YieldOp(new_ct + new_acc, loc=op.location, ip=ip)
     _check_unrecorded(ad, op, lbody, standins)
+    _drop_unread_tapes(op, tapes, carried)
     res = list(loop.results)
     for v, g in zip(caps, res[len(fl):]):
         ad.add_ct(b, v, g)
@@ -490,6 +506,35 @@ def _for_vjp(b: Builder, op: ir.Operation, cts: list) -> list:
     for pos, j in enumerate(fl):
         out[3 + j] = res[pos]
     return out
+
+
+def _drop_unread_tapes(op: ir.Operation, tapes: list, carried: list) -> None:
+    """After the backward loop of `op` is complete: a carried value whose tape
+    it never reads needs no tape (an array updated element by element, such as
+    a scatter's, whose derivative reads only the elements, which are taped as
+    residuals). Its tape write in the forward loop goes and the tape is carried
+    unchanged, which canonicalization folds away: no trip x size copy."""
+    for j, tp in enumerate(tapes):
+        if tp is None or any(True for _ in carried[j].uses):
+            continue
+        reader = carried[j].owner
+        # (saving residuals may have rebuilt the forward loop: the tape the
+        # reader reads is the current one)
+        tp = reader.operands[0]
+        if not isinstance(tp, ir.OpResult) or op_name(tp.owner) != "scf.for" \
+                or any(u.owner != reader for u in tp.uses):
+            continue
+        fwd = tp.owner
+        body = fwd.opview.body
+        y = list(body.operations)[-1]
+        pos = tp.result_number
+        written = y.operands[pos]
+        if isinstance(written.owner, ir.Block) or TAPE not in written.owner.attributes:
+            continue
+        reader.erase()
+        y.operands[pos] = body.arguments[1 + pos]
+        if not any(True for _ in written.uses):
+            written.owner.erase()
 
 
 FORWARD_AUGMENT["scf.for"] = _for_augment

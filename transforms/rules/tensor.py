@@ -11,8 +11,9 @@ and `dim` need no derivative rule: ops without float operands or results are
 inactive; they have batching rules.
 
 Batching: a batched tensor gains a leading dimension, so slices, reshapes and
-concatenations shift their dimensions by one; an extract or insert at batched
-indices is a gather or a masked scatter (one `linalg.generic` over the lanes).
+concatenations shift their dimensions by one; an extract at batched indices
+is a gather (one `linalg.generic` over the lanes), an insert at batched
+indices a loop over the lanes, one element write each.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _extract_batch(b, op, vals, batched):
 
 
 def _insert_batch(b, op, vals, batched):
-    """insert at unbatched indices is an insert_slice; at batched indices a masked scatter."""
+    """insert at unbatched indices is an insert_slice; at batched indices one
+    insert per lane (an `scf.for` over the lanes)."""
     s, dest, *idx = vals
     dest_b = b.ensure_batched(dest, batched[1])
     rank = dest_b.type.rank - 1
@@ -114,27 +116,20 @@ def _insert_batch(b, op, vals, batched):
             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, rank, 0, 0]),
         })
         return [(new.result, True)]
-    # Scatter: every element of the batched destination keeps its value unless
-    # it is the lane's indexed element (no loop over lanes, no data-dependent writes).
-    ins = [v for v, bb in [(s, batched[0])] + list(zip(idx, batched[2:])) if bb]
-    maps = [projection(rank + 1, [0])] * len(ins) + [identity_map(rank + 1)]
-    i1 = ir.IntegerType.get_signless(1)
-
-    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
-        it = iter(args[:-1])
-        sv = next(it) if batched[0] else s
-        ix = [next(it) if flag else v for v, flag in zip(idx, batched[2:])]
-        cond = None
-        for k, v in enumerate(ix):
-            here = loop_index(bb, k + 1)
-            eq = bb.create("arith.cmpi", [here, v], [i1],
-                           {"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}
-                           ).result
-            cond = eq if cond is None else bb.create("arith.andi", [cond, eq], [i1]).result
-        return [bb.select(cond, sv, args[-1])]
-
-    gen = make_generic(b, ins, [dest_b], maps, [PAR] * (rank + 1), body)
-    return [(gen.result, True)]
+    # Scatter: one insert per lane, a loop over the lanes (each lane writes its
+    # own row, so the order does not matter): B element writes, not a pass
+    # over the whole batched destination per insert.
+    loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [dest_b], loc=b.loc, ip=b.ip)
+    lb = Builder(ir.InsertionPoint(loop.body), b.loc)
+    lane = loop.induction_variable
+    sv = lb.create("tensor.extract", [s, lane], [op.operands[0].type]).result \
+        if batched[0] else s
+    ix = [lb.create("tensor.extract", [v, lane], [ir.IndexType.get()]).result if flag else v
+          for v, flag in zip(idx, batched[2:])]
+    acc = loop.inner_iter_args[0]
+    new = lb.create("tensor.insert", [sv, acc, lane, *ix], [acc.type]).result
+    scf.YieldOp([new], loc=b.loc, ip=ir.InsertionPoint(loop.body))
+    return [(loop.results[0], True)]
 
 
 deflinear("tensor.extract", 0)
