@@ -31,6 +31,7 @@ returns fresh arrays, which later calls never overwrite.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import dataclasses
@@ -38,6 +39,7 @@ import functools
 import gc
 import inspect
 import itertools
+import logging
 import os
 import warnings
 import weakref
@@ -539,6 +541,48 @@ def _lower_main(module: ir.Module, target: Target,
         raise _compile_error(what, err) from None
 
 
+class _SharedVersion:
+    """A compiled module and how to call it, shared by the versions (of any jitted
+    function) whose traces are the same module; freed with the last of them."""
+
+    __slots__ = ("compiled", "remap", "in_place", "main", "cache_entry", "__weakref__")
+
+    def __init__(self, compiled: Any, remap: list[int], in_place: dict[int, int], main: Any,
+                 cache_entry: Any) -> None:
+        self.compiled, self.remap, self.in_place = compiled, remap, in_place
+        self.main, self.cache_entry = main, cache_entry
+
+
+#: (module text without locations, device, threads, donated, returned leaves) -> the
+#: compiled module of that trace, while some version uses it.
+_COMPILED_BY_MODULE: weakref.WeakValueDictionary[tuple[Any, ...], _SharedVersion] = \
+    weakref.WeakValueDictionary()
+#: The most recently compiled modules, kept even when no jitted function holds them: a
+#: function re-created in a loop (each iteration's jit object is dropped) finds its
+#: module here. Bounded by AUTODIFF_JIT_CACHE_SIZE.
+_RECENT_MODULES: collections.OrderedDict[tuple[Any, ...], _SharedVersion] = \
+    collections.OrderedDict()
+
+
+def _remember(mkey: tuple[Any, ...], shared: _SharedVersion) -> None:
+    _COMPILED_BY_MODULE[mkey] = shared
+    _RECENT_MODULES[mkey] = shared
+    _RECENT_MODULES.move_to_end(mkey)
+    while len(_RECENT_MODULES) > JIT_CACHE_SIZE:
+        _RECENT_MODULES.popitem(last=False)
+
+#: AUTODIFF_LOG_COMPILES=1 logs every compilation and why (jax's jax_log_compiles).
+LOG_COMPILES_ENV = "AUTODIFF_LOG_COMPILES"
+_LOGGER = logging.getLogger("mlir_autodiff")
+
+
+def _log_compile(fname: str, traced: _Traced, what: str) -> None:
+    if os.environ.get(LOG_COMPILES_ENV, "").strip().lower() in ("", "0", "false", "off"):
+        return
+    avals = ", ".join(str(a) for a in traced.in_avals)
+    _LOGGER.warning("jit(%s) for (%s): %s", fname, avals, what)
+
+
 class _Executable:
     """One compiled version of a jitted function (one signature)."""
 
@@ -568,11 +612,25 @@ class _Executable:
         self._main: Any = None  # compiled["main"], looked up on the first call
         #: the cache entry this version runs from (None: compiled with the ExecutionEngine)
         self.cache_entry: compile_cache.Entry | None = None
-        cache = compile_cache.active() if device == "cpu" and traced.out_avals else None
-        key = self._cache_key(cache, donated) if cache is not None else None
-        if cache is not None and key is not None and self._from_cache(cache, key):
-            pass
+        # Versions that trace to the same module (a function re-created in a loop,
+        # `jit(grad(h))` built anew) share one compiled module in this process.
+        text = _module_text(traced.module, debug_info=False) if traced.out_avals else ""
+        mkey = (text, device, threads, tuple(donated), tuple(sorted(returned)))
+        shared = _COMPILED_BY_MODULE.get(mkey) if traced.out_avals else None
+        cache = (compile_cache.active()
+                 if device == "cpu" and traced.out_avals and shared is None else None)
+        key = self._cache_key(cache, donated, text) if cache is not None else None
+        if shared is not None:
+            self.compiled, self.remap, self.in_place = shared.compiled, shared.remap, \
+                shared.in_place
+            self._main, self.cache_entry = shared.main, shared.cache_entry
+            _remember(mkey, shared)
+            _log_compile(fname, traced, "reusing the compiled module of an identical trace")
+        elif cache is not None and key is not None and self._from_cache(cache, key):
+            _log_compile(fname, traced, "loaded from the persistent compilation cache")
         elif traced.out_avals:
+            _log_compile(fname, traced, "compiling (no compiled version of this module in "
+                         "this process" + (" or the persistent cache)" if cache else ")"))
             what = f"jit({fname}): compiling the traced module"
             module = _reparse(traced.module, context, what)
             # symbol-dce: the traced primal functions the transforms replaced are dead.
@@ -595,21 +653,27 @@ class _Executable:
                     raise _compile_error(what, err) from None
             if cache is not None and key is not None:
                 self._store_later(cache, key)
+        if traced.out_avals and shared is None:
+            shared = _SharedVersion(self.compiled, self.remap, self.in_place, self._main,
+                                    self.cache_entry)
+            _remember(mkey, shared)
+        #: keeps the shared compiled module alive while this version lives
+        self._shared = shared
         self._warn_unused(donated)
         self.call_plan = CallPlan(traced.out_tree, traced.plan,
                                   [a.dtype for a in traced.in_avals],
                                   [a.dtype for a in traced.out_avals], self.remap,
                                   self.returned_donated, traced.uses_rng)
 
-    def _cache_key(self, cache: compile_cache.Cache, donated: Sequence[int]) -> str | None:
+    def _cache_key(self, cache: compile_cache.Cache, donated: Sequence[int],
+                   text: str) -> str | None:
         """This version's key in the persistent cache, or None (with a warning) when
         versions cannot be cached here (a missing tool)."""
         missing = missing_tool()
         if missing is not None:
             compile_cache._warn_once(f"{missing}; compiling without the cache")
             return None
-        return cache.key(_module_text(self.traced.module, debug_info=False), device="cpu",
-                         threads=self.threads, donated=donated)
+        return cache.key(text, device="cpu", threads=self.threads, donated=donated)
 
     def _from_cache(self, cache: compile_cache.Cache, key: str) -> bool:
         """Load this version from the persistent cache; False on a miss."""
@@ -720,6 +784,8 @@ def clear_caches() -> None:
     with COMPILE_LOCK:
         for jf in list(_LIVE_JITS):
             jf.clear_cache()
+        _RECENT_MODULES.clear()
+        _COMPILED_BY_MODULE.clear()
         gc.collect()
     _trim_heap()
 

@@ -120,8 +120,11 @@ def test_the_cache_directory_is_private(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _cache_on(monkeypatch):
-    """The suite runs with the cache off (conftest); these tests are about it."""
+    """The suite runs with the cache off (conftest); these tests are about it. Versions
+    compiled earlier in this process would be reused in memory (an identical trace)
+    without asking the cache: each test starts without them."""
     monkeypatch.setenv("AUTODIFF_CACHE", "1")
+    ad.clear_caches()
 
 
 def _stats_delta(before: dict[str, int]) -> dict[str, int]:
@@ -137,6 +140,7 @@ def test_every_key_change_misses(tmp_path, monkeypatch):
     x = np.linspace(0.0, 1.0, 12, dtype=np.float32)
 
     def misses(fun, *args, **jit_options) -> int:
+        ad.clear_caches()  # not the in-process reuse of an identical trace: the disk
         before = dict(compile_cache.stats)
         want = np.sin(args[0]) * args[0]  # before the call: a donated argument is consumed
         out = ad.jit(fun, **jit_options)(*args)
@@ -256,6 +260,7 @@ def test_least_recently_used_entries_are_evicted_under_the_cap(tmp_path, monkeyp
     x = np.linspace(0.0, 1.0, 8)
     keys = {}
     for name, fun in (("sin", anp.sin), ("cos", anp.cos)):
+        ad.clear_caches()
         before = set(_entries(cache)) if cache.exists() else set()
         np.testing.assert_allclose(ad.jit(fun)(x), getattr(np, name)(x))
         compile_cache.flush()
@@ -265,6 +270,7 @@ def test_least_recently_used_entries_are_evicted_under_the_cap(tmp_path, monkeyp
     # Room for about two and a half entries: a third store must evict one.
     cap = sizes["sin"] + sizes["cos"] + sizes["sin"] // 2
     monkeypatch.setenv("AUTODIFF_CACHE_MAX_MB", repr(cap / 2**20))
+    ad.clear_caches()
     before = dict(compile_cache.stats)
     ad.jit(anp.sin)(x)  # a hit: sin is now the most recently used
     assert _stats_delta(before)["hits"] == 1
@@ -292,11 +298,13 @@ def test_cache_off_uses_the_execution_engine(tmp_path, monkeypatch):
     assert isinstance(exe.compiled, CompiledModule) and exe.cache_entry is None
     assert not cache.exists()
     monkeypatch.delenv("AUTODIFF_CACHE")
+    ad.clear_caches()  # else g reuses f's compiled module (an identical trace)
     g = ad.jit(_sq)
     np.testing.assert_array_equal(g(x), f(x))  # a miss: from memory, stored meanwhile
     (exe,) = g._cache.values()
     assert isinstance(exe.compiled, CompiledModule) and exe.cache_entry is None
     compile_cache.flush()
+    ad.clear_caches()
     h = ad.jit(_sq)
     np.testing.assert_array_equal(h(x), f(x))  # a hit: the stored library
     (exe,) = h._cache.values()
@@ -337,6 +345,7 @@ def test_a_hit_keeps_donation_and_random_draws(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTODIFF_CACHE_DIR", str(tmp_path / "cache"))
     g = np.linspace(0.0, 1.0, 64)
     for want_hit in (0, 1):
+        ad.clear_caches()
         before = dict(compile_cache.stats)
         w = np.arange(64.0)
         new_w, dot = ad.jit(_sgd, donate_argnums=0)(w, g)
@@ -351,6 +360,7 @@ def test_a_hit_keeps_donation_and_random_draws(tmp_path, monkeypatch):
 
     draws = []
     for want_hit in (0, 1):
+        ad.clear_caches()
         before = dict(compile_cache.stats)
         ad.random.manual_seed(7)
         f = ad.jit(noisy)
