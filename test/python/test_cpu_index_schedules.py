@@ -32,14 +32,15 @@ from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 
 RNG = np.random.default_rng(2024)
 
-#: Loop ranges per rank: plain-loop sizes, and sizes past the schedules'
-#: thresholds with innermost extents that are a vector multiple, a partial
-#: multiple and smaller than one vector.
+#: Loop ranges per rank: plain-loop sizes (below the schedules' 4096
+#: elements), and scheduled sizes whose innermost extent is one whole vector
+#: step (64), split into steps of 8, 4 or 2 (200, 40, 300, 50), smaller than
+#: a step (8) or no multiple of 2 (7).
 SHAPES: dict[int, list[tuple[int, ...]]] = {
     1: [(5,), (1000,), (4099,)],
-    2: [(4, 5), (64, 64), (3, 200), (200, 3), (40, 50)],
+    2: [(4, 5), (64, 64), (40, 200), (20, 300), (100, 50), (1000, 8)],
     3: [(4, 3, 5), (40, 6, 50), (3, 200, 7), (7, 3, 200), (16, 32, 64)],
-    4: [(2, 3, 4, 5), (4, 6, 5, 40), (8, 3, 2, 64), (20, 2, 30, 6)],
+    4: [(2, 3, 4, 5), (4, 6, 5, 40), (8, 3, 4, 64), (20, 2, 30, 6)],
 }
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
@@ -132,7 +133,7 @@ def _cases(rank: int, dt: str) -> list[tuple[str, tuple[int, ...], tuple[bool, .
                                               tuple[int, ...], bool]]:
     out = []
     for shape in SHAPES[rank]:
-        large = int(np.prod(shape)) >= 1000
+        large = int(np.prod(shape)) >= 4096
         for iters in itertools.product((True, False), repeat=rank):
             for indices in _index_variants(rank, large):
                 for transposed in ((False, True) if large and rank <= 3 else (False,)):
