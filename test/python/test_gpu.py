@@ -904,11 +904,7 @@ def test_parallel_stage_matches_numpy_and_cpu_pipeline(name: str) -> None:
 #: Corpus functions `--autodiff-lower-to-cpu` does not compile yet ("error": a
 #: diagnostic is expected; "abort": the CPU side is skipped) or gets wrong
 #: ("wrong": its values differ from numpy's).
-CPU_PIPELINE_GAPS: dict[str, str] = {
-    # linalg.index of the innermost reduction dimension, with a reduction
-    # dimension outermost: the CPU pipeline computes the index wrongly.
-    "reduce_outer_and_inner_dims": "wrong",
-}
+CPU_PIPELINE_GAPS: dict[str, str] = {}
 
 
 def _assert_close(got, want) -> None:

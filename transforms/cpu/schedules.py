@@ -10,6 +10,8 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Sequence
 
+from mlir import ir
+
 from .classify import Candidate
 from .parameters import (
     ELEMENTWISE,
@@ -245,8 +247,16 @@ def _schedule_reduction(s: Script, c: Candidate, tag: int) -> None:
         # reduction over one step left unlowered vector ops behind).
         s.vectorize_late.append(h)
         return
-    fill, split, comb, loop = (s.fresh(x) for x in ("fill", "split", "comb", "rl"))
     sizes = [0] * (len(c.ranges) - 1) + [v]
+    if reads_loop_index(c.op, {len(c.ranges) - 1}):
+        # MLIR 22's partial reduction (tile_reduction_using_for) leaves
+        # `linalg.index` of the tiled loop at its position within the tile:
+        # the body would read 0..v-1 at every step, a silently wrong sum
+        # (fixed upstream later: llvm-project pull request 188261). A plain
+        # tile offsets it (one horizontal add per step instead of one per row).
+        s.vectorize_late.append(s.tile(h, sizes, hoist_innermost=True))
+        return
+    fill, split, comb, loop = (s.fresh(x) for x in ("fill", "split", "comb", "rl"))
     s.lines.append(
         f"{fill}, {split}, {comb}, {loop} = transform.structured.tile_reduction_using_for {h} "
         f"by tile_sizes = {sizes} : (!transform.any_op) -> (!transform.any_op, "
@@ -254,6 +264,20 @@ def _schedule_reduction(s: Script, c: Candidate, tag: int) -> None:
     )
     s.vectorize_late += [fill, split, comb]
     s.hoist.append(loop)
+
+
+def reads_loop_index(op: ir.Operation, dims: set[int]) -> bool:
+    """The body of linalg op `op` reads `linalg.index d` for some d in `dims`."""
+    for region in op.regions:
+        for block in region.blocks:
+            for body_op in block.operations:
+                body_op = body_op.operation
+                if body_op.name == "linalg.index" and \
+                        ir.IntegerAttr(body_op.attributes["dim"]).value in dims:
+                    return True
+                if reads_loop_index(body_op, dims):
+                    return True
+    return False
 
 
 def _schedule_outer_reduction(s: Script, c: Candidate, tag: int) -> None:
