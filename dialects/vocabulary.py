@@ -73,6 +73,10 @@ CPU_ROW_GROUP = "autodiff.cpu_row_group"
 CPU_ZERO_INIT = "autodiff.cpu_zero_init"
 ROW_TILES = "autodiff.row_tiles"
 GPU_NUM_OUTPUTS = "autodiff.gpu.num_outputs"
+#: On the `scf.execute_region` that `BlockReductions` wraps a block-parallel
+#: reduction in (transforms/gpu/reductions.py): "grid" (a whole reduction) or
+#: "row" (one block's work).
+GPU_BLOCK_REDUCTION = "autodiff.gpu.block_reduction"
 
 #: attribute -> (where it sits, what it means).
 ATTRIBUTES: dict[str, str] = {
@@ -100,6 +104,8 @@ ATTRIBUTES: dict[str, str] = {
     CPU_ZERO_INIT: "on a zero linalg.fill read only by a contraction without an outer k loop",
     ROW_TILES: "on the loop over a CPU row group's row tiles (PrefetchRowTiles)",
     GPU_NUM_OUTPUTS: "on a GPU function: how many trailing memref arguments are out-parameters",
+    GPU_BLOCK_REDUCTION: "on an scf.execute_region of the GPU lowering: \"grid\" (a whole "
+                         "block-parallel reduction) or \"row\" (one block's work)",
 }
 
 #: The function attributes a user writes (the README's table).

@@ -70,7 +70,9 @@ def test_one_context_per_jitted_function_and_no_context_leak() -> None:
         f(randn(n))
     assert f.context is ctx
     gc.collect()
-    assert ir.Context._get_live_count() == live
+    # no new context per signature (fewer is fine: compiled modules of earlier tests'
+    # functions, kept for reuse by identical traces, may have aged out meanwhile)
+    assert ir.Context._get_live_count() <= live
 
 
 def test_pytree_tree_structure_change_retraces() -> None:

@@ -64,6 +64,7 @@ from mlir import ir
 from mlir.dialects import affine as affine_d
 from mlir.dialects import arith, memref, scf
 
+from ...dialects.vocabulary import GPU_BLOCK_REDUCTION
 from ..ad_support import is_inside, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import index_const, new_parallel, on_host, ops_of
@@ -271,7 +272,7 @@ def _strided_for(start: ir.Value, stop: ir.Value, step: ir.Value, init: ir.Value
 
 #: The attribute marking the regions `BlockReductions` makes: "grid" (a whole
 #: reduction) or "row" (one block's work).
-_ATTR = "autodiff.gpu.block_reduction"
+_ATTR = GPU_BLOCK_REDUCTION
 _GRID, _ROW = "grid", "row"
 
 
