@@ -242,48 +242,60 @@ def build_library_from(inp: BuildInput, target: Target, out_path: str) -> None:
     """
     cc = c_compiler()
     translate, opt, llc = _mlir_tool("mlir-translate"), _llvm_tool("opt"), _llvm_tool("llc")
-    with tempfile.TemporaryDirectory(prefix="autodiff-export-") as tmp:
-        entry = os.path.join(tmp, "entry.c")
-        with open(entry, "w") as f:
-            f.write(inp.entry_source)
-        sources = [entry, csrc("cpu_support.c")]
-        libs = ["-lm"]
-        if target.device == "gpu":
-            sources.append(csrc("cuda_runtime.c"))
-            libs += ["-ldl", "-lpthread"]
-        c_objects = [os.path.join(tmp, f"c{i}.o") for i in range(len(sources))]
-        c_jobs: list[tuple[list[str], subprocess.Popen[str]]] = []
-        try:
-            for src, c_obj in zip(sources, c_objects):
-                cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", src, "-o", c_obj]
-                c_jobs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.PIPE, text=True)))
-            mlir_path = os.path.join(tmp, "module.mlir")
-            with open(mlir_path, "w") as f:
-                f.write(inp.mlir_text)
-            ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
-            _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
-            level = f"-O{target.opt_level}"
-            mcpu = f"-mcpu={target.llvm_cpu()}"
-            _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-S", "-o",
-                  opt_ll], "opt")
-            _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_ll, "-o",
-                  obj], "llc")
-        finally:
-            for cmd, proc in c_jobs:
-                out, err = proc.communicate()
-                if proc.returncode != 0 and sys.exc_info()[0] is None:
-                    _report(cmd, proc.returncode, err or out,
-                            f"compiling {os.path.basename(cmd[-3])} with "
-                            f"{os.path.basename(cc)}")
-        # Every symbol resolved at link time (a missing runtime function is an export
-        # error naming it, not a failure to load on another machine) -- except the
-        # OpenMP runtime's, which `aot` loads before the artifact.
-        defs = [] if inp.openmp else ["-Wl,-z,defs"]
-        tmp_out = os.path.join(tmp, "artifact.so")
-        _run([cc, "-shared", *defs, "-o", tmp_out, obj, *c_objects, *libs],
-             f"linking with {os.path.basename(cc)}")
-        shutil.copyfile(tmp_out, out_path)
+    # mkdtemp, not TemporaryDirectory: the latter's finalizer runs at interpreter exit,
+    # possibly before the compilation cache's exit handler has waited for the
+    # background build that is using the directory.
+    tmp = tempfile.mkdtemp(prefix="autodiff-export-")
+    try:
+        _build_in(inp, target, out_path, tmp, cc, translate, opt, llc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
+              translate: str, opt: str, llc: str) -> None:
+    """The build of `build_library_from`, in the temporary directory `tmp`."""
+    entry = os.path.join(tmp, "entry.c")
+    with open(entry, "w") as f:
+        f.write(inp.entry_source)
+    sources = [entry, csrc("cpu_support.c")]
+    libs = ["-lm"]
+    if target.device == "gpu":
+        sources.append(csrc("cuda_runtime.c"))
+        libs += ["-ldl", "-lpthread"]
+    c_objects = [os.path.join(tmp, f"c{i}.o") for i in range(len(sources))]
+    c_jobs: list[tuple[list[str], subprocess.Popen[str]]] = []
+    try:
+        for src, c_obj in zip(sources, c_objects):
+            cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", src, "-o", c_obj]
+            c_jobs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)))
+        mlir_path = os.path.join(tmp, "module.mlir")
+        with open(mlir_path, "w") as f:
+            f.write(inp.mlir_text)
+        ll, opt_ll, obj = (os.path.join(tmp, n) for n in ("module.ll", "opt.ll", "module.o"))
+        _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
+        level = f"-O{target.opt_level}"
+        mcpu = f"-mcpu={target.llvm_cpu()}"
+        _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-S", "-o",
+              opt_ll], "opt")
+        _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_ll, "-o",
+              obj], "llc")
+    finally:
+        for cmd, proc in c_jobs:
+            out, err = proc.communicate()
+            if proc.returncode != 0 and sys.exc_info()[0] is None:
+                _report(cmd, proc.returncode, err or out,
+                        f"compiling {os.path.basename(cmd[-3])} with "
+                        f"{os.path.basename(cc)}")
+    # Every symbol resolved at link time (a missing runtime function is an export
+    # error naming it, not a failure to load on another machine) -- except the
+    # OpenMP runtime's, which `aot` loads before the artifact.
+    defs = [] if inp.openmp else ["-Wl,-z,defs"]
+    tmp_out = os.path.join(tmp, "artifact.so")
+    _run([cc, "-shared", *defs, "-o", tmp_out, obj, *c_objects, *libs],
+         f"linking with {os.path.basename(cc)}")
+    shutil.copyfile(tmp_out, out_path)
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:

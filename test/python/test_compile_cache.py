@@ -370,3 +370,23 @@ def test_a_hit_keeps_donation_and_random_draws(tmp_path, monkeypatch):
     np.testing.assert_array_equal(draws[0][0], draws[1][0])  # same seed, same numbers
     np.testing.assert_array_equal(draws[0][1], draws[1][1])
     assert not np.array_equal(draws[0][0], draws[0][1])      # the state advances
+
+
+def test_a_process_that_exits_right_after_a_miss_still_stores_its_entry(tmp_path):
+    """The entry is built in the background; the process waits for it at exit (the
+    build's temporary folder was once removed under it by an earlier exit handler)."""
+    cache = tmp_path / "cache"
+    code = textwrap.dedent("""
+        import numpy as np
+        import mlir_autodiff as ad
+        from mlir_autodiff import numpy as anp
+        w = np.random.default_rng(0).standard_normal((256, 256))
+        f = ad.jit(ad.grad(lambda x: anp.sum(anp.tanh(x @ w) ** 2)))
+        f(np.ones((64, 256)))      # no flush: the exit handler waits
+    """)
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+                              env=_env(cache), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "could not store" not in proc.stderr
+    assert len(_entries(cache)) == 1
