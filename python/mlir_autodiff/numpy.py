@@ -63,6 +63,25 @@ inf = np.inf
 nan = np.nan
 newaxis = None
 
+# dtype queries and type names (numpy_dtypes.py)
+from .numpy_dtypes import (  # noqa: E402, F401
+    bool,
+    complexfloating,
+    finfo,
+    floating,
+    generic,
+    iinfo,
+    inexact,
+    integer,
+    iscomplexobj,
+    issubdtype,
+    ndarray,
+    number,
+    promote_types,
+    signedinteger,
+    unsignedinteger,
+)
+
 ArrayLike = Any
 
 _F32 = np.dtype(np.float32)
@@ -1022,6 +1041,73 @@ def broadcast_to(array: ArrayLike, shape: Any) -> Any:
     return P.broadcast_to(_t(array), shp)
 
 
+def _real_only(x: Any, who: str) -> Tracer:
+    if not isinstance(x, Tracer) and np.asarray(x).dtype.kind == "c":
+        raise UnsupportedError(f"anp.{who}: complex dtype {np.asarray(x).dtype} is not "
+                               f"supported (at {format_site()})")
+    return _t(x)
+
+
+@_api()
+def real(val: ArrayLike) -> Any:
+    """The real part: `val` itself (there are no complex dtypes)."""
+    return _real_only(val, "real")
+
+
+@_api()
+def imag(val: ArrayLike) -> Any:
+    """The imaginary part: zeros of `val`'s shape and dtype (there are no complex dtypes)."""
+    return zeros_like(_real_only(val, "imag"))
+
+
+@_api()
+def conjugate(x: ArrayLike) -> Any:
+    """The complex conjugate: `x` itself (there are no complex dtypes)."""
+    return _real_only(x, "conjugate")
+
+
+@_api("conjugate")
+def conj(x: ArrayLike) -> Any:
+    """numpy's short name of `conjugate`."""
+    return _real_only(x, "conj")
+
+
+@_api()
+def copy(a: ArrayLike) -> Any:
+    """A copy of `a`: the value itself in a trace (arrays there are immutable)."""
+    return _t(a)
+
+
+@_api()
+def concat(arrays: Sequence[ArrayLike], /, *, axis: Any = 0) -> Any:
+    """The array-API name of `concatenate`."""
+    return concatenate(arrays, axis=axis)
+
+
+@_api()
+def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: builtins.bool = False) -> Any:
+    """Whether the shapes match and every element is equal (a traced bool; a shape
+    mismatch is a constant False, as in numpy)."""
+    x, y = _t(a1), _t(a2)
+    if x.shape != y.shape:
+        return asarray(False)
+    same = equal(x, y)
+    if equal_nan and _is_float(result_type(x, y)):
+        same = logical_or(same, logical_and(isnan(x), isnan(y)))
+    return all(same)
+
+
+@_api()
+def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Any:
+    """Whether the arrays broadcast to one shape and are equal everywhere."""
+    x, y = _t(a1), _t(a2)
+    try:
+        np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        return asarray(False)
+    return all(equal(x, y))
+
+
 @_api()
 def broadcast_arrays(*args: ArrayLike) -> Any:
     ts = [_t(a) for a in args]
@@ -1237,7 +1323,7 @@ class _Index:
                             f"slice bounds must be static Python ints, got a traced value at "
                             f"{format_site()}")
             return i
-        if isinstance(i, (bool, np.bool_)):
+        if isinstance(i, (builtins.bool, np.bool_)):
             raise UnsupportedError(f"boolean indices are not supported (at {format_site()})")
         if isinstance(i, (int, np.integer)):
             return int(i)
