@@ -60,6 +60,7 @@ from .native_build import (
     NotCallable,
     Target,
     _spec_json,
+    background,
     build_input,
     build_library_from,
     lower_main,
@@ -347,6 +348,13 @@ def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
 def _module_text(module: ir.Module, debug_info: bool = True) -> str:
     # Keep locations: the pipeline's diagnostics must point at the user's code.
     return module.operation.get_asm(enable_debug_info=debug_info)
+
+
+def _build_in_background(inp: Any, target: Any, path: str) -> None:
+    """The compilation cache's entry build, its tools at a lower priority than the
+    program (it runs in a thread while the program goes on)."""
+    with background():
+        build_library_from(inp, target, path)
 
 
 def _render_mlir_error(err: ir.MLIRError) -> list[str]:
@@ -715,7 +723,7 @@ class _Executable:
         target = Target("cpu", cpu="native", threads=self.threads)
         compile_cache.store_in_background(
             cache, key, self.fname, meta,
-            lambda path: build_library_from(inp, target, path))
+            lambda path: _build_in_background(inp, target, path))
 
     def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
                           donated: Sequence[int]) -> None:
