@@ -75,6 +75,7 @@ from .tracing import (
     as_tracer,
     canonical_dtype,
     current_trace,
+    is_float_dtype,
 )
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
@@ -334,7 +335,7 @@ def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
     for anything but arrays and numbers of the supported dtypes."""
     if isinstance(leaf, (bool, int, float, np.ndarray, np.generic)):
         arr = np.asarray(leaf)
-        if arr.dtype.kind in "biuf":
+        if arr.dtype.kind in "biuf" or is_float_dtype(arr.dtype):
             try:
                 canonical_dtype(arr.dtype)
                 return arr

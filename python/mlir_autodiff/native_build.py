@@ -24,6 +24,7 @@ from typing import Any
 
 from mlir import ir
 
+from .argspec import dtype_json
 from .runtime import _result_arguments
 from .signatures import donated_arguments, function_signatures, mark_args_read_only
 from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
@@ -329,7 +330,7 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:
-    return {"dtype": spec.dtype.str, "shape": None if spec.shape is None else list(spec.shape),
+    return {"dtype": dtype_json(spec.dtype), "shape": None if spec.shape is None else list(spec.shape),
             "mlir_type": spec.mlir_type}
 
 

@@ -11,11 +11,13 @@ not supported by the compiler, so `iscomplexobj` is False for our arrays.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from .tracing import Tracer, canonical_dtype
+from .tracing import BFLOAT16, FLOAT16, Tracer, canonical_dtype
 
 # Scalar-type hierarchy, numpy's own classes, so `issubdtype(x.dtype, floating)`
 # and `np.issubdtype(x.dtype, anp.floating)` agree.
@@ -29,9 +31,27 @@ floating = np.floating
 complexfloating = np.complexfloating
 bool = np.bool_  # noqa: A001 - jax.numpy's name for the boolean dtype
 
-issubdtype = np.issubdtype
-finfo = np.finfo
 iinfo = np.iinfo
+
+
+def issubdtype(arg1: Any, arg2: Any) -> builtins.bool:
+    """numpy's `issubdtype`, with bfloat16 a `floating` type as in jax (its numpy
+    kind is 'V', so numpy's own answer is False)."""
+    try:
+        if np.dtype(arg1) == BFLOAT16:
+            return arg2 in (np.floating, np.inexact, np.number, np.generic) or (
+                not isinstance(arg2, type) and np.dtype(arg2) == BFLOAT16) or \
+                arg2 is BFLOAT16.type
+    except TypeError:
+        pass
+    return np.issubdtype(arg1, arg2)
+
+
+def finfo(dtype: Any) -> Any:
+    """Machine limits of a float type (bfloat16's from ml_dtypes, numpy's otherwise)."""
+    if np.dtype(dtype) == BFLOAT16:
+        return ml_dtypes.finfo(BFLOAT16)
+    return np.finfo(dtype)
 
 
 class _ArrayMeta(type):
@@ -54,10 +74,22 @@ class ndarray(metaclass=_ArrayMeta):  # noqa: N801 - numpy's name
         raise TypeError("anp.ndarray cannot be instantiated; use anp.array or anp.zeros")
 
 
+def promote_strong(dts: Sequence[np.dtype]) -> np.dtype:
+    """numpy's promotion, except for float16 and bfloat16, which follow jax's lattice:
+    integers and bools do not widen them (int32 + float16 is float16), float16 with
+    bfloat16 is float32, and with float32/float64 they give that type."""
+    small = [d for d in dts if d in (FLOAT16, BFLOAT16)]
+    if not small:
+        return np.result_type(*dts)
+    wide = [d for d in dts if d not in small and d.kind == "f"]
+    if wide:
+        return np.result_type(*[np.dtype(np.float32) if d in small else d for d in dts])
+    return small[0] if len(set(small)) == 1 else np.dtype(np.float32)
+
+
 def promote_types(a: Any, b: Any) -> np.dtype:
-    """The dtype both `a` and `b` promote to (numpy's table, 64-bit kept as in
-    the rest of the module: float16/complex are not supported)."""
-    return canonical_dtype(np.promote_types(np.dtype(a), np.dtype(b)))
+    """The dtype both `a` and `b` promote to (see `promote_strong`)."""
+    return canonical_dtype(promote_strong([np.dtype(a), np.dtype(b)]))
 
 
 def iscomplexobj(x: Any) -> builtins.bool:

@@ -58,7 +58,14 @@ from .rng_state import (  # the generator's state lives a layer down, where `api
     seed,
     set_state,
 )
-from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
+from .tracing import (
+    ShapedArray,
+    TracedFunction,
+    Tracer,
+    canonical_dtype,
+    current_trace,
+    is_float_dtype,
+)
 from .transforms.ad_support import sym_name, symbol_refs, walk_ops
 
 ShapeLike = int | Sequence[int]
@@ -81,8 +88,9 @@ def _shape(shape: ShapeLike, who: str) -> tuple[int, ...]:
 
 def _float_dtype(dtype: Any, who: str) -> np.dtype:
     dt = canonical_dtype(dtype)
-    if not np.issubdtype(dt, np.floating):
-        raise TypeError(f"{who}: dtype must be float32 or float64, got {dt}")
+    if not is_float_dtype(dt):
+        raise TypeError(f"{who}: dtype must be a float type (float16, bfloat16, float32, "
+                        f"float64), got {dt}")
     return dt
 
 
@@ -385,9 +393,9 @@ def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
     static = _is_static_scalar(low) and _is_static_scalar(high)
     if current_trace() is None:
         if static:
-            return _eager("_uniform", [k], {"shape": shape, "dtype": dt.str, "low": float(low),
+            return _eager("_uniform", [k], {"shape": shape, "dtype": dt.name, "low": float(low),
                                                 "high": float(high)})
-        return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.str})
+        return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.name})
     draw = _source(k)
     if static:
         if not float(low) <= float(high):
@@ -430,9 +438,9 @@ def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
     static = _is_static_scalar(mean) and _is_static_scalar(std)
     if current_trace() is None:
         if static:
-            return _eager("_normal", [k], {"shape": shape, "dtype": dt.str, "mean": float(mean),
+            return _eager("_normal", [k], {"shape": shape, "dtype": dt.name, "mean": float(mean),
                                                "std": float(std)})
-        return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.str})
+        return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.name})
     draw = _source(k)
     if static:
         if float(std) < 0:
@@ -526,7 +534,7 @@ def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
     if high - low > np.iinfo(np.int64).max:
         raise ValueError(f"{who}: the range high - low = {high - low} exceeds 2**63 - 1")
     if current_trace() is None:
-        return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.str})
+        return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.name})
     words = _source(k)(shape, KEY_DTYPE, "bits")
     out = anp.remainder(words, np.int64(high - low)) + np.int64(low)
     return anp.astype(out, dt)

@@ -60,11 +60,13 @@ def test_python_scalar_values_are_runtime_arguments() -> None:
     assert f._cache_size() == 1
 
 
-def test_recreated_functions_share_a_context_and_contexts_rotate() -> None:
+def test_recreated_functions_share_a_context_and_contexts_rotate(monkeypatch) -> None:
     # building a context costs ~10 ms: re-created jit objects (jit(grad(h)) in a
     # loop) take the shared one; after SHARED_CONTEXT_USES functions a fresh one
     # starts, and the old one dies with the last function that held it
     from mlir_autodiff import api
+    # start a fresh context: functions of earlier tests in this process hold the current one
+    monkeypatch.setattr(api, "_SHARED_CONTEXT", [None, 0])
     x = randn(3)
     jf = ad.jit(lambda v: v * 2.0)
     jf(x)
