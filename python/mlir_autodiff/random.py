@@ -47,6 +47,7 @@ from mlir.dialects import arith, tensor
 from . import dialects
 from . import numpy as anp
 from .api import JitFunction
+from .errors import UnsupportedError
 from .dialects.vocabulary import RANDOM
 from .dialects.vocabulary import RNG_KEY as KEY_ATTR
 from .dialects.vocabulary import RNG_PINS as PIN_ATTR
@@ -947,8 +948,6 @@ def multivariate_normal(key: Any, mean: Any, cov: Any, shape: ShapeLike | None =
     _check_key(key, who)
     if method != "cholesky":
         if method in ("eigh", "svd"):
-            from .errors import UnsupportedError
-
             raise UnsupportedError(f"{who}: method={method!r} is not supported yet; use "
                                    "method='cholesky'")
         raise ValueError(f"{who}: method must be one of 'cholesky', 'eigh', 'svd', got "

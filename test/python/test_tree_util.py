@@ -149,7 +149,7 @@ def test_tree_map_utilities() -> None:
     assert tu.tree_unflatten(tu.tree_structure([Config(3), 0]), [7]) == [Config(3), 7]
 
 
-def test_registration_errors() -> None:
+def test_registration_errors(tmp_path) -> None:
     with pytest.raises(ValueError, match="already registered"):
         tu.register_pytree_node(tuple, lambda x: (x, None), lambda _, c: tuple(c))
     with pytest.raises(ValueError, match="already registered"):
@@ -164,6 +164,10 @@ def test_registration_errors() -> None:
 
     with pytest.raises(ValueError, match="missing \\['y'\\]"):
         tu.register_dataclass(Bad, data_fields=["x"], meta_fields=[])
+    # an exported artifact stores only built-in containers: a clear error, not a pickle
+    with pytest.raises(TypeError, match="registered pytree node \\(Params\\) cannot be stored"):
+        ad.export(lambda p: p.w * 2, Params(np.ones(2), np.ones(2)),
+                  path=str(tmp_path / "params"))
 
 
 # --------------------------------------------------------------------------- transforms
