@@ -47,10 +47,10 @@ from mlir.dialects import arith, tensor
 from . import dialects
 from . import numpy as anp
 from .api import JitFunction
-from .errors import UnsupportedError
 from .dialects.vocabulary import RANDOM
 from .dialects.vocabulary import RNG_KEY as KEY_ATTR
 from .dialects.vocabulary import RNG_PINS as PIN_ATTR
+from .errors import UnsupportedError
 from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
     _MASK64,
     DEFAULT_SEED,
