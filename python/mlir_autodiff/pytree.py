@@ -522,6 +522,11 @@ def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = 
     return all(tree_structure(x, is_leaf).is_leaf for x in iterable)
 
 
+def tree_all(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> bool:
+    """Whether every leaf of `tree` is truthy."""
+    return all(tree_leaves(tree, is_leaf))
+
+
 _NO_INIT = object()
 
 
@@ -565,6 +570,7 @@ __all__ = [
     "register_pytree_node_class",
     "register_pytree_with_keys",
     "register_static",
+    "tree_all",
     "tree_flatten",
     "tree_flatten_with_path",
     "tree_leaves",

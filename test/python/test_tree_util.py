@@ -134,6 +134,8 @@ def test_tree_map_utilities() -> None:
     assert paths == {"w": ["['w'][0]", "['w'][1]"], "p": Pair("['p'].a", "['p'].b")}
     assert tu.tree_reduce(lambda x, y: x + y, {"a": a, "z": 4.0}) == 10.0
     assert tu.tree_reduce(max, [3, (9, 2)], 100) == 100
+    assert tu.tree_all({"a": [True, 1], "b": Affine(2.0, 3.0)})
+    assert not tu.tree_all({"a": [True, 0]}) and tu.tree_all([None, ()])
     assert tu.all_leaves([1.0, np.zeros(2)]) and not tu.all_leaves([1.0, None])
     assert not tu.all_leaves([1.0, (2.0,)])
     assert tu.all_leaves([(1.0,)], is_leaf=lambda x: isinstance(x, tuple))
@@ -289,3 +291,40 @@ def test_vmap_prefix_mismatch_is_a_clear_error() -> None:
                 in_axes=(Params(w=0, b=0, act="relu"),))(p)
     with pytest.raises(ValueError, match="tree prefix"):
         ad.vmap(lambda q: q.w.sum(), in_axes=((0, 0),))(p)
+
+
+def test_custom_vjp_checkpoint_loops_and_hessian_take_dataclasses():
+    @ad.custom_vjp
+    def dot(p):
+        return anp.sum(p.w * p.b)
+
+    def fwd(p):
+        return dot(p), p
+
+    def bwd(p, g):  # a deliberately scaled rule: the custom rule, not the derivative, is used
+        return (Params(2 * g * p.b, 2 * g * p.w),)
+
+    dot.defvjp(fwd, bwd)
+
+    @ad.jit
+    def f(p):
+        g_custom = ad.grad(dot)(p)
+        g_ckpt = ad.grad(ad.checkpoint(lambda q: anp.sum(anp.sin(q.w) * q.b)))(p)
+        looped = lax.while_loop(lambda q: anp.sum(q.b) < 20.0, lambda q: Params(q.w * 2, q.b + 1),
+                                p)
+        hess = ad.hessian(lambda q: anp.sum(q.w ** 3 * q.b))(p)
+        return g_custom, g_ckpt, looped, hess
+
+    w, b = np.array([0.5, 1.0, -2.0]), np.array([2.0, 3.0, 1.0])
+    g_custom, g_ckpt, looped, hess = f(Params(w, b))
+    np.testing.assert_allclose(g_custom.w, 2 * b, rtol=1e-15)
+    jg = jax.grad(lambda q: jnp.sum(jnp.sin(q.w) * q.b))(JParams(w, b))
+    np.testing.assert_allclose(g_ckpt.w, jg.w, rtol=1e-14)
+    np.testing.assert_allclose(g_ckpt.b, jg.b, rtol=1e-14)
+    assert isinstance(looped, Params)
+    np.testing.assert_allclose(looped.w, w * 2 ** 5, rtol=1e-15)  # sum(b) 6 -> 21: 5 steps
+    jh = jax.hessian(lambda q: jnp.sum(q.w ** 3 * q.b))(JParams(w, b))
+    for outer in ("w", "b"):
+        for inner in ("w", "b"):
+            np.testing.assert_allclose(getattr(getattr(hess, outer), inner),
+                                       getattr(getattr(jh, outer), inner), rtol=1e-14)
