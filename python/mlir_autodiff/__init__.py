@@ -27,7 +27,8 @@ depend on) the front end.
 #   layer 1  argspec, cuda_driver, errors, pytree, rng_state, tracebacks  argument specs; the
 #                                        CUDA driver query; exceptions; pytrees; the generator
 #                                        state; filtered tracebacks
-#   layer 2  signatures, native_call     specs read from MLIR; calling compiled code (no MLIR)
+#   layer 2  signatures, native_call, tree_util  specs read from MLIR; calling compiled code
+#                                        (no MLIR); jax.tree_util's API over pytree
 #   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
 #                                        call's outputs (numpy only)
 #   layer 4  aot, native_build           loading exported artifacts (numpy and ctypes only);
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str | None] = {
     "numpy": None,
     "pytree": None,
     "random": None,
+    "tree_util": None,
     "JitFunction": "api",
     "Lowered": "api",
     "jit": "api",
