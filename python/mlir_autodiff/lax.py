@@ -52,6 +52,16 @@ from . import dialects, primitives, pytree
 from . import indexing as _ix
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
+from .distributed import (  # noqa: F401  (jax.lax's collectives; see distributed.py)
+    all_gather,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .errors import ShapeError
 from .tracing import (
     FunctionTrace,
@@ -1122,7 +1132,8 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(x, u, index, ax)
 
 
-__all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
+__all__ = ["all_gather", "axis_index", "pmax", "pmean", "pmin", "ppermute", "psum",
+           "psum_scatter", "cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
            "dynamic_update_slice_in_dim", "fori_loop", "map", "scan", "select", "sort",

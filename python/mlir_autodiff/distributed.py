@@ -1,0 +1,597 @@
+"""Programs over several processes: MPI, through upstream MLIR's `shard` and `mpi` dialects.
+
+    # run as: mpiexec -n 2 python train.py   (mpiexec from the `mpich` wheel: the
+    # `mlir-autodiff[mpi]` extra installs it; no system MPI is needed)
+    import mlir_autodiff as ad
+
+    ad.distributed.initialize()
+    mesh = ad.Mesh((ad.distributed.process_count(),), ("x",))
+
+    def f(x):                                   # x: this process's block
+        return ad.lax.psum(x.sum(), "x")
+
+    total = ad.shard_map(f, mesh, in_specs=(ad.PartitionSpec("x"),),
+                         out_specs=ad.PartitionSpec())(x)
+
+One process per mesh position (the process with MPI rank r runs position r
+of the mesh, row-major). `shard_map` has jax's contract: it is called with
+the *global* arrays, every process with the same values (the single-program
+view); each process runs `f` on its block (the arguments split along the
+mesh axes their `PartitionSpec` names) and the outputs are assembled
+according to `out_specs` (an axis named there: the blocks are gathered along
+it; `PartitionSpec()`: the output is replicated, every process returns its
+own). Inside `f`, the collectives of `ad.lax` (`psum`, `pmean`, `pmax`,
+`pmin`, `all_gather`, `psum_scatter`, `ppermute`, `axis_index`) refer to
+mesh axes by name.
+
+How it compiles: the traced function holds a `shard.grid` for the mesh and
+`shard` collectives (`shard.all_reduce`, `shard.all_gather`,
+`shard.reduce_scatter`, `shard.process_linear_index`); a permutation is a
+helper of `mpi.send`/`mpi.recv` ops. `--autodiff-lower-to-cpu-mpi` (see
+transforms/shard_to_mpi.py) turns them into `mpi` ops and those into calls
+of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
+`initialize` loaded.
+
+Current limits: 1-D meshes; `shard_map` is called from Python (not inside
+`jit`, `grad` or `vmap` yet); transforms through the collectives are not
+implemented (the passes report the shard op they cannot differentiate).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, func, tensor
+
+from . import dialects, pytree
+from .runtime import COMPILE_LOCK, CompiledModule
+from .tracing import (
+    FunctionTrace,
+    ShapedArray,
+    Tracer,
+    abstractify,
+    current_trace,
+    format_site,
+    require_trace,
+)
+
+# -------------------------------------------------------------------- the MPI library
+
+#: MPICH ABI constants (mpi.h of MPICH; also what upstream's mpi-to-LLVM lowering uses).
+_MPI_COMM_WORLD = 0x44000000
+
+#: Environment variable naming the MPI library to load instead of the `mpich` wheel's.
+LIBRARY_ENV = "AUTODIFF_MPI_LIBRARY"
+
+
+class MpiUnavailableError(RuntimeError):
+    """No MPI library was found (install the `mlir-autodiff[mpi]` extra)."""
+
+
+def _wheel_file(name: str) -> str | None:
+    """Path of file `name` (e.g. libmpi.so.12) installed by the `mpich` wheel."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("mpich")
+    except metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if f.name == name:
+            path = os.path.realpath(str(dist.locate_file(f)))
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def mpi_library() -> str | None:
+    """The MPI library (MPICH ABI) the compiled code calls: `$AUTODIFF_MPI_LIBRARY`,
+    else the `mpich` wheel's `libmpi.so.12`; None if there is none."""
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return env
+    return _wheel_file("libmpi.so.12")
+
+
+def mpiexec() -> str | None:
+    """The `mpiexec` launcher of the `mpich` wheel, or None."""
+    return _wheel_file("mpiexec")
+
+
+def is_available() -> bool:
+    """Whether an MPI library is installed (the `mlir-autodiff[mpi]` extra)."""
+    return mpi_library() is not None
+
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+
+
+def _library() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        path = mpi_library()
+        if path is None:
+            raise MpiUnavailableError(
+                "no MPI library: install the mpi extra (pip install 'mlir-autodiff[mpi]', "
+                f"which brings the mpich wheel) or set {LIBRARY_ENV}")
+        # RTLD_GLOBAL: the JIT-compiled code resolves MPI_* in this very library.
+        _LIB = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    return _LIB
+
+
+def _flag(fn_name: str) -> bool:
+    flag = ctypes.c_int(0)
+    getattr(_library(), fn_name)(ctypes.byref(flag))
+    return bool(flag.value)
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{what} failed with MPI error code {code}")
+
+
+def _finalize() -> None:
+    if _LIB is not None and _flag("MPI_Initialized") and not _flag("MPI_Finalized"):
+        _LIB.MPI_Finalize()
+
+
+def _abort_on_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """An excepthook that prints the error as usual, then aborts every process
+    (MPI_Abort): the other ranks would otherwise wait in a collective forever."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        previous(kind, value, tb)
+        if process_count() > 1:
+            sys.stderr.write(f"[process {process_index()}] aborting all "
+                             f"{process_count()} processes after the error above\n")
+            sys.stderr.flush()
+            _library().MPI_Abort(_MPI_COMM_WORLD, 1)
+
+    return hook
+
+
+def initialize() -> None:
+    """Start MPI in this process (idempotent; also fine if MPI is already running,
+    e.g. started by mpi4py). Run under `mpiexec -n N` for N processes; a plain
+    `python` run is one process. MPI is finalized at exit, and an uncaught
+    exception in any process aborts all of them."""
+    with _LOCK:
+        lib = _library()
+        if not _flag("MPI_Initialized"):
+            _check(lib.MPI_Init(None, None), "MPI_Init")
+            atexit.register(_finalize)
+            sys.excepthook = _abort_on_uncaught(sys.excepthook)
+
+
+def _world_query(fn_name: str) -> int:
+    if _LIB is None or not _flag("MPI_Initialized"):
+        raise RuntimeError("mlir_autodiff.distributed.initialize() has not been called")
+    out = ctypes.c_int(0)
+    _check(getattr(_LIB, fn_name)(_MPI_COMM_WORLD, ctypes.byref(out)), fn_name)
+    return out.value
+
+
+def process_index() -> int:
+    """This process's MPI rank in the world communicator (jax.process_index)."""
+    return _world_query("MPI_Comm_rank")
+
+
+def process_count() -> int:
+    """The number of MPI processes (jax.process_count)."""
+    return _world_query("MPI_Comm_size")
+
+
+# -------------------------------------------------------------------- meshes and specs
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """A grid of processes with named axes (jax.sharding.Mesh): `Mesh((4,), ("x",))`."""
+
+    shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+
+    def __init__(self, shape: int | Sequence[int], axis_names: str | Sequence[str]):
+        shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+        if len(shape) != len(names):
+            raise ValueError(f"Mesh: {len(shape)} axis sizes but {len(names)} axis names")
+        if len(set(names)) != len(names):
+            raise ValueError(f"Mesh: axis names must be distinct, got {names}")
+        if any(s < 1 for s in shape):
+            raise ValueError(f"Mesh: axis sizes must be positive, got {shape}")
+        if len(shape) != 1:
+            raise NotImplementedError("Mesh: only 1-D meshes are supported so far")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "axis_names", names)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def axis_size(self, name: str) -> int:
+        return self.shape[self.axis_names.index(name)]
+
+
+class PartitionSpec(tuple):
+    """Per array dimension, the mesh axis it is split over, or None (jax's PartitionSpec).
+    Trailing dimensions not listed are not split; `PartitionSpec()` is replicated."""
+
+    def __new__(cls, *parts: str | None) -> PartitionSpec:
+        for p in parts:
+            if p is not None and not isinstance(p, str):
+                raise TypeError(f"PartitionSpec: each entry is a mesh axis name or None, "
+                                f"got {p!r}")
+        return super().__new__(cls, parts)
+
+    def __repr__(self) -> str:
+        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+
+
+# -------------------------------------------------------------------- the mesh being traced
+
+@dataclasses.dataclass
+class _MeshContext:
+    mesh: Mesh
+    grid: str
+    trace: FunctionTrace
+
+
+_ACTIVE = threading.local()
+
+
+def _mesh_for(who: str, axis_name: str) -> tuple[_MeshContext, int]:
+    """The mesh being traced and the index of `axis_name` in it (NameError if unbound)."""
+    stack = getattr(_ACTIVE, "stack", [])
+    for ctx in reversed(stack):
+        if axis_name in ctx.mesh.axis_names:
+            return ctx, ctx.mesh.axis_names.index(axis_name)
+    raise NameError(f"{who}: unbound axis name {axis_name!r}: collectives are used inside "
+                    f"shard_map over a mesh with that axis (at {format_site()})")
+
+
+def _tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape), elem)
+
+
+def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Tracer, int, int],
+                                                           Tracer]) -> Tracer:
+    ctx, axis = _mesh_for(who, axis_name)
+    trace = require_trace(who)
+    from . import primitives
+
+    t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
+    with trace.context:
+        return build(ctx, t, axis, ctx.mesh.shape[axis])
+
+
+def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axis: int, out_shape: Sequence[int],
+              **attrs: ir.Attribute) -> Tracer:
+    trace = require_trace(name)
+    with trace.emitting():
+        attributes = {"grid": ir.FlatSymbolRefAttr.get(ctx.grid),
+                      "grid_axes": ir.DenseI16ArrayAttr.get([axis]), **attrs}
+        op = ir.Operation.create(name, results=[_tensor_type(out_shape,
+                                                              x.value.type.element_type)],
+                                 operands=[x.value], attributes=attributes)
+    return trace.wrap(op.results[0], ShapedArray(tuple(out_shape), x.aval.dtype))
+
+
+def _all_reduce(who: str, x: Any, axis_name: str, kind: str) -> Tracer:
+    def build(ctx: _MeshContext, t: Tracer, axis: int, n: int) -> Tracer:
+        red = ir.Attribute.parse(f"#shard<partial {kind}>")
+        return _shard_op("shard.all_reduce", ctx, t, axis, t.shape, reduction=red)
+
+    return _emit(who, x, axis_name, build)
+
+
+def _bool_unsupported(who: str, x: Any) -> None:
+    if np.dtype(abstractify(x).dtype) == np.bool_:
+        raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
+
+
+def psum(x: Any, axis_name: str) -> Any:
+    """Sum of `x` over the processes along mesh axis `axis_name` (jax.lax.psum)."""
+    _bool_unsupported("psum", x)
+    return pytree.tree_map(lambda v: _all_reduce("psum", v, axis_name, "sum"), x)
+
+
+def pmax(x: Any, axis_name: str) -> Any:
+    """Elementwise maximum over the processes along `axis_name` (jax.lax.pmax)."""
+    _bool_unsupported("pmax", x)
+    return pytree.tree_map(lambda v: _all_reduce("pmax", v, axis_name, "max"), x)
+
+
+def pmin(x: Any, axis_name: str) -> Any:
+    """Elementwise minimum over the processes along `axis_name` (jax.lax.pmin)."""
+    _bool_unsupported("pmin", x)
+    return pytree.tree_map(lambda v: _all_reduce("pmin", v, axis_name, "min"), x)
+
+
+def pmean(x: Any, axis_name: str) -> Any:
+    """Mean over the processes along `axis_name` (jax.lax.pmean): psum / axis size."""
+    ctx, axis = _mesh_for("pmean", axis_name)
+    n = ctx.mesh.shape[axis]
+    return pytree.tree_map(lambda v: psum(v, axis_name) / n, x)
+
+
+def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) -> Any:
+    """Every process's `x` along `axis_name`, stacked on a new dimension `axis`
+    (or, `tiled=True`, concatenated along dimension `axis`) (jax.lax.all_gather)."""
+    from . import numpy as anp
+
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            d = axis + (t.ndim + (0 if tiled else 1) if axis < 0 else 0)
+            if not 0 <= d < t.ndim + (0 if tiled else 1):
+                raise ValueError(f"all_gather: axis {axis} is out of range for an array "
+                                 f"of rank {t.ndim} (at {format_site()})")
+            if not tiled:
+                t = anp.expand_dims(t, d)
+            out = list(t.shape)
+            out[d] *= n
+            return _shard_op("shard.all_gather", ctx, t, gaxis, out,
+                             gather_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
+
+        return _emit("all_gather", v, axis_name, build)
+
+    return pytree.tree_map(one, x)
+
+
+def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
+                 tiled: bool = False) -> Any:
+    """The sum over `axis_name`, of which each process keeps its block along
+    `scatter_dimension` (jax.lax.psum_scatter): without `tiled` that dimension's
+    size is the axis size and disappears; with it, it is divided by the axis size."""
+    from . import numpy as anp
+
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            d = scatter_dimension + (t.ndim if scatter_dimension < 0 else 0)
+            if not 0 <= d < t.ndim:
+                raise ValueError(f"psum_scatter: scatter_dimension {scatter_dimension} is out "
+                                 f"of range for an array of rank {t.ndim} (at {format_site()})")
+            size = t.shape[d]
+            if (not tiled and size != n) or (tiled and size % n):
+                want = f"equal to the axis size {n}" if not tiled else f"a multiple of {n}"
+                raise ValueError(f"psum_scatter: dimension {d} of {t.aval.str_short()} must be "
+                                 f"{want} (at {format_site()})")
+            out = list(t.shape)
+            out[d] //= n
+            red = ir.Attribute.parse("#shard<partial sum>")
+            r = _shard_op("shard.reduce_scatter", ctx, t, gaxis, out, reduction=red,
+                          scatter_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
+            return r if tiled else anp.squeeze(r, d)
+
+        return _emit("psum_scatter", v, axis_name, build)
+
+    _bool_unsupported("psum_scatter", x)
+    return pytree.tree_map(one, x)
+
+
+def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
+    """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
+    `perm` lists (source, destination) index pairs, each source and each
+    destination at most once; a process no pair sends to gets zeros."""
+    from .transforms.shard_to_mpi import HELPER_PREFIX, add_helper, permutation_helper
+
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            pairs = [(int(s), int(d)) for s, d in perm]
+            srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
+            if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or \
+                    any(not 0 <= i < n for i in srcs + dsts):
+                raise ValueError(f"ppermute: perm must pair distinct sources with distinct "
+                                 f"destinations in range({n}), got {list(perm)} "
+                                 f"(at {format_site()})")
+            elem = str(t.value.type.element_type)
+            shape = list(t.shape)
+            tag = "_".join(f"{s}to{d}" for s, d in sorted(pairs)) or "none"
+            sig = "x".join(str(s) for s in shape) + "x" + elem
+            name = f"{HELPER_PREFIX}ppermute_{ctx.grid}_{tag}_{sig}"
+            module = t.trace.module.operation
+            add_helper(module, name, permutation_helper(name, ctx.grid, pairs, shape, elem))
+            trace = require_trace("ppermute")
+            with trace.emitting():
+                call = func.CallOp([t.value.type], ir.FlatSymbolRefAttr.get(name), [t.value])
+            return trace.wrap(call.results[0], t.aval)
+
+        return _emit("ppermute", v, axis_name, build)
+
+    _bool_unsupported("ppermute", x)
+    return pytree.tree_map(one, x)
+
+
+def axis_index(axis_name: str) -> Tracer:
+    """This process's index along mesh axis `axis_name`, an int32 scalar (jax.lax.axis_index)."""
+    ctx, _ = _mesh_for("axis_index", axis_name)
+    return _axis_position(ctx)
+
+
+def _axis_position(ctx: _MeshContext) -> Tracer:
+    trace = require_trace("axis_index")
+    with trace.emitting():
+        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
+                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
+        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i.results[0])
+        t = tensor.FromElementsOp(_tensor_type([], i32.result.type), [i32.result])
+    return trace.wrap(t.result, ShapedArray((), np.int32))
+
+
+# -------------------------------------------------------------------- shard_map
+
+def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, str]:
+    """Dimension -> mesh axis name of PartitionSpec `spec` (None: replicated)."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"{who}: expected a PartitionSpec or None, got {spec!r}")
+    if len(spec) > ndim:
+        raise ValueError(f"{who}: {spec!r} has more entries than the array's rank {ndim}")
+    out = {}
+    for d, name in enumerate(spec):
+        if name is None:
+            continue
+        if name not in mesh.axis_names:
+            raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
+                             f"{mesh.axis_names} does not have")
+        if name in out.values():
+            raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
+        out[d] = name
+    return out
+
+
+def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, str]) -> Tracer:
+    """This process's block of global `x` (split along `dims`)."""
+    if not dims:
+        return x
+    (d, name), = dims.items()
+    n = ctx.mesh.axis_size(name)
+    sizes = list(x.shape)
+    sizes[d] //= n
+    trace = require_trace("shard_map")
+    with trace.emitting():
+        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
+                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
+        k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
+        off = arith.MulIOp(i.results[0], k.result)
+        dyn = ir.ShapedType.get_dynamic_size()
+        static_offsets = [dyn if j == d else 0 for j in range(x.ndim)]
+        out_type = _tensor_type(sizes, x.value.type.element_type)
+        op = tensor.ExtractSliceOp(out_type, x.value, [off.result], [], [],
+                                   static_offsets, sizes, [1] * x.ndim)
+    return trace.wrap(op.result, ShapedArray(tuple(sizes), x.aval.dtype))
+
+
+def _specs_for(specs: Any, leaves_tree: pytree.TreeDef, n: int, who: str) -> list[Any]:
+    """One spec per leaf: `specs` is a single spec for all, or a tuple matching the args."""
+    if specs is None or isinstance(specs, PartitionSpec):
+        return [specs] * n
+    if not isinstance(specs, (tuple, list)):
+        raise TypeError(f"shard_map: {who} must be a PartitionSpec or a tuple of them")
+    flat: list[Any] = []
+    for s in specs:
+        if s is not None and not isinstance(s, PartitionSpec):
+            raise TypeError(f"shard_map: {who} entries must be PartitionSpec or None, "
+                            f"got {s!r}")
+        flat.append(s)
+    return flat
+
+
+class _ShardMapped:
+    def __init__(self, f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any):
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"shard_map: mesh must be an ad.Mesh, got {mesh!r}")
+        self.f, self.mesh, self.in_specs, self.out_specs = f, mesh, in_specs, out_specs
+        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef]] = {}
+        self.__name__ = getattr(f, "__name__", "shard_map")
+
+    def lowered_text(self, *args: Any) -> str:
+        """The traced module (shard ops, before lowering) for these arguments."""
+        module, _ = self._trace(args)
+        return str(module)
+
+    def _trace(self, args: tuple[Any, ...]) -> tuple[ir.Module, pytree.TreeDef]:
+        leaves, tree = pytree.tree_flatten(args)
+        avals = [abstractify(x) for x in leaves]
+        specs = _specs_for(self.in_specs, tree, len(args), "in_specs")
+        if len(specs) != len(args):
+            raise ValueError(f"shard_map: {len(specs)} in_specs for {len(args)} arguments")
+        leaf_specs: list[Any] = []
+        for a, s in zip(args, specs):
+            leaf_specs += [s] * len(pytree.tree_leaves(a))
+        mesh = self.mesh
+        context = ir.Context()
+        dialects.load(context)
+        with context, ir.Location.unknown(context):
+            module = ir.Module.create()
+            grid = "mesh"
+            with ir.InsertionPoint(module.body):
+                ir.Operation.create("shard.grid", attributes={
+                    "sym_name": ir.StringAttr.get(grid),
+                    "shape": ir.DenseI64ArrayAttr.get(list(mesh.shape))})
+        avals = [ShapedArray(a.shape, a.dtype) for a in avals]
+        trace = FunctionTrace(module, "main", avals, fun=self.f)
+        ctx = _MeshContext(mesh, grid, trace)
+        stack = _ACTIVE.__dict__.setdefault("stack", [])
+        stack.append(ctx)
+        try:
+            with trace.active():
+                local = []
+                for x, a, s in zip(trace.args, avals, leaf_specs):
+                    dims = _split_dims(s, a.ndim, mesh, "shard_map in_specs")
+                    for d, name in dims.items():
+                        if a.shape[d] % mesh.axis_size(name):
+                            raise ValueError(
+                                f"shard_map: dimension {d} of argument {a.str_short()} is "
+                                f"split over mesh axis {name!r} of size "
+                                f"{mesh.axis_size(name)}, which does not divide it")
+                    local.append(_local_block(ctx, x, dims))
+                out = self.f(*pytree.tree_unflatten(tree, local))
+                from . import primitives
+
+                out_leaves, out_tree = pytree.tree_flatten(out)
+                out_specs = _specs_for(self.out_specs, out_tree, len(out_leaves), "out_specs")
+                if len(out_specs) == 1 and len(out_leaves) != 1:
+                    out_specs = out_specs * len(out_leaves)
+                if len(out_specs) != len(out_leaves):
+                    raise ValueError(f"shard_map: {len(out_specs)} out_specs for "
+                                     f"{len(out_leaves)} outputs")
+                results = []
+                for o, s in zip(out_leaves, out_specs):
+                    t = trace.lift(o) if isinstance(o, Tracer) else \
+                        primitives.constant_like(o)
+                    for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                        t = all_gather(t, name, axis=d, tiled=True)
+                    results.append(t)
+                trace.finish(results)
+        finally:
+            stack.pop()
+        return module, out_tree
+
+    def __call__(self, *args: Any) -> Any:
+        if current_trace() is not None:
+            raise NotImplementedError("shard_map inside jit/grad/vmap is not supported yet: "
+                                      "call it on arrays")
+        initialize()
+        n = process_count()
+        if n != self.mesh.size:
+            raise ValueError(f"shard_map: the mesh has {self.mesh.size} positions but "
+                             f"{n} MPI processes run (start with mpiexec -n {self.mesh.size})")
+        leaves, _ = pytree.tree_flatten(args)
+        key = (pytree.tree_structure(args),
+               tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
+        entry = self._cache.get(key)
+        if entry is None:
+            with COMPILE_LOCK:
+                module, out_tree = self._trace(args)
+                cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
+                                    context=module.context)
+            entry = self._cache[key] = (cm, out_tree)
+        cm, out_tree = entry
+        outs = cm["main"](*[np.asarray(x) for x in leaves])
+        if not isinstance(outs, tuple):
+            outs = (outs,)
+        return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def shard_map(f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any
+              ) -> Callable[..., Any]:
+    """`f` run on each process's block of the arguments (jax.shard_map); see the module doc."""
+    return _ShardMapped(f, mesh, in_specs, out_specs)
+
+
+__all__ = [
+    "Mesh", "MpiUnavailableError", "PartitionSpec", "all_gather", "axis_index",
+    "initialize", "is_available", "mpi_library", "mpiexec", "pmax", "pmean", "pmin",
+    "ppermute", "process_count", "process_index", "psum", "psum_scatter", "shard_map",
+]
