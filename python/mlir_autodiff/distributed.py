@@ -472,19 +472,24 @@ def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, str]) -> Tracer:
     return trace.wrap(op.result, ShapedArray(tuple(sizes), x.aval.dtype))
 
 
-def _specs_for(specs: Any, leaves_tree: pytree.TreeDef, n: int, who: str) -> list[Any]:
-    """One spec per leaf: `specs` is a single spec for all, or a tuple matching the args."""
-    if specs is None or isinstance(specs, PartitionSpec):
-        return [specs] * n
-    if not isinstance(specs, (tuple, list)):
-        raise TypeError(f"shard_map: {who} must be a PartitionSpec or a tuple of them")
-    flat: list[Any] = []
-    for s in specs:
-        if s is not None and not isinstance(s, PartitionSpec):
-            raise TypeError(f"shard_map: {who} entries must be PartitionSpec or None, "
-                            f"got {s!r}")
-        flat.append(s)
-    return flat
+def _leaf_specs(spec: Any, value: Any, who: str) -> list[Any]:
+    """One PartitionSpec (or None) per leaf of `value`: `spec` is a pytree prefix of
+    `value` whose leaves are PartitionSpecs (jax's in_specs/out_specs)."""
+    if spec is None or isinstance(spec, PartitionSpec):
+        return [spec] * len(pytree.tree_leaves(value))
+    if isinstance(spec, dict):
+        if not isinstance(value, dict) or set(spec) != set(value):
+            raise ValueError(f"shard_map: {who} {spec!r} does not match the structure of "
+                             f"{pytree.tree_structure(value)}")
+        return [s for k in pytree._sorted_keys(value)
+                for s in _leaf_specs(spec[k], value[k], who)]
+    if isinstance(spec, (tuple, list)):
+        if not isinstance(value, (tuple, list)) or len(spec) != len(value):
+            raise ValueError(f"shard_map: {who} {spec!r} does not match the structure of "
+                             f"{pytree.tree_structure(value)}")
+        return [s for sp, v in zip(spec, value) for s in _leaf_specs(sp, v, who)]
+    raise TypeError(f"shard_map: {who} must be PartitionSpecs (in a pytree prefix of the "
+                    f"values), got {spec!r}")
 
 
 class _ShardMapped:
@@ -503,12 +508,11 @@ class _ShardMapped:
     def _trace(self, args: tuple[Any, ...]) -> tuple[ir.Module, pytree.TreeDef]:
         leaves, tree = pytree.tree_flatten(args)
         avals = [abstractify(x) for x in leaves]
-        specs = _specs_for(self.in_specs, tree, len(args), "in_specs")
-        if len(specs) != len(args):
-            raise ValueError(f"shard_map: {len(specs)} in_specs for {len(args)} arguments")
-        leaf_specs: list[Any] = []
-        for a, s in zip(args, specs):
-            leaf_specs += [s] * len(pytree.tree_leaves(a))
+        in_specs = self.in_specs
+        if isinstance(in_specs, PartitionSpec) or in_specs is None:
+            in_specs = (in_specs,) * len(args)
+        leaf_specs = _leaf_specs(tuple(in_specs) if isinstance(in_specs, list) else in_specs,
+                                 args, "in_specs")
         mesh = self.mesh
         context = ir.Context()
         dialects.load(context)
@@ -540,12 +544,7 @@ class _ShardMapped:
                 from . import primitives
 
                 out_leaves, out_tree = pytree.tree_flatten(out)
-                out_specs = _specs_for(self.out_specs, out_tree, len(out_leaves), "out_specs")
-                if len(out_specs) == 1 and len(out_leaves) != 1:
-                    out_specs = out_specs * len(out_leaves)
-                if len(out_specs) != len(out_leaves):
-                    raise ValueError(f"shard_map: {len(out_specs)} out_specs for "
-                                     f"{len(out_leaves)} outputs")
+                out_specs = _leaf_specs(self.out_specs, out, "out_specs")
                 results = []
                 for o, s in zip(out_leaves, out_specs):
                     t = trace.lift(o) if isinstance(o, Tracer) else \
