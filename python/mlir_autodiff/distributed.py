@@ -52,7 +52,8 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, tensor
 
-from . import dialects, pytree
+from . import dialects, primitives, pytree
+from . import numpy as anp
 from .runtime import COMPILE_LOCK, CompiledModule
 from .tracing import (
     FunctionTrace,
@@ -63,6 +64,7 @@ from .tracing import (
     format_site,
     require_trace,
 )
+from .transforms.shard_to_mpi import HELPER_PREFIX, add_helper, permutation_helper
 
 # -------------------------------------------------------------------- the MPI library
 
@@ -267,8 +269,6 @@ def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Trace
                                                            Tracer]) -> Tracer:
     ctx, axis = _mesh_for(who, axis_name)
     trace = require_trace(who)
-    from . import primitives
-
     t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
     with trace.context:
         return build(ctx, t, axis, ctx.mesh.shape[axis])
@@ -327,8 +327,6 @@ def pmean(x: Any, axis_name: str) -> Any:
 def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) -> Any:
     """Every process's `x` along `axis_name`, stacked on a new dimension `axis`
     (or, `tiled=True`, concatenated along dimension `axis`) (jax.lax.all_gather)."""
-    from . import numpy as anp
-
     def one(v: Any) -> Tracer:
         def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
             d = axis + (t.ndim + (0 if tiled else 1) if axis < 0 else 0)
@@ -352,8 +350,6 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
     """The sum over `axis_name`, of which each process keeps its block along
     `scatter_dimension` (jax.lax.psum_scatter): without `tiled` that dimension's
     size is the axis size and disappears; with it, it is divided by the axis size."""
-    from . import numpy as anp
-
     def one(v: Any) -> Tracer:
         def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
             d = scatter_dimension + (t.ndim if scatter_dimension < 0 else 0)
@@ -382,8 +378,6 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
     `perm` lists (source, destination) index pairs, each source and each
     destination at most once; a process no pair sends to gets zeros."""
-    from .transforms.shard_to_mpi import HELPER_PREFIX, add_helper, permutation_helper
-
     def one(v: Any) -> Tracer:
         def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
             pairs = [(int(s), int(d)) for s, d in perm]
@@ -541,8 +535,6 @@ class _ShardMapped:
                                 f"{mesh.axis_size(name)}, which does not divide it")
                     local.append(_local_block(ctx, x, dims))
                 out = self.f(*pytree.tree_unflatten(tree, local))
-                from . import primitives
-
                 out_leaves, out_tree = pytree.tree_flatten(out)
                 out_specs = _leaf_specs(self.out_specs, out, "out_specs")
                 results = []

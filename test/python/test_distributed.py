@@ -143,3 +143,25 @@ def test_specs_are_checked():
                      in_specs=P(), out_specs=P()).lowered_text(np.zeros(3))
     with pytest.raises(ValueError, match="axis sizes but"):
         ad.Mesh((2, 2), ("x",))
+
+
+#: Every public name of mlir_autodiff.distributed -> the test above that covers it
+#: (the collectives cannot run in the single-process differential table).
+COVERAGE = {
+    "Mesh": "test_specs_are_checked", "PartitionSpec": "test_traced_program_holds_shard_ops",
+    "MpiUnavailableError": "raised by initialize without the wheel",
+    "shard_map": "test_collectives_match_numpy", "initialize": "test_collectives_match_numpy",
+    "process_count": "test_collectives_match_numpy",
+    "process_index": "test_collectives_match_numpy",
+    "is_available": "needs_mpi", "mpi_library": "needs_mpi", "mpiexec": "launch",
+    **{name: "test_collectives_match_numpy" for name in (
+        "psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+        "axis_index")},
+}
+
+
+def test_every_public_name_is_covered():
+    assert sorted(distributed.__all__) == sorted(COVERAGE)
+    for name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+                 "axis_index"):
+        assert getattr(ad.lax, name) is getattr(distributed, name)
