@@ -54,6 +54,7 @@ from mlir.dialects import arith, func, tensor
 
 from . import dialects, primitives, pytree
 from . import numpy as anp
+from .api import _transform_passes
 from .runtime import COMPILE_LOCK, CompiledModule
 from .tracing import (
     FunctionTrace,
@@ -64,6 +65,7 @@ from .tracing import (
     format_site,
     require_trace,
 )
+from .transforms.pipeline import run_pipeline
 from .transforms.shard_to_mpi import HELPER_PREFIX, add_helper, permutation_helper
 
 # -------------------------------------------------------------------- the MPI library
@@ -565,6 +567,10 @@ class _ShardMapped:
         if entry is None:
             with COMPILE_LOCK:
                 module, out_tree = self._trace(args)
+                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them
+                # (they do not differentiate through collectives yet).
+                run_pipeline(module, ",".join(_transform_passes(module)
+                                              + ["canonicalize", "cse", "symbol-dce"]))
                 cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
                                     context=module.context)
             entry = self._cache[key] = (cm, out_tree)
