@@ -66,6 +66,10 @@ HIDDEN_OP = "autodiff.hidden_mpi_op"
 #: (the size of its grids); the runtime compares it with the MPI world's size.
 MPI_PROCESSES = "autodiff.mpi_processes"
 
+#: Element types with an MPI datatype in the mpi dialect's lowering (signless
+#: integers are MPI's signed ones).
+MPI_ELEMENT_TYPES = {"f32", "f64", "i8", "i16", "i32", "i64"}
+
 _INT_OF_FLOAT = {"f16": "i16", "bf16": "i16", "f32": "i32", "f64": "i64"}
 
 
@@ -295,6 +299,12 @@ def _helper_for(op: ir.Operation) -> tuple[str, str] | None:
     tin = _tensor(op.operands[0], op)
     tout = _tensor(op.results[0], op)
     elem = str(tin.element_type)
+    # MPI datatypes upstream's mpi-to-LLVM lowering knows (others hit an assertion
+    # there); all_gather moves bits, so it also takes 16-bit floats.
+    known = MPI_ELEMENT_TYPES | (set(_INT_OF_FLOAT) if op.name == "shard.all_gather" else set())
+    if elem not in known:
+        raise fail(op, f"autodiff-shard-to-mpi: '{op.name}' of {elem} elements is not "
+                       f"supported (element types: {', '.join(sorted(known))})")
     shape, out_shape = list(tin.shape), list(tout.shape)
     sig = "x".join(str(s) for s in shape) + "x" + elem
     if op.name == "shard.all_reduce":

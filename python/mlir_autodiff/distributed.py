@@ -66,7 +66,12 @@ from .tracing import (
     require_trace,
 )
 from .transforms.pipeline import run_pipeline
-from .transforms.shard_to_mpi import HELPER_PREFIX, add_helper, permutation_helper
+from .transforms.shard_to_mpi import (
+    HELPER_PREFIX,
+    MPI_ELEMENT_TYPES,
+    add_helper,
+    permutation_helper,
+)
 
 # -------------------------------------------------------------------- the MPI library
 
@@ -344,6 +349,7 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
 
         return _emit("all_gather", v, axis_name, build)
 
+    _bool_unsupported("all_gather", x)
     return pytree.tree_map(one, x)
 
 
@@ -390,6 +396,10 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                                  f"destinations in range({n}), got {list(perm)} "
                                  f"(at {format_site()})")
             elem = str(t.value.type.element_type)
+            if elem not in MPI_ELEMENT_TYPES:
+                raise TypeError(f"ppermute: {t.aval.str_short()} is not supported (element "
+                                f"types: {', '.join(sorted(MPI_ELEMENT_TYPES))}) "
+                                f"(at {format_site()})")
             shape = list(t.shape)
             tag = "_".join(f"{s}to{d}" for s, d in sorted(pairs)) or "none"
             sig = "x".join(str(s) for s in shape) + "x" + elem

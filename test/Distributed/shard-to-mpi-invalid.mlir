@@ -15,3 +15,12 @@ func.func @no_rotate(%x: tensor<2xf64>) -> tensor<2xf64> {
   %r = shard.shift %x on @g grid_axes = [0] shift_axis = 0 offset = 1 : tensor<2xf64> -> tensor<2xf64>
   return %r : tensor<2xf64>
 }
+
+// -----
+
+shard.grid @g(shape = 2)
+func.func @f16_sum(%x: tensor<4xf16>) -> tensor<4xf16> {
+  // expected-error @+1 {{'shard.all_reduce' of f16 elements is not supported (element types: f32, f64, i16, i32, i64, i8)}}
+  %r = shard.all_reduce %x on @g grid_axes = [0] : tensor<4xf16> -> tensor<4xf16>
+  return %r : tensor<4xf16>
+}

@@ -164,6 +164,9 @@ def test_specs_are_checked():
     with pytest.raises(ValueError, match="ppermute: perm must pair distinct"):
         ad.shard_map(lambda x: ad.lax.ppermute(x, "x", [(0, 1), (1, 1)]), mesh,
                      in_specs=P(), out_specs=P()).lowered_text(np.zeros(3))
+    with pytest.raises(TypeError, match="all_gather: boolean arrays are not supported"):
+        ad.shard_map(lambda x: ad.lax.all_gather(x, "x"), mesh,
+                     in_specs=P(), out_specs=P()).lowered_text(np.zeros(3, bool))
     with pytest.raises(ValueError, match="axis sizes but"):
         ad.Mesh((2, 2), ("x",))
 
