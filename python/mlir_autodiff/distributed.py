@@ -277,6 +277,8 @@ def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Trace
     ctx, axis = _mesh_for(who, axis_name)
     trace = require_trace(who)
     t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
+    if np.dtype(t.aval.dtype) == np.bool_:
+        raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
     with trace.context:
         return build(ctx, t, axis, ctx.mesh.shape[axis])
 
@@ -301,26 +303,18 @@ def _all_reduce(who: str, x: Any, axis_name: str, kind: str) -> Tracer:
     return _emit(who, x, axis_name, build)
 
 
-def _bool_unsupported(who: str, x: Any) -> None:
-    if np.dtype(abstractify(x).dtype) == np.bool_:
-        raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
-
-
 def psum(x: Any, axis_name: str) -> Any:
     """Sum of `x` over the processes along mesh axis `axis_name` (jax.lax.psum)."""
-    _bool_unsupported("psum", x)
     return pytree.tree_map(lambda v: _all_reduce("psum", v, axis_name, "sum"), x)
 
 
 def pmax(x: Any, axis_name: str) -> Any:
     """Elementwise maximum over the processes along `axis_name` (jax.lax.pmax)."""
-    _bool_unsupported("pmax", x)
     return pytree.tree_map(lambda v: _all_reduce("pmax", v, axis_name, "max"), x)
 
 
 def pmin(x: Any, axis_name: str) -> Any:
     """Elementwise minimum over the processes along `axis_name` (jax.lax.pmin)."""
-    _bool_unsupported("pmin", x)
     return pytree.tree_map(lambda v: _all_reduce("pmin", v, axis_name, "min"), x)
 
 
@@ -349,7 +343,6 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
 
         return _emit("all_gather", v, axis_name, build)
 
-    _bool_unsupported("all_gather", x)
     return pytree.tree_map(one, x)
 
 
@@ -378,7 +371,6 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
 
         return _emit("psum_scatter", v, axis_name, build)
 
-    _bool_unsupported("psum_scatter", x)
     return pytree.tree_map(one, x)
 
 
@@ -413,7 +405,6 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
 
         return _emit("ppermute", v, axis_name, build)
 
-    _bool_unsupported("ppermute", x)
     return pytree.tree_map(one, x)
 
 
