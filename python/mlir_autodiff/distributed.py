@@ -45,6 +45,7 @@ import dataclasses
 import os
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,6 +78,9 @@ from .transforms.shard_to_mpi import (
 
 #: MPICH ABI constants (mpi.h of MPICH; also what upstream's mpi-to-LLVM lowering uses).
 _MPI_COMM_WORLD = 0x44000000
+_MPI_INT64_T = 0x4c00083a
+_MPI_MAX = 0x58000001
+_MPI_IN_PLACE = ctypes.c_void_p(-1)
 
 #: Environment variable naming the MPI library to load instead of the `mpich` wheel's.
 LIBRARY_ENV = "AUTODIFF_MPI_LIBRARY"
@@ -198,6 +202,15 @@ def process_index() -> int:
 def process_count() -> int:
     """The number of MPI processes (jax.process_count)."""
     return _world_query("MPI_Comm_size")
+
+
+def _same_on_every_process(text: str) -> bool:
+    """Whether every process passes the same `text` (an allreduce of its checksum)."""
+    h = zlib.crc32(text.encode())
+    buf = (ctypes.c_int64 * 2)(h, -h)
+    _check(_library().MPI_Allreduce(_MPI_IN_PLACE, buf, 2, _MPI_INT64_T, _MPI_MAX,
+                                    _MPI_COMM_WORLD), "MPI_Allreduce")
+    return buf[0] == -buf[1] == h
 
 
 # -------------------------------------------------------------------- meshes and specs
@@ -564,6 +577,13 @@ class _ShardMapped:
         leaves, _ = pytree.tree_flatten(args)
         key = (pytree.tree_structure(args),
                tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
+        # Every process must run the same program: mismatched arguments would make
+        # the collectives disagree (an MPI error, or a wait that never ends).
+        signature = f"{self.__name__}{key}"
+        if n > 1 and not _same_on_every_process(signature):
+            raise ValueError(f"shard_map({self.__name__}): the processes were called with "
+                             f"different argument shapes or dtypes; process "
+                             f"{process_index()} has {_describe(args)}")
         entry = self._cache.get(key)
         if entry is None:
             with COMPILE_LOCK:
@@ -580,6 +600,11 @@ class _ShardMapped:
         if not isinstance(outs, tuple):
             outs = (outs,)
         return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _describe(args: tuple[Any, ...]) -> str:
+    leaves = pytree.tree_leaves(args)
+    return ", ".join(abstractify(x).str_short() for x in leaves) or "no arguments"
 
 
 def shard_map(f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any

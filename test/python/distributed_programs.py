@@ -9,6 +9,7 @@ process saves its results to <out-dir>/rank<r>.npz, and the test compares
 them with numpy and jax.
 `raise`: process 1 raises while process 0 waits in a psum.
 `mesh-mismatch`: a mesh whose size is not the number of processes.
+`shape-mismatch`: the processes call shard_map with different shapes.
 """
 
 from __future__ import annotations
@@ -121,6 +122,15 @@ def mesh_mismatch(out_dir: str) -> None:
     ad.shard_map(lambda x: x, mesh, in_specs=(P(),), out_specs=P())(np.ones(3))
 
 
+def shape_mismatch(out_dir: str) -> None:
+    ad.distributed.initialize()
+    n, r = ad.distributed.process_count(), ad.distributed.process_index()
+    mesh = ad.Mesh((n,), ("x",))
+    ad.shard_map(lambda x: ad.lax.psum(x, "x"), mesh, in_specs=(P(),), out_specs=P())(
+        np.ones(3 + r))
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
-    {"collectives": collectives, "raise": raise_on_one, "mesh-mismatch": mesh_mismatch}[case](out)
+    {"collectives": collectives, "raise": raise_on_one, "mesh-mismatch": mesh_mismatch,
+     "shape-mismatch": shape_mismatch}[case](out)

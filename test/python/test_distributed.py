@@ -129,6 +129,14 @@ def test_mesh_must_match_the_number_of_processes(tmp_path):
 
 
 @needs_mpi
+def test_processes_with_different_shapes_are_an_error(tmp_path):
+    proc = launch(2, "shape-mismatch", tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert "the processes were called with different argument shapes" in proc.stderr
+    assert "f64[3]" in proc.stderr or "f64[4]" in proc.stderr
+
+
+@needs_mpi
 def test_data_parallel_mlp_example_equals_full_batch_training():
     """examples/distributed_mlp.py: 20 data-parallel steps over 2 processes equal 20
     single-process full-batch steps to 1e-10 in f64 (the example's --check)."""
