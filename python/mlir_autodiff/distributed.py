@@ -515,65 +515,77 @@ class _ShardMapped:
         module, _ = self._trace(args)
         return str(module)
 
-    def _trace(self, args: tuple[Any, ...]) -> tuple[ir.Module, pytree.TreeDef]:
-        leaves, tree = pytree.tree_flatten(args)
-        avals = [abstractify(x) for x in leaves]
+    def _leaf_in_specs(self, args: tuple[Any, ...]) -> list[Any]:
         in_specs = self.in_specs
         if isinstance(in_specs, PartitionSpec) or in_specs is None:
             in_specs = (in_specs,) * len(args)
-        leaf_specs = _leaf_specs(tuple(in_specs) if isinstance(in_specs, list) else in_specs,
-                                 args, "in_specs")
-        mesh = self.mesh
+        return _leaf_specs(tuple(in_specs) if isinstance(in_specs, list) else in_specs,
+                           args, "in_specs")
+
+    def _trace(self, args: tuple[Any, ...]) -> tuple[ir.Module, pytree.TreeDef]:
+        """A module whose @main takes the global arguments and runs the body."""
+        leaves, tree = pytree.tree_flatten(args)
+        leaf_specs = self._leaf_in_specs(args)
         context = ir.Context()
         dialects.load(context)
         with context, ir.Location.unknown(context):
             module = ir.Module.create()
-            grid = "mesh"
-            with ir.InsertionPoint(module.body):
-                ir.Operation.create("shard.grid", attributes={
-                    "sym_name": ir.StringAttr.get(grid),
-                    "shape": ir.DenseI64ArrayAttr.get(list(mesh.shape))})
-        avals = [ShapedArray(a.shape, a.dtype) for a in avals]
+        grid = _grid_symbol(module, self.mesh)
+        avals = [ShapedArray(abstractify(x).shape, abstractify(x).dtype) for x in leaves]
         trace = FunctionTrace(module, "main", avals, fun=self.f)
+        with trace.active():
+            outs, out_tree = self._body(trace, grid, trace.args, tree, leaf_specs)
+            trace.finish(outs)
+        return module, out_tree
+
+    def _body(self, trace: FunctionTrace, grid: str, leaves: Sequence[Tracer],
+              tree: pytree.TreeDef, leaf_specs: list[Any]) -> tuple[list[Tracer], Any]:
+        """Emit into `trace`: the blocks of the global `leaves`, the body on them, and the
+        outputs assembled per out_specs. Returns the output leaves and their tree."""
+        mesh = self.mesh
         ctx = _MeshContext(mesh, grid, trace)
         stack = _ACTIVE.__dict__.setdefault("stack", [])
         stack.append(ctx)
         try:
-            with trace.active():
-                local = []
-                for x, a, s in zip(trace.args, avals, leaf_specs):
-                    dims = _split_dims(s, a.ndim, mesh, "shard_map in_specs")
-                    for d, name in dims.items():
-                        if a.shape[d] % mesh.axis_size(name):
-                            raise ValueError(
-                                f"shard_map: dimension {d} of argument {a.str_short()} is "
-                                f"split over mesh axis {name!r} of size "
-                                f"{mesh.axis_size(name)}, which does not divide it")
-                    local.append(_local_block(ctx, x, dims))
-                out = self.f(*pytree.tree_unflatten(tree, local))
-                out_leaves, out_tree = pytree.tree_flatten(out)
-                out_specs = _leaf_specs(self.out_specs, out, "out_specs")
-                results = []
-                for o, s in zip(out_leaves, out_specs):
-                    t = trace.lift(o) if isinstance(o, Tracer) else \
-                        primitives.constant_like(o)
-                    for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
-                        t = all_gather(t, name, axis=d, tiled=True)
-                    results.append(t)
-                trace.finish(results)
+            local = []
+            for x, s in zip(leaves, leaf_specs):
+                dims = _split_dims(s, x.ndim, mesh, "shard_map in_specs")
+                for d, name in dims.items():
+                    if x.shape[d] % mesh.axis_size(name):
+                        raise ValueError(
+                            f"shard_map: dimension {d} of argument {x.aval.str_short()} is "
+                            f"split over mesh axis {name!r} of size "
+                            f"{mesh.axis_size(name)}, which does not divide it")
+                local.append(_local_block(ctx, x, dims))
+            out = self.f(*pytree.tree_unflatten(tree, local))
+            out_leaves, out_tree = pytree.tree_flatten(out)
+            out_specs = _leaf_specs(self.out_specs, out, "out_specs")
+            results = []
+            for o, s in zip(out_leaves, out_specs):
+                t = trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
+                for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                    t = all_gather(t, name, axis=d, tiled=True)
+                results.append(t)
         finally:
             stack.pop()
-        return module, out_tree
+        return results, out_tree
+
+    def _inline(self, args: tuple[Any, ...]) -> Any:
+        """Inside jit (or another trace): emit the body into the enclosing function."""
+        _require_processes(self.mesh, f"shard_map({self.__name__})")
+        trace = require_trace("shard_map")
+        leaves, tree = pytree.tree_flatten(args)
+        leaf_specs = self._leaf_in_specs(args)
+        grid = _grid_symbol(trace.module, self.mesh)
+        tracers = [trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
+                   for x in leaves]
+        outs, out_tree = self._body(trace, grid, tracers, tree, leaf_specs)
+        return pytree.tree_unflatten(out_tree, outs)
 
     def __call__(self, *args: Any) -> Any:
         if current_trace() is not None:
-            raise NotImplementedError("shard_map inside jit/grad/vmap is not supported yet: "
-                                      "call it on arrays")
-        initialize()
-        n = process_count()
-        if n != self.mesh.size:
-            raise ValueError(f"shard_map: the mesh has {self.mesh.size} positions but "
-                             f"{n} MPI processes run (start with mpiexec -n {self.mesh.size})")
+            return self._inline(args)
+        n = _require_processes(self.mesh, "shard_map")
         leaves, _ = pytree.tree_flatten(args)
         key = (pytree.tree_structure(args),
                tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
@@ -600,6 +612,32 @@ class _ShardMapped:
         if not isinstance(outs, tuple):
             outs = (outs,)
         return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _require_processes(mesh: Mesh, who: str) -> int:
+    """Start MPI; the number of processes, which must be the mesh's size."""
+    initialize()
+    n = process_count()
+    if n != mesh.size:
+        raise ValueError(f"{who}: the mesh has {mesh.size} positions but {n} MPI processes "
+                         f"run (start with mpiexec -n {mesh.size})")
+    return n
+
+
+def _grid_symbol(module: ir.Module, mesh: Mesh) -> str:
+    """The `shard.grid` of `mesh` in `module` (added at its start if missing)."""
+    name = "mesh_" + "x".join(str(s) for s in mesh.shape)
+    body = module.body
+    for op in body.operations:
+        if op.operation.name == "shard.grid" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == name:
+            return name
+    with module.context, ir.Location.unknown(module.context):
+        ip = ir.InsertionPoint.at_block_begin(body)
+        ir.Operation.create("shard.grid", attributes={
+            "sym_name": ir.StringAttr.get(name),
+            "shape": ir.DenseI64ArrayAttr.get(list(mesh.shape))}, ip=ip)
+    return name
 
 
 def _describe(args: tuple[Any, ...]) -> str:
