@@ -32,9 +32,14 @@ transforms/shard_to_mpi.py) turns them into `mpi` ops and those into calls
 of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
 `initialize` loaded.
 
-Current limits: 1-D meshes; `shard_map` is called from Python (not inside
-`jit`, `grad` or `vmap` yet); transforms through the collectives are not
-implemented (the passes report the shard op they cannot differentiate).
+Inside `jit` (or any trace), `shard_map` emits its body into the enclosing
+function, and `jit` compiles modules holding a `shard.grid` with that
+pipeline. Called on arrays, it compiles per argument signature and checks,
+on every call, that all processes pass the same shapes and dtypes.
+
+Current limits: 1-D meshes; derivatives and batching through the
+collectives are not implemented (the passes report the shard op they cannot
+differentiate; `grad` of a function *inside* the body is fine).
 """
 
 from __future__ import annotations
