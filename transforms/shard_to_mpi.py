@@ -2,8 +2,8 @@
 
 Upstream MLIR 22's `--convert-shard-to-mpi` lowers `shard.all_reduce` and
 `shard.process_linear_index` (and the halo/sharding bookkeeping ops), but
-not `shard.all_gather`, `shard.reduce_scatter` or `shard.shift`: it leaves
-them in place (alone) or fails to legalize them (beside an all_reduce).
+not `shard.all_gather`, `shard.reduce_scatter` or `shard.shift`: it reports
+that it failed to legalize them, leaves them in place and still succeeds.
 The `mpi` dialect of this build has no allgather/reduce-scatter op either,
 and `mpi.comm_size`/`mpi.barrier` have no LLVM lowering. So this pass
 rewrites, before upstream's conversion, each collective in terms of what
