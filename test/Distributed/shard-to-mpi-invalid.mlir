@@ -24,3 +24,13 @@ func.func @f16_sum(%x: tensor<4xf16>) -> tensor<4xf16> {
   %r = shard.all_reduce %x on @g grid_axes = [0] : tensor<4xf16> -> tensor<4xf16>
   return %r : tensor<4xf16>
 }
+
+// -----
+
+shard.grid @g(shape = 2)
+func.func @all_to_all(%x: tensor<4xf64>) -> tensor<4xf64> {
+  // expected-error @+2 {{failed to legalize operation 'shard.all_to_all'}}
+  // expected-error @+1 {{autodiff-shard-to-mpi: 'shard.all_to_all' has no lowering to mpi ops}}
+  %r = shard.all_to_all %x on @g grid_axes = [0] split_axis = 0 concat_axis = 0 : tensor<4xf64> -> tensor<4xf64>
+  return %r : tensor<4xf64>
+}
