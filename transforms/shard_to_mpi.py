@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from mlir import ir
 from mlir.dialects import func
 
+from ..dialects.vocabulary import HIDDEN_MPI_OP, MPI_PROCESSES
 from .ad_support import post_order_ops
 from .diagnostics import fail
 from .passes import Pass, PipelineElement, register
@@ -59,12 +60,7 @@ MPI_DLTI = '#dlti.map<"MPI:Implementation" = "MPICH">'
 #: Prefix of the helper functions this pass adds (inlined by the CPU pipeline).
 HELPER_PREFIX = "__autodiff_mpi_"
 
-#: Attribute of a private declaration standing for a hidden `mpi` op (see HideMpiOps).
-HIDDEN_OP = "autodiff.hidden_mpi_op"
 
-#: Module attribute: the number of MPI processes the lowered module was made for
-#: (the size of its grids); the runtime compares it with the MPI world's size.
-MPI_PROCESSES = "autodiff.mpi_processes"
 
 #: Element types with an MPI datatype in the mpi dialect's lowering (signless
 #: integers are MPI's signed ones).
@@ -446,7 +442,7 @@ class HideMpiOps(Pass):
                 decl = func.FuncOp(name, ir.FunctionType.get(types, []), visibility="private")
             attrs = {op.attributes[i].name: op.attributes[i].attr
                      for i in range(len(op.attributes))}
-            decl.attributes[HIDDEN_OP] = ir.DictAttr.get(
+            decl.attributes[HIDDEN_MPI_OP] = ir.DictAttr.get(
                 {"name": ir.StringAttr.get(op.name), "attributes": ir.DictAttr.get(attrs)})
             with ir.InsertionPoint(op), op.location:
                 func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands))
@@ -464,7 +460,7 @@ class RestoreMpiOps(Pass):
         decls = {}
         for op in list(module.regions[0].blocks[0].operations):
             op = op.operation
-            if op.name == "func.func" and HIDDEN_OP in op.attributes:
+            if op.name == "func.func" and HIDDEN_MPI_OP in op.attributes:
                 decls[ir.StringAttr(op.attributes["sym_name"]).value] = op
         if not decls:
             return
@@ -474,7 +470,7 @@ class RestoreMpiOps(Pass):
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee not in decls:
                 continue
-            info = ir.DictAttr(decls[callee].attributes[HIDDEN_OP])
+            info = ir.DictAttr(decls[callee].attributes[HIDDEN_MPI_OP])
             attrs = ir.DictAttr(info["attributes"])
             named = {attrs[i].name: attrs[i].attr for i in range(len(attrs))}
             with ir.InsertionPoint(op), op.location:
