@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         p = dp_step(p, x, onehot)
     elapsed = time.perf_counter() - start
     if rank == 0:
-        print(f"{n} processes: {args.steps} steps of {args.batch} rows in {elapsed:.2f} s "
+        procs = f"{n} process" + ("es" if n != 1 else "")
+        print(f"{procs}: {args.steps} steps of {args.batch} rows in {elapsed:.2f} s "
               "(first step compiles)")
     if args.check:
         one_step = ad.jit(lambda params, x, y: sgd(params, ad.grad(summed_loss)(params, x, y),
