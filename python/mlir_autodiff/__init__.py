@@ -38,7 +38,8 @@ depend on) the front end.
 #   layer 6  indexing, numpy_dtypes      gathers and scatters of array/traced indices; dtype names
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
-#   layer 9  batching, random, exporting  vmap; random draws; ahead-of-time export
+#   layer 9  batching, random, exporting, distributed  vmap; random draws; ahead-of-time
+#                                        export; MPI processes, meshes, shard_map
 #   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
 #   layer 11 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
 #   layer 12 custom                      custom_vjp, custom_jvp
@@ -55,6 +56,10 @@ _EXPORTS: dict[str, str | None] = {
     "aot": None,
     "errors": None,
     "lax": None,
+    "distributed": None,
+    "Mesh": "distributed",
+    "PartitionSpec": "distributed",
+    "shard_map": "distributed",
     "nn": None,
     "numpy": None,
     "pytree": None,

@@ -484,6 +484,10 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
         from .gpu import CompiledGpuModule
 
         return CompiledGpuModule(module, context=context)
+    if _draws_random(module, "shard.grid"):  # shard_map inside jit: collectives over MPI
+        threads_opt = f"{{threads={threads}}}" if threads > 1 else ""
+        return CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi" + threads_opt,
+                              context=context)
     return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
 
 
@@ -626,8 +630,11 @@ class _Executable:
         text = _module_text(traced.module, debug_info=False) if traced.out_avals else ""
         mkey = (text, device, threads, tuple(donated), tuple(sorted(returned)))
         shared = _COMPILED_BY_MODULE.get(mkey) if traced.out_avals else None
+        # Not cached on disk: code calling MPI (shard_map inside jit) needs libmpi,
+        # which the cache's shared libraries are not linked with.
         cache = (compile_cache.active()
-                 if device == "cpu" and traced.out_avals and shared is None else None)
+                 if device == "cpu" and traced.out_avals and shared is None
+                 and not _draws_random(traced.module, "shard.grid") else None)
         key = self._cache_key(cache, donated, text) if cache is not None else None
         if shared is not None:
             self.compiled, self.remap, self.in_place = shared.compiled, shared.remap, \

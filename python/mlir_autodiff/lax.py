@@ -52,6 +52,16 @@ from . import dialects, primitives, pytree
 from . import indexing as _ix
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
+from .distributed import (  # noqa: F401  (jax.lax's collectives; see distributed.py)
+    all_gather,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .errors import ShapeError
 from .tracing import (
     FunctionTrace,
@@ -1123,6 +1133,9 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(x, u, index, ax)
 
 
+# The collectives imported above are reachable as `lax.psum` & co. (jax's spelling)
+# but listed in mlir_autodiff.distributed.__all__: they run only inside shard_map
+# under mpiexec, so their rows are in test_distributed.py, not the differential table.
 __all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
