@@ -34,7 +34,9 @@ depend on) the front end.
 #                                        building shared libraries from lowered modules
 #   layer 5  primitives, gpu, compile_cache  the ops a trace emits; the GPU runtime; jit's
 #                                        persistent compilation cache
-#   layer 6  indexing                    gathers and scatters of array/traced indices
+#   layer 6  indexing, array_manip       gathers and scatters of array/traced indices; numpy's
+#                                        pad, split, nan*, ... (composed of numpy's functions,
+#                                        handed over by numpy at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
 #   layer 9  batching, random, exporting  vmap; random draws; ahead-of-time export

@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math as _pymath
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,8 +37,35 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import math as _m
 
+from . import array_manip as _manip
 from . import indexing as _ix
 from . import primitives as P
+from .array_manip import (  # noqa: F401 - re-exported (implemented there)
+    allclose,
+    array_split,
+    average,
+    cross,
+    diag,
+    fliplr,
+    flipud,
+    hypot,
+    isclose,
+    kron,
+    meshgrid,
+    nan_to_num,
+    nanmax,
+    nanmean,
+    nanmin,
+    nansum,
+    pad,
+    repeat,
+    roll,
+    rot90,
+    sinc,
+    split,
+    tile,
+    trace,
+)
 from .errors import (
     ConcretizationTypeError,
     ShapeError,
@@ -1120,23 +1148,6 @@ def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> A
 
 
 @_api()
-def roll(a: ArrayLike, shift: int, axis: Any = None) -> Any:
-    """Roll elements along `axis` (flattened when None) by `shift`."""
-    t = _t(a)
-    if axis is None:
-        return reshape(roll(ravel(t), shift, 0), t.shape)
-    ax = _norm_axis(axis, t.ndim, "roll")
-    n = t.shape[ax]
-    if n == 0:
-        return t
-    s = int(shift) % n
-    if s == 0:
-        return t
-    lead = (slice(None),) * ax
-    return concatenate([t[lead + (slice(n - s, None),)], t[lead + (slice(0, n - s),)]], ax)
-
-
-@_api()
 def diff(a: ArrayLike, n: int = 1, axis: int = -1) -> Any:
     t = _t(a)
     ax = _norm_axis(axis, t.ndim, "diff")
@@ -1436,24 +1447,18 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2) -> Any:
 
 
 @_api()
-def trace(a: ArrayLike, offset: int = 0) -> Any:
-    t = _t(a)
-    if offset:
-        t = t[:, offset:] if offset > 0 else t[-offset:, :]
-    n = builtins.min(t.shape[0], t.shape[1])
-    return einsum("ii->", t[:n, :n])
-
-
-@_api()
-def einsum(subscripts: str, *operands: ArrayLike) -> Any:
-    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts, no `...`.
+def einsum(subscripts: str, *operands: ArrayLike, optimize: Any = False) -> Any:
+    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts; `...` stands
+    for broadcast dims (array_manip.expand_ellipsis). `optimize` is accepted and
+    ignored (the order of contraction is left to right).
 
     Two-operand contractions become one `linalg.generic` with reduction
     iterators; more operands are contracted pairwise, left to right.
     """
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise UnsupportedError(f"einsum: '...' is not supported (at {format_site()})")
+        spec, shapes = _manip.expand_ellipsis(spec, [shape(o) for o in operands])
+        operands = tuple(broadcast_to(o, s) for o, s in zip(operands, shapes))
     if "->" in spec:
         lhs, out = spec.split("->")
     else:
@@ -2223,3 +2228,6 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
         r = where(P.broadcast_to(ok, shape, "take_along_axis"), r,
                       asarray(_fill_value(x.dtype, fill_value), x.dtype))
     return r
+
+
+_manip.bind(sys.modules[__name__])   # array_manip composes this module's functions
