@@ -10,8 +10,9 @@ Every function here is written with `mlir_autodiff.numpy`'s own functions
 vmap and every higher order come from the rules those already have; no new
 primitive is needed. Semantics, dtypes and promotion follow `jax.numpy`
 (x64): the NaN-aware reductions mask with `where` so their derivative is 0
-(never NaN) at NaN entries and the usual one elsewhere; `hypot` divides by
-the larger leg only where it is nonzero (a finite derivative at 0); `sinc`
+(never NaN) at NaN entries and the usual one elsewhere; `hypot` scales by
+the larger leg only where it is nonzero (a finite derivative at 0, the true
+one at ties); `sinc`
 takes its Maclaurin polynomial exactly at 0, so every derivative there is
 the true one (0, -pi^2/3, 0, pi^4/5, ...), as jax's custom rule gives.
 
@@ -623,15 +624,21 @@ def average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
 
 @_eager()
 def hypot(x1: Any, x2: Any) -> Any:
-    """sqrt(x1**2 + x2**2) without overflow: max * sqrt(1 + (min / max)**2),
-    dividing only where the larger leg is nonzero (a finite derivative at 0)."""
+    """sqrt(x1**2 + x2**2) without overflow or underflow: s * sqrt((x1/s)**2 +
+    (x2/s)**2) with s = max(|x1|, |x2|). The expression equals the hypotenuse
+    for every s > 0, so its derivatives are the true ones at every order, ties
+    |x1| = |x2| included (s's own derivative cancels). Where both legs are 0 it
+    is s itself (derivative (1/2, 1/2) * signs, as jax's), the other branch
+    kept finite so that no NaN reaches the cotangents."""
     (x, y), _, _ = anp._prep(x1, x2, to_float=True)
-    x, y = anp.abs(x), anp.abs(y)
-    inf = (x == np.inf) | (y == np.inf)
-    hi, lo = anp.maximum(x, y), anp.minimum(x, y)
-    zero = hi == 0
-    safe = anp.where(zero, np.ones((), hi.dtype), hi)
-    r = anp.where(zero, hi, hi * anp.sqrt(1 + anp.square(lo / safe)))
+    ax, ay = anp.abs(x), anp.abs(y)
+    inf = (ax == np.inf) | (ay == np.inf)
+    s = anp.maximum(ax, ay)
+    zero = s == 0
+    one = np.ones((), s.dtype)
+    safe = anp.where(zero, one, s)
+    ssq = anp.square(x / safe) + anp.square(y / safe)
+    r = anp.where(zero, s, safe * anp.sqrt(anp.where(zero, one, ssq)))
     return anp.where(inf, np.asarray(np.inf, r.dtype), r)
 
 
