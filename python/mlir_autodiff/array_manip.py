@@ -44,7 +44,7 @@ anp: Any = None
 __all__ = [
     "allclose", "array_split", "average", "cross", "diag", "fliplr", "flipud", "hypot",
     "isclose", "kron", "meshgrid", "nan_to_num", "nanmax", "nanmean", "nanmin", "nansum",
-    "pad", "repeat", "roll", "rot90", "sinc", "split", "tile", "trace",
+    "linspace", "pad", "repeat", "roll", "rot90", "sinc", "split", "tile", "trace",
 ]
 
 
@@ -755,3 +755,42 @@ def expand_ellipsis(spec: str, shapes: Sequence[tuple[int, ...]]) -> tuple[str, 
         out = labels + "".join(singles)
     return ",".join(new_ins) + "->" + out, tuple(new_shapes)
 
+
+
+# --------------------------------------------------------------------------- linspace
+
+@_eager()
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype: Any = None, axis: int = 0) -> Any:
+    """numpy.linspace; `start` / `stop` may be traced (and arrays: the samples run
+    along the new `axis`), so the samples are differentiable in them. Static
+    ends give numpy's constant."""
+    num = int(_static_ints("linspace", "num", num))
+    if num < 0:
+        raise ValueError(f"anp.linspace: number of samples, {num}, must be non-negative "
+                         f"(at {format_site()})")
+    if not _any_tracer([start, stop]):
+        return anp._make_result(np.linspace(start, stop, num, endpoint=endpoint,
+                                            retstep=retstep, dtype=dtype, axis=axis))
+    dt = anp.result_type(start, stop, 1.0)
+    a, b = anp.asarray(start).astype(dt), anp.asarray(stop).astype(dt)
+    a, b = anp.broadcast_arrays(a, b)
+    div = (num - 1) if endpoint else num
+    delta = b - a
+    shape = (num,) + a.shape
+    iota = np.arange(num, dtype=dt).reshape((num,) + (1,) * a.ndim)
+    if div > 0:
+        step = delta / div
+        y = iota * step + a
+        if endpoint and num > 1:
+            y = anp.concatenate([y[:-1], b[None]], axis=0)
+    else:
+        step = delta * np.nan
+        y = anp.broadcast_to(a[None], shape) if num else anp.zeros(shape, dt)
+    y = anp.moveaxis(y, 0, _axis(axis, a.ndim + 1, "linspace"))
+    if dtype is not None:
+        target = np.dtype(dtype)
+        if target.kind in "iu":
+            y = anp.floor(y)
+        y = y.astype(target)
+    return (y, step) if retstep else y

@@ -51,6 +51,7 @@ from .array_manip import (  # noqa: F401 - re-exported (implemented there)
     hypot,
     isclose,
     kron,
+    linspace,
     meshgrid,
     nan_to_num,
     nanmax,
@@ -890,8 +891,11 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
 
 
 @_api()
-def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    """Variance over `axis` with `ddof` delta degrees of freedom."""
+def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    """Variance over `axis` with `ddof` (or `correction`) delta degrees of freedom."""
+    if correction is not None:
+        ddof = correction
     t = _t(a)
     axes = _norm_axes(axis, t.ndim, "var")
     if not _is_float(t.dtype):
@@ -903,8 +907,9 @@ def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -
 
 
 @_api()
-def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims))
+def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, correction=correction))
 
 
 def _arg(kind: str, a: Any, axis: Any, keepdims: bool) -> Tracer:
@@ -1161,15 +1166,23 @@ def _tri_mask(n: int, m: int, k: int, upper: bool) -> np.ndarray:
     return np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
 
 
+def _tri_operand(m: ArrayLike, name: str) -> Tracer:
+    t = _t(m)
+    if t.ndim < 2:
+        raise ValueError(f"{name} requires an array of at least 2 dimensions, got {t.ndim} "
+                         f"(at {format_site()})")
+    return t
+
+
 @_api()
 def tril(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "tril")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, False), t, np.zeros((), t.dtype))
 
 
 @_api()
 def triu(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "triu")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, True), t, np.zeros((), t.dtype))
 
 
@@ -1567,10 +1580,11 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
                  else np.arange(0, start, step, dtype=dtype))
 
 
-def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True,
-             dtype: Any = None) -> Any:
-    _static("linspace", start, stop, num)
-    return _make(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+def _make_result(value: Any) -> Any:
+    """`_make` of an array, or of each array of a tuple (numpy.linspace's retstep)."""
+    if isinstance(value, tuple):
+        return tuple(_make(np.asarray(v)) if isinstance(v, np.ndarray) else v for v in value)
+    return _make(value)
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:

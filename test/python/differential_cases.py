@@ -1030,6 +1030,11 @@ _v("numpy.diag", lambda f, x: f(x, 1), [_I34], "int")
 _v("numpy.meshgrid", lambda f, x, y: f(x, y, indexing="ij")[0], [[1, 2, 3], [4, 5]], "int")
 _v("numpy.tile", lambda f, x: f(x, (2, 2)), [_B34], "bool")
 _v("numpy.trace", lambda f, x: f(x, dtype=np.float32), [_I34], "int_dtype_f32")
+_d("numpy.linspace", lambda f, a, b: f(a, b, 5), [A(""), A("")], "traced_ends")
+_d("numpy.linspace", lambda f, a, b: f(a, b, 4, endpoint=False, retstep=True, axis=1)[0] * f(
+    a, b, 4, endpoint=False, retstep=True, axis=1)[1][:, None], [A("3"), A("3")],
+   "vector_ends_axis1_retstep")
+_v("numpy.linspace", lambda f, a: f(a, 7.0, 4, dtype=np.int64), [A("")], "traced_int_dtype")
 # value rows for what the D rows above leave out (cheaper: one compilation, no transforms)
 _v("numpy.pad", lambda f, x: f(x, ((1, 2), (0, 3)), constant_values=((1.5, -2.0), (0.5, 3.0))),
    [A(S)], "constant_pairs")
@@ -1037,7 +1042,7 @@ _v("numpy.pad", lambda f, x: f(x, ((2, 1), (0, 2)), mode="maximum"), [A(S)], "ma
 _v("numpy.repeat", lambda f, x: f(x, 2), [A("2x2")], "flattened")
 _v("numpy.array_split", lambda f, x: f(x, [2, -1])[1], [A("5x2")], "indices")
 _v("numpy.fliplr", lambda f, x: f(x), [_I34], "int")
-_v("numpy.flipud", lambda f, x: f(x), [A("5")], "1d")
+_v("numpy.flipud", lambda f, x: f(x), [_I34], "int")
 _v("numpy.rot90", lambda f, x: f(x, -2), [A(S)], "k-2")
 _v("numpy.rot90", lambda f, x: f(x, 1), [_I34], "int_k1")
 _v("numpy.cross", lambda f, x, y: f(x, y, axisa=0, axisb=0, axisc=0), [A("3x2"), A("3x2")],
