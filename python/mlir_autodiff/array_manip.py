@@ -214,7 +214,8 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> An
         idx = np.pad(np.arange(n), (before, after), mode=np_mode)
         padded = _take_runs(x, ax, idx)
         if reflect_type == "odd" and mode in ("reflect", "symmetric"):
-            if before > n - 1 or after > n - 1:
+            most = n - 1 if mode == "reflect" else n   # one reflection's reach
+            if before > most or after > most:
                 raise UnsupportedError(
                     f"anp.pad: reflect_type='odd' with a pad wider than the axis (axis {ax}: "
                     f"{n} elements, pad ({before}, {after})) is not supported "
