@@ -2100,6 +2100,8 @@ _TRACER_METHODS: dict[str, Any] = {
     "argsort": lambda self, axis=-1, **kw: argsort(self, axis, **kw),
     "cumsum": lambda self, axis=None, dtype=None: cumsum(self, axis, dtype),
     "cumprod": lambda self, axis=None, dtype=None: cumprod(self, axis, dtype),
+    "repeat": lambda self, repeats, axis=None: repeat(self, repeats, axis),
+    "diagonal": lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1, axis2),
 }
 #: Tracer properties.
 _TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {

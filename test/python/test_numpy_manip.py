@@ -179,6 +179,15 @@ def test_split_sections_and_indices() -> None:
         _check_all(o, r)
 
 
+def test_ndarray_methods() -> None:
+    """`x.repeat` and `x.diagonal` trace as numpy's methods run eagerly (`x.trace` is
+    taken: a Tracer's `trace` is the trace it belongs to; use `anp.trace`)."""
+    x3 = np.arange(24.0).reshape(2, 3, 4)
+    calls = [lambda x: x.repeat(2, axis=1), lambda x: x.repeat(np.array([1, 0, 2]), 1),
+             lambda x: x.diagonal(1, 1, 2), lambda x: x.diagonal(-1, 2, 0)]
+    _check_all(ad.jit(lambda x: [c(x) for c in calls])(x3), [c(x3) for c in calls])
+
+
 @pytest.mark.parametrize("call,err,match", [
     (lambda x: anp.pad(x, 1, mode="linear_ramp"), UnsupportedError, "mode 'linear_ramp'"),
     (lambda x: anp.pad(x, -1), ValueError, "negative"),
