@@ -62,6 +62,7 @@ from .tracing import (
     as_tracer,
     current_trace,
     format_site,
+    is_float_dtype,
     require_trace,
     user_location,
 )
@@ -937,7 +938,7 @@ def _cumulative(who: str, operand: Any, axis: int, reverse: bool) -> Any:
     if current_trace() is None:
         x = np.asarray(operand)
         ax = _dimension(who, axis, x.ndim) if x.ndim else 0
-        if who == "cumlogsumexp" and x.dtype.kind != "f":
+        if who == "cumlogsumexp" and not is_float_dtype(x.dtype):
             raise TypeError(f"{who}: the operand must be floating point, got {x.dtype}")
         x = np.moveaxis(x, ax, 0)
         if reverse:
@@ -950,7 +951,7 @@ def _cumulative(who: str, operand: Any, axis: int, reverse: bool) -> Any:
     if t.ndim == 0:
         return t
     ax = _dimension(who, axis, t.ndim)
-    if who == "cumlogsumexp" and t.dtype.kind != "f":
+    if who == "cumlogsumexp" and not is_float_dtype(t.dtype):
         raise TypeError(f"{who}: the operand must be floating point, got {t.dtype} (at "
                         f"{format_site()})")
     if t.shape[ax] == 0:

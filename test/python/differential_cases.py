@@ -955,6 +955,34 @@ _d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 1),
    [A(S), A("3x1"), C(np.int32(2))], "col_keepdim")
 
 
+# ---- lead: dtype helpers and real-only complex functions (issue 20, the name survey)
+_d("numpy.real", lambda f, x: f(x), [A(S)], "real_input")
+_d("numpy.imag", lambda f, x: f(x) + x, [A(S)], "real_input_zeros")
+_d("numpy.conj", lambda f, x: f(x) * x, [A(S)], "real_input")
+_d("numpy.conjugate", lambda f, x: f(x[1:]), [A(S)], "real_input_sliced")
+_d("numpy.copy", lambda f, x: f(x) * 2.0, [A(S)], "scaled")
+_d("numpy.copy", lambda f, x: f(x), [A("")], "scalar")
+_d("numpy.real", lambda f, x: f(x) * x, [A("")], "scalar")
+_d("numpy.imag", lambda f, x: f(x * x), [A("2x3x2")], "3d")
+_d("numpy.conj", lambda f, x: f(x), [A("")], "scalar")
+_d("numpy.conjugate", lambda f, x: f(x) + 1.0, [A("2x3x2")], "3d")
+_d("numpy.concat", lambda f, x, y: f([x, y], axis=1), [A(S), A("3x2")], "axis1")
+_d("numpy.concat", lambda f, x, y: f((x, y)), [A("4"), A("2")], "vectors")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([1.0, np.nan, 2.0]), C([1.0, np.nan, 2.0])],
+   "nan_not_equal")
+_v("numpy.array_equal", lambda f, x, y: f(x, y, equal_nan=True),
+   [C([1.0, np.nan, 2.0]), C([1.0, np.nan, 2.0])], "nan_equal")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([[1, 2], [3, 4]]), C([[1, 2], [3, 5]])],
+   "ints_differ")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([1.0, 2.0]), C([1.0, 2.0, 3.0])],
+   "shape_mismatch")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([[1.0, 2.0], [1.0, 2.0]]), C([1.0, 2.0])],
+   "broadcast_equal")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([[1.0, 2.0], [1.0, 3.0]]), C([1.0, 2.0])],
+   "broadcast_differ")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([1.0, 2.0, 3.0]), C([1.0, 2.0])],
+   "not_broadcastable")
+
 # ---- npnames (issue 20 item 6): array manipulation, NaN-aware reductions, hypot, sinc
 _NANS = [[0.5, np.nan, -1.0, 2.0], [np.nan, 1.5, 0.25, -0.5], [3.0, -2.0, np.nan, 1.0]]
 _d("numpy.pad", lambda f, x, c: f(x, 1, constant_values=c), [A("2x3"), A("")], "traced_value")

@@ -79,6 +79,13 @@ NON_FUNCTIONS: dict[str, dict[str, str]] = {
         "float64": "dtype", "int8": "dtype", "int16": "dtype", "int32": "dtype",
         "int64": "dtype", "e": "constant", "pi": "constant", "inf": "constant",
         "nan": "constant", "newaxis": "constant (None)",
+        **{n: "scalar-type class (numpy's own)" for n in (
+            "bool", "generic", "number", "integer", "signedinteger", "unsignedinteger",
+            "inexact", "floating", "complexfloating")},
+        "ndarray": "array type for isinstance checks (numpy arrays and tracers)",
+        **{n: "dtype query (numpy's own)" for n in ("issubdtype", "finfo", "iinfo")},
+        "promote_types": "dtype query (returns a dtype)",
+        "iscomplexobj": "dtype query (always False: no complex dtypes)",
         "canonical_dtype": "tracing helper imported for the implementation",
         "current_trace": "tracing helper imported for the implementation",
         "format_site": "tracing helper imported for the implementation",
@@ -102,6 +109,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
         "zeros", "ones", "empty", "eye", "identity", "arange")},
     **{f"numpy.{n}": "static shape query" for n in ("shape", "ndim", "size")},
     "numpy.result_type": "returns a dtype",
+    "numpy.array_equal": "boolean result", "numpy.array_equiv": "boolean result",
     "nn.one_hot": "integer labels in, a constant-valued array out",
 }
 
