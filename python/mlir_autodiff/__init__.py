@@ -35,7 +35,10 @@ depend on) the front end.
 #                                        building shared libraries from lowered modules
 #   layer 5  primitives, gpu, compile_cache  the ops a trace emits; the GPU runtime; jit's
 #                                        persistent compilation cache
-#   layer 6  indexing, numpy_dtypes      gathers and scatters of array/traced indices; dtype names
+#   layer 6  indexing, numpy_dtypes, array_manip  gathers and scatters of array/traced
+#                                        indices; dtype names; numpy's pad, split, nan*, ...
+#                                        (composed of numpy's functions, handed over by numpy
+#                                        at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
 #   layer 9  batching, random, exporting, distributed  vmap; random draws; ahead-of-time

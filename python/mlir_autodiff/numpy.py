@@ -31,6 +31,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math as _pymath
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,8 +40,36 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import math as _m
 
+from . import array_manip as _manip
 from . import indexing as _ix
 from . import primitives as P
+from .array_manip import (  # noqa: F401 - re-exported (implemented there)
+    allclose,
+    array_split,
+    average,
+    cross,
+    diag,
+    fliplr,
+    flipud,
+    hypot,
+    isclose,
+    kron,
+    linspace,
+    meshgrid,
+    nan_to_num,
+    nanmax,
+    nanmean,
+    nanmin,
+    nansum,
+    pad,
+    repeat,
+    roll,
+    rot90,
+    sinc,
+    split,
+    tile,
+    trace,
+)
 from .errors import (
     ConcretizationTypeError,
     ShapeError,
@@ -901,8 +930,11 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
 
 
 @_api()
-def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    """Variance over `axis` with `ddof` delta degrees of freedom."""
+def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    """Variance over `axis` with `ddof` (or `correction`) delta degrees of freedom."""
+    if correction is not None:
+        ddof = correction
     t = _t(a)
     axes = _norm_axes(axis, t.ndim, "var")
     if not _is_float(t.dtype):
@@ -916,8 +948,9 @@ def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -
 
 
 @_api()
-def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims))
+def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, correction=correction))
 
 
 def _arg(kind: str, a: Any, axis: Any, keepdims: bool) -> Tracer:
@@ -1228,23 +1261,6 @@ def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> A
 
 
 @_api()
-def roll(a: ArrayLike, shift: int, axis: Any = None) -> Any:
-    """Roll elements along `axis` (flattened when None) by `shift`."""
-    t = _t(a)
-    if axis is None:
-        return reshape(roll(ravel(t), shift, 0), t.shape)
-    ax = _norm_axis(axis, t.ndim, "roll")
-    n = t.shape[ax]
-    if n == 0:
-        return t
-    s = int(shift) % n
-    if s == 0:
-        return t
-    lead = (slice(None),) * ax
-    return concatenate([t[lead + (slice(n - s, None),)], t[lead + (slice(0, n - s),)]], ax)
-
-
-@_api()
 def diff(a: ArrayLike, n: int = 1, axis: int = -1) -> Any:
     t = _t(a)
     ax = _norm_axis(axis, t.ndim, "diff")
@@ -1258,15 +1274,23 @@ def _tri_mask(n: int, m: int, k: int, upper: bool) -> np.ndarray:
     return np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
 
 
+def _tri_operand(m: ArrayLike, name: str) -> Tracer:
+    t = _t(m)
+    if t.ndim < 2:
+        raise ValueError(f"{name} requires an array of at least 2 dimensions, got {t.ndim} "
+                         f"(at {format_site()})")
+    return t
+
+
 @_api()
 def tril(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "tril")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, False), t, np.zeros((), t.dtype))
 
 
 @_api()
 def triu(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "triu")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, True), t, np.zeros((), t.dtype))
 
 
@@ -1544,24 +1568,18 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2) -> Any:
 
 
 @_api()
-def trace(a: ArrayLike, offset: int = 0) -> Any:
-    t = _t(a)
-    if offset:
-        t = t[:, offset:] if offset > 0 else t[-offset:, :]
-    n = builtins.min(t.shape[0], t.shape[1])
-    return einsum("ii->", t[:n, :n])
-
-
-@_api()
-def einsum(subscripts: str, *operands: ArrayLike) -> Any:
-    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts, no `...`.
+def einsum(subscripts: str, *operands: ArrayLike, optimize: Any = False) -> Any:
+    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts; `...` stands
+    for broadcast dims (array_manip.expand_ellipsis). `optimize` is accepted and
+    ignored (the order of contraction is left to right).
 
     Two-operand contractions become one `linalg.generic` with reduction
     iterators; more operands are contracted pairwise, left to right.
     """
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise UnsupportedError(f"einsum: '...' is not supported (at {format_site()})")
+        spec, shapes = _manip.expand_ellipsis(spec, [shape(o) for o in operands])
+        operands = tuple(broadcast_to(o, s) for o, s in zip(operands, shapes))
     if "->" in spec:
         lhs, out = spec.split("->")
     else:
@@ -1670,10 +1688,11 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
                  else np.arange(0, start, step, dtype=dtype))
 
 
-def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True,
-             dtype: Any = None) -> Any:
-    _static("linspace", start, stop, num)
-    return _make(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+def _make_result(value: Any) -> Any:
+    """`_make` of an array, or of each array of a tuple (numpy.linspace's retstep)."""
+    if isinstance(value, tuple):
+        return tuple(_make(np.asarray(v)) if isinstance(v, np.ndarray) else v for v in value)
+    return _make(value)
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:
@@ -2189,6 +2208,8 @@ _TRACER_METHODS: dict[str, Any] = {
     "argsort": lambda self, axis=-1, **kw: argsort(self, axis, **kw),
     "cumsum": lambda self, axis=None, dtype=None: cumsum(self, axis, dtype),
     "cumprod": lambda self, axis=None, dtype=None: cumprod(self, axis, dtype),
+    "repeat": lambda self, repeats, axis=None: repeat(self, repeats, axis),
+    "diagonal": lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1, axis2),
 }
 #: Tracer properties.
 _TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {
@@ -2331,3 +2352,6 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
         r = where(P.broadcast_to(ok, shape, "take_along_axis"), r,
                       asarray(_fill_value(x.dtype, fill_value), x.dtype))
     return r
+
+
+_manip.bind(sys.modules[__name__])   # array_manip composes this module's functions

@@ -109,7 +109,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "numpy.argmax": "integer result", "numpy.argmin": "integer result",
     "numpy.argsort": "integer result", "numpy.searchsorted": "integer result",
     **{f"numpy.{n}": "constructor: no array input" for n in (
-        "zeros", "ones", "empty", "eye", "identity", "arange", "linspace")},
+        "zeros", "ones", "empty", "eye", "identity", "arange")},
     **{f"numpy.{n}": "static shape query" for n in ("shape", "ndim", "size")},
     "numpy.result_type": "returns a dtype",
     "numpy.array_equal": "boolean result", "numpy.array_equiv": "boolean result",
