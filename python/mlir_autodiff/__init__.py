@@ -41,8 +41,9 @@ depend on) the front end.
 #                                        at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
-#   layer 9  batching, random, exporting, distributed  vmap; random draws; ahead-of-time
-#                                        export; MPI processes, meshes, shard_map
+#   layer 9  batching, random, exporting, distributed, convolution  vmap; random draws;
+#                                        ahead-of-time export; MPI processes, meshes,
+#                                        shard_map; convolution and pooling composites
 #   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
 #   layer 11 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
 #   layer 12 custom                      custom_vjp, custom_jvp

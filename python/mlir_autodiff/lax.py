@@ -50,6 +50,12 @@ from mlir.dialects import arith, scf, tensor
 
 from . import dialects, primitives, pytree
 from . import indexing as _ix
+from .convolution import (
+    conv,
+    conv_general_dilated,
+    conv_with_general_padding,
+    reduce_window,
+)
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
 from .distributed import (  # noqa: F401  (jax.lax's collectives; see distributed.py)
@@ -1136,8 +1142,9 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
 # The collectives imported above are reachable as `lax.psum` & co. (jax's spelling)
 # but listed in mlir_autodiff.distributed.__all__: they run only inside shard_map
 # under mpiexec, so their rows are in test_distributed.py, not the differential table.
-__all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
+__all__ = ["cond", "conv", "conv_general_dilated", "conv_with_general_padding",
+           "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
-           "dynamic_update_slice_in_dim", "fori_loop", "map", "scan", "select", "sort",
-           "sort_key_val", "switch", "top_k", "while_loop"]
+           "dynamic_update_slice_in_dim", "fori_loop", "map", "reduce_window", "scan",
+           "select", "sort", "sort_key_val", "switch", "top_k", "while_loop"]

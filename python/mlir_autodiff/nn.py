@@ -14,6 +14,7 @@ import numpy as np
 
 from . import numpy as anp
 from . import random
+from .convolution import avg_pool, max_pool
 from .differentiate import stop_gradient as _stop_gradient
 
 ArrayLike = Any
@@ -153,12 +154,14 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, reduction: str = "mean")
 
 
 __all__ = [
+    "avg_pool",
     "cross_entropy",
     "dropout",
     "gelu",
     "log_sigmoid",
     "log_softmax",
     "logsumexp",
+    "max_pool",
     "one_hot",
     "relu",
     "sigmoid",

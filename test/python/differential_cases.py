@@ -26,6 +26,7 @@ to float32, so the float64 and float32 runs see exactly the same numbers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -953,6 +954,188 @@ _d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 0),
    [A(S), A("4"), C(np.int32(-1))], "row")
 _d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 1),
    [A(S), A("3x1"), C(np.int32(2))], "col_keepdim")
+
+# ---- conv (issue 20 item 5)
+# Convolution and pooling. The numpy oracles below are written from jax.lax's
+# contracts (direct loops over output positions, base dilation by strided
+# assignment, np.pad), not from the implementation (im2col of strided slices).
+
+
+def _np_same_pads(sizes: Sequence[int], window: Sequence[int], strides: Sequence[int],
+                  kind: str) -> list[tuple[int, int]]:
+    pads = []
+    for n, k, s in zip(sizes, window, strides):
+        total = max((math.ceil(n / s) - 1) * s + k - n, 0)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if kind == "SAME" else (big, small))
+    return pads
+
+
+def _np_dilate_pad(x: np.ndarray, lead: int, dil: Sequence[int], pads: Any,
+                   fill: float) -> np.ndarray:
+    """Base dilation (fill between elements) and padding (negative crops) of the
+    trailing dims after `lead` leading ones."""
+    nd = x.ndim - lead
+    shape = x.shape[:lead] + tuple((n - 1) * d + 1 for n, d in zip(x.shape[lead:], dil))
+    xd = np.full(shape, fill, dtype=x.dtype)
+    xd[(slice(None),) * lead + tuple(slice(None, None, d) for d in dil)] = x
+    pos = [(0, 0)] * lead + [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+    xd = np.pad(xd, pos, constant_values=fill)
+    crop = tuple(slice(max(-lo, 0), xd.shape[lead + i] - max(-hi, 0))
+                 for i, (lo, hi) in enumerate(pads))
+    assert len(crop) == nd
+    return xd[(slice(None),) * lead + crop]
+
+
+def _np_conv(lhs: np.ndarray, rhs: np.ndarray, strides: Sequence[int], padding: Any,
+             lhs_dilation: Any = None, rhs_dilation: Any = None,
+             dimension_numbers: Any = None, feature_group_count: int = 1) -> np.ndarray:
+    """jax.lax.conv_general_dilated in numpy: for every output position, the
+    window (rhs-dilated, strided) of the dilated, padded lhs times the kernel."""
+    nd = lhs.ndim - 2
+    if dimension_numbers is None:
+        sp = "".join(chr(ord("a") + i) for i in range(nd))
+        dimension_numbers = ("NC" + sp, "OI" + sp, "NC" + sp)
+    ls, rs, os_ = dimension_numbers
+    sp = [c for c in rs if c not in "OI"]
+    x = np.transpose(lhs, [ls.index(c) for c in ["N", "C", *sp]])
+    w = np.transpose(rhs, [rs.index(c) for c in ["O", "I", *sp]])
+    ld = list(lhs_dilation or [1] * nd)
+    rd = list(rhs_dilation or [1] * nd)
+    ksz = w.shape[2:]
+    eff = [(k - 1) * d + 1 for k, d in zip(ksz, rd)]
+    if isinstance(padding, str):
+        padding = (_np_same_pads(x.shape[2:], eff, strides, padding)
+                   if padding != "VALID" else [(0, 0)] * nd)
+    xp = _np_dilate_pad(x, 2, ld, padding, 0.0)
+    out_sz = [(n - e) // s + 1 for n, e, s in zip(xp.shape[2:], eff, strides)]
+    g = feature_group_count
+    n_, c = x.shape[:2]
+    o = w.shape[0]
+    xg = xp.reshape(n_, g, c // g, *xp.shape[2:])
+    wg = w.reshape(g, o // g, c // g, *ksz)
+    y = np.zeros((n_, g, o // g, *out_sz), dtype=np.result_type(lhs, rhs))
+    for pos in itertools.product(*[range(m) for m in out_sz]):
+        win = xg[(slice(None),) * 3 + tuple(slice(p * s, p * s + e, d)
+                                            for p, s, e, d in zip(pos, strides, eff, rd))]
+        y[(slice(None),) * 3 + pos] = np.einsum(win.reshape(n_, g, c // g, -1),
+                                                [0, 1, 2, 3],
+                                                wg.reshape(g, o // g, c // g, -1),
+                                                [1, 4, 2, 3], [0, 1, 4])
+    y = y.reshape(n_, o, *out_sz)
+    canon = ["N", "C", *sp]
+    return np.transpose(y, [canon.index(ch) for ch in os_])
+
+
+def _np_reduce_window(x: np.ndarray, init: float, kind: str, window: Sequence[int],
+                      strides: Sequence[int], padding: Any, base_dilation: Any = None,
+                      window_dilation: Any = None) -> np.ndarray:
+    nd = x.ndim
+    bd = list(base_dilation or [1] * nd)
+    wd = list(window_dilation or [1] * nd)
+    eff = [(k - 1) * d + 1 for k, d in zip(window, wd)]
+    if isinstance(padding, str):
+        base = [(n - 1) * b + 1 for n, b in zip(x.shape, bd)]
+        padding = (_np_same_pads(base, eff, strides, padding)
+                   if padding != "VALID" else [(0, 0)] * nd)
+    xp = _np_dilate_pad(x, 0, bd, padding, init)
+    out_sz = [(n - e) // s + 1 for n, e, s in zip(xp.shape, eff, strides)]
+    red = {"max": np.max, "min": np.min, "add": np.sum}[kind]
+    y = np.empty(out_sz, dtype=x.dtype)
+    for pos in itertools.product(*[range(m) for m in out_sz]):
+        win = xp[tuple(slice(p * s, p * s + e, d) for p, s, e, d in zip(pos, strides, eff, wd))]
+        v = red(win)
+        y[pos] = {"max": max, "min": min, "add": lambda a, b: a + b}[kind](v, init)
+    return y
+
+
+def _jax_reduce_window(x: Any, init: float, kind: str, *a: Any, **k: Any) -> Any:
+    import jax
+    return jax.lax.reduce_window(x, init, {"max": jax.lax.max, "min": jax.lax.min,
+                                           "add": jax.lax.add}[kind], *a, **k)
+
+
+def _pool_window(x: np.ndarray, window: Sequence[int], strides: Any) -> tuple[list, list]:
+    lead = x.ndim - len(window) - 1
+    strides = list(strides or [1] * len(window))
+    return [1] * lead + list(window) + [1], [1] * lead + strides + [1]
+
+
+def _np_avg_pool(x: np.ndarray, window: Sequence[int], strides: Any = None,
+                 padding: Any = "VALID", count_include_pad: bool = True) -> np.ndarray:
+    w, s = _pool_window(x, window, strides)
+    total = _np_reduce_window(x, 0.0, "add", w, s, padding)
+    if count_include_pad:
+        return total / math.prod(window)
+    return total / _np_reduce_window(np.ones_like(x), 0.0, "add", w, s, padding)
+
+
+def _jax_avg_pool(x: Any, window: Sequence[int], strides: Any = None, padding: Any = "VALID",
+                  count_include_pad: bool = True) -> Any:
+    import jax.numpy as jnp
+    w, s = _pool_window(x, window, strides)
+    total = _jax_reduce_window(x, 0.0, "add", w, s, padding)
+    if count_include_pad:
+        return total / math.prod(window)
+    return total / _jax_reduce_window(jnp.ones_like(x), 0.0, "add", w, s, padding)
+
+
+def _conv_row(label: str, xs: str, ws: str, *a: Any, name: str = "conv_general_dilated",
+              **k: Any) -> None:
+    _d(f"lax.{name}", lambda f, x, w: f(x, w, *a, **k), [A(xs), A(ws)], label,
+       ref=lambda x, w: _np_conv(x, w, *a, **k))
+
+
+_NHWC = ("NHWC", "HWIO", "NHWC")
+_conv_row("nchw_valid", "2x2x5x4", "3x2x2x3", (1, 1), "VALID")
+_conv_row("nhwc_same_stride2", "1x5x6x2", "3x3x2x3", (2, 2), "SAME", dimension_numbers=_NHWC)
+_conv_row("rhs_dilation_explicit_pad_mixed_layouts", "1x2x6x5", "3x2x2x2", (1, 2),
+          [(1, 0), (2, 1)], rhs_dilation=(2, 1), dimension_numbers=("NCHW", "HWIO", "NHWC"))
+_conv_row("lhs_dilation_negative_pad", "1x3x4x2", "2x2x2x2", (1, 1), [(0, -1), (1, 1)],
+          lhs_dilation=(2, 1), dimension_numbers=_NHWC)
+_conv_row("groups2_nhwc", "1x4x4x4", "2x2x2x4", (1, 1), "SAME", dimension_numbers=_NHWC,
+          feature_group_count=2)
+_conv_row("1d_depthwise_same_lower", "2x7x3", "3x1x6", (2,), "SAME_LOWER",
+          dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=3)
+_conv_row("3d_ncdhw", "1x1x3x2x3", "2x1x2x1x2", (1, 1, 1), "VALID")
+_conv_row("stride_same", "1x2x5x5", "2x2x3x2", (2, 2), "SAME", name="conv")
+_conv_row("dilations", "1x2x4x5", "2x2x2x2", (1, 2), [(1, 1), (0, 1)], (2, 1), (1, 2),
+          name="conv_with_general_padding")
+_conv_row("1d_explicit_pad", "2x2x6", "3x2x2", (1,), [(2, 0)], name="conv")
+_conv_row("lhs_dilation_strided", "1x1x3x4", "2x1x3x2", (2, 1), [(1, 1), (2, 0)], (2, 2), None,
+          name="conv_with_general_padding")
+_P_TIES = [[[0.5, 0.5, -1.0, 2.0], [0.5, -2.0, 2.0, 2.0], [1.5, 1.5, 0.25, -0.5],
+            [1.5, 1.5, 3.0, 3.0], [0.0, -1.0, 3.0, 1.0]]]  # 1x5x4: ties inside windows
+
+
+def _rw_row(label: str, shape: str, init: float, kind: str, *a: Any, value: Any = None,
+            **k: Any) -> None:
+    arg = A(shape) if value is None else A(value=value)
+    _d("lax.reduce_window", lambda f, x: f(x, init, kind, *a, **k), [arg], label,
+       ref=lambda x: _np_reduce_window(x, init, kind, *a, **k),
+       jref=lambda x: _jax_reduce_window(x, init, kind, *a, **k), nondiff=value is not None)
+
+
+_rw_row("max_same_stride2", "2x5x4", -math.inf, "max", (1, 2, 2), (1, 2, 2), "SAME")
+_rw_row("max_ties", "", -math.inf, "max", (1, 2, 2), (1, 1, 2), "VALID", value=_P_TIES)
+_rw_row("min_explicit_pad", "3x6", math.inf, "min", (2, 2), (1, 2), [(0, 1), (1, 0)])
+_rw_row("add_dilations", "3x4", 0.0, "add", (2, 3), (1, 2), "SAME", base_dilation=(2, 1),
+        window_dilation=(1, 2))
+_d("nn.max_pool", lambda f, x: f(x, (2, 2), (2, 2)), [A("2x4x5x3")], "2x2_stride2",
+   ref=lambda x: _np_reduce_window(x, -math.inf, "max", (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+   jref=lambda x: _jax_reduce_window(x, -math.inf, "max", (1, 2, 2, 1), (1, 2, 2, 1),
+                                     "VALID"))
+_d("nn.max_pool", lambda f, x: f(x[..., None], (3, 2), padding="SAME")[..., 0],
+   [A(value=_P_TIES)], "ties_same", nondiff=True,
+   ref=lambda x: _np_reduce_window(x, -math.inf, "max", (1, 3, 2), (1, 1, 1), "SAME"),
+   jref=lambda x: _jax_reduce_window(x, -math.inf, "max", (1, 3, 2), (1, 1, 1), "SAME"))
+_d("nn.avg_pool", lambda f, x: f(x, (2, 2), (1, 2)), [A("2x4x5x3")], "2x2",
+   ref=lambda x: _np_avg_pool(x, (2, 2), (1, 2)),
+   jref=lambda x: _jax_avg_pool(x, (2, 2), (1, 2)))
+_d("nn.avg_pool", lambda f, x: f(x, (3,), padding="SAME", count_include_pad=False),
+   [A("2x5x3")], "1d_same_exclude_pad",
+   ref=lambda x: _np_avg_pool(x, (3,), padding="SAME", count_include_pad=False),
+   jref=lambda x: _jax_avg_pool(x, (3,), padding="SAME", count_include_pad=False))
 
 
 # ---- lead: dtype helpers and real-only complex functions (issue 20, the name survey)

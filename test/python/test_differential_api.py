@@ -308,7 +308,7 @@ class Prepared:
     def jax(self) -> dict[str, Any] | None:
         if jax is None:
             return None
-        jf = _jax_fn(self.case)
+        jf = None if self.case.jref is not None else _jax_fn(self.case)
         if self.case.jref is not None:
             call = self.case.jref
         elif jf is not None or self.case.module == "Tracer":
