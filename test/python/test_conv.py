@@ -1,0 +1,242 @@
+"""Convolution and pooling (issue 20, item 5): `lax.conv_general_dilated`,
+`lax.conv`, `lax.conv_with_general_padding`, `lax.reduce_window`,
+`nn.max_pool`, `nn.avg_pool`.
+
+Every transform of every option (strides, padding, dilations, groups,
+layouts) is in the differential table (differential_cases.py, section
+"conv"). Here: what the table cannot say — diagnostics at the user's line,
+eager parity, jax's ConvDimensionNumbers, the transposed-convolution identity
+of reverse mode, max pooling's tie rule over overlapping padded windows,
+vmap over per-example kernels, and a small CNN's loss, gradient and
+Hessian-vector product against jax. Oracles: jax (x64), the numpy reference
+conv of the table, central finite differences; never our own output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import differential_cases as dc
+import numpy as np
+import pytest
+
+import mlir_autodiff as ad
+from mlir_autodiff import lax, nn
+from mlir_autodiff import numpy as anp
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+
+RNG = np.random.default_rng(205)
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w: lax.conv_general_dilated(x, w[:, :, :1], (1, 1), "VALID",
+                                           dimension_numbers=NHWC),
+     "lhs has 2 input features but rhs expects 1 per group x 1 group"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                           dimension_numbers=("NHWC", "HWIO", "NHW")),
+     "layout 'NHW' must name N, C and 2 spatial"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", lhs_dilation=(2, 1),
+                                           dimension_numbers=NHWC),
+     "string padding 'SAME' is not defined with lhs_dilation"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "FULL", dimension_numbers=NHWC),
+     "padding must be 'SAME', 'SAME_LOWER', 'VALID'"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", rhs_dilation=(4, 1),
+                                           dimension_numbers=NHWC),
+     "the window (size 2, dilation 4) is larger than the padded input (4)"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=NHWC,
+                                           feature_group_count=3),
+     "feature_group_count=3 must divide"),
+    (lambda x, w: lax.conv_general_dilated(x, w, (1,), "VALID", dimension_numbers=NHWC),
+     "window_strides must have 2 entries"),
+    (lambda x, w: lax.reduce_window(x, 0.0, "add", (1, 2), (1, 1), "VALID"),
+     "window_dimensions must have 4 entries"),
+    (lambda x, w: nn.max_pool(x, (2, 2), padding=[(1, 1)]),
+     "padding must have 2 (low, high) pairs"),
+], ids=["features", "layout", "same_lhs_dilation", "padding_name", "window_too_big",
+        "groups", "strides_rank", "window_rank", "pool_pairs"])
+def test_diagnostics_name_function_and_line(call, message, jit) -> None:
+    x = RNG.standard_normal((1, 4, 5, 2))
+    w = RNG.standard_normal((2, 2, 2, 4))
+    with pytest.raises(ValueError) as err:
+        (ad.jit(call) if jit else call)(x, w)
+    text = str(err.value)
+    assert message in text
+    assert "test_conv.py" in text  # the user's line, traced or eager
+
+
+def test_eager_matches_jit_and_jax() -> None:
+    """Outside a trace the same functions run on numpy arrays."""
+    x = RNG.standard_normal((2, 5, 6, 4))
+    w = RNG.standard_normal((3, 2, 2, 6))
+
+    def f(x, w):
+        y = lax.conv_general_dilated(x, w, (2, 1), [(1, 1), (0, 1)], rhs_dilation=(1, 2),
+                                     dimension_numbers=NHWC, feature_group_count=2)
+        return nn.max_pool(y, (2, 2), padding="SAME"), nn.avg_pool(y, (2, 1), (1, 2))
+
+    eager = f(x, w)
+    assert all(isinstance(e, np.ndarray) for e in eager)
+    jitted = ad.jit(f)(x, w)
+    y = jax.lax.conv_general_dilated(x, w, (2, 1), [(1, 1), (0, 1)], rhs_dilation=(1, 2),
+                                     dimension_numbers=NHWC, feature_group_count=2)
+    ref = (jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 1, 1, 1),
+                                 "SAME"),
+           jax.lax.reduce_window(y, 0.0, jax.lax.add, (1, 2, 1, 1), (1, 1, 2, 1),
+                                 "VALID") / 2)
+    for e, j, r in zip(eager, jitted, ref):
+        np.testing.assert_allclose(e, r, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(j, r, rtol=1e-12, atol=1e-12)
+
+
+def test_jax_dimension_numbers_object_and_permutations() -> None:
+    x = RNG.standard_normal((3, 2, 5, 4))          # layout "CNWH"
+    w = RNG.standard_normal((2, 3, 3, 4))          # layout "WHIO"
+    specs = ("CNWH", "WHIO", "HNCW")
+    dn = jax.lax.conv_dimension_numbers(x.shape, w.shape, specs)
+    expected = jax.lax.conv_general_dilated(x, w, (1, 2), "SAME", dimension_numbers=dn)
+    f = ad.jit(lambda x, w: (
+        lax.conv_general_dilated(x, w, (1, 2), "SAME", dimension_numbers=dn),
+        lax.conv_general_dilated(x, w, (1, 2), "SAME",
+                                 dimension_numbers=(dn.lhs_spec, dn.rhs_spec, dn.out_spec)),
+        lax.conv_general_dilated(x, w, (1, 2), "SAME", dimension_numbers=specs)))
+    for out in f(x, w):
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dc._np_conv(x, w, (1, 2), "SAME", dimension_numbers=specs),
+                               expected, rtol=1e-12, atol=1e-12)
+
+
+def test_reverse_mode_is_the_transposed_convolution() -> None:
+    """grad w.r.t. lhs = conv of the cotangent, lhs-dilated by the strides, with
+    the flipped kernel (in/out features swapped, per group); grad w.r.t. rhs =
+    conv of lhs with the cotangent. Written with our own conv, checked against
+    our grad and jax's."""
+    n, h, c, k, s, g, o = 2, 9, 4, 3, 2, 2, 6
+    x = RNG.standard_normal((n, h, c))            # NWC
+    w = RNG.standard_normal((k, c // g, o))       # WIO
+    out = (h - k) // s + 1
+    ct = RNG.standard_normal((n, out, o))
+    dn = ("NWC", "WIO", "NWC")
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (s,), "VALID", dimension_numbers=dn,
+                                        feature_group_count=g)
+
+    def transposed(ct, w):
+        # kernel (k, I=c/g, O=o) -> flipped, per group (k, I'=o/g, O'=c)
+        wf = anp.flip(w, 0).reshape(k, c // g, g, o // g)
+        wf = anp.transpose(wf, (0, 3, 2, 1)).reshape(k, o // g, c)
+        hi = k - 1 + h - ((out - 1) * s + k)
+        gx = lax.conv_general_dilated(ct, wf, (1,), [(k - 1, hi)], lhs_dilation=(s,),
+                                      dimension_numbers=dn, feature_group_count=g)
+        # rhs: per group, correlate lhs features with the cotangent over N and W
+        # (h - (out - 1) * s == k here)
+        xs = anp.transpose(x.reshape(n, h, g, c // g), (3, 1, 2, 0)).reshape(c // g, h, g * n)
+        # (lhs features group-major: index gi * n + example)
+        cs = anp.transpose(ct, (1, 0, 2))                          # (out, n, o): W I O
+        gw = lax.conv_general_dilated(xs, cs, (1,), "VALID", rhs_dilation=(s,),
+                                      dimension_numbers=dn,
+                                      feature_group_count=g)   # (c/g, k, o)
+        return gx, anp.transpose(gw, (1, 0, 2))
+
+    ours = ad.jit(lambda x, w, ct: (ad.vjp(conv, x, w)[1](ct), transposed(ct, w)))(x, w, ct)
+    jg = jax.vjp(lambda x, w: jax.lax.conv_general_dilated(
+        x, w, (s,), "VALID", dimension_numbers=dn, feature_group_count=g), x, w)[1](ct)
+    for a, b, r in zip(ours[0], ours[1], jg):
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(b, r, rtol=1e-12, atol=1e-12)
+
+
+def test_max_pool_ties_route_to_first_maximum_like_jax() -> None:
+    """Integer-valued inputs tie everywhere; overlapping windows and -inf padding
+    (SAME). jax's reverse mode (select_and_scatter_add) gives each window's
+    cotangent to its first maximal element in row-major window order; ours
+    does that in reverse and forward mode alike (jax's forward mode,
+    select_and_gather_add, may pick another tied element, so the forward
+    oracle is jax's reverse-mode Jacobian), and the two are transposes."""
+    x = np.floor(RNG.uniform(0, 3, (2, 5, 6, 2)))
+    t = RNG.standard_normal(x.shape)
+    ct = RNG.standard_normal((2, 5, 3, 2))
+
+    def pool(x):
+        return nn.max_pool(x, (3, 2), (1, 2), padding="SAME")
+
+    def jpool(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 2, 1), (1, 1, 2, 1),
+                                     "SAME")
+
+    y, ty, gx = ad.jit(lambda x, t, ct: (*ad.jvp(pool, (x,), (t,)), ad.vjp(pool, x)[1](ct)[0]))(
+        x, t, ct)
+    jac = np.asarray(jax.jacrev(jpool)(x))
+    np.testing.assert_array_equal(y, jpool(x))
+    np.testing.assert_allclose(ty, np.tensordot(jac, t, axes=4), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(gx, jax.vjp(jpool, x)[1](ct)[0], rtol=0, atol=1e-14)
+    assert math.isclose(float(np.sum(ct * ty)), float(np.sum(gx * t)), rel_tol=1e-12)
+    assert np.count_nonzero(jac.sum(axis=(0, 1, 2, 3)) > 1) > 0   # overlapping windows
+
+
+def _cnn(conv, pool, relu, logsm):
+    def loss(params, x, labels):
+        w1, b1, w2, b2, w3 = params
+        h = relu(conv(x, w1, (1, 1), "SAME", dimension_numbers=NHWC) + b1)
+        h = pool(h)
+        h = relu(conv(h, w2, (2, 2), "VALID", dimension_numbers=NHWC,
+                      feature_group_count=2) + b2)
+        logits = h.reshape(h.shape[0], -1) @ w3
+        return -(logsm(logits) * labels).sum() / x.shape[0]
+    return loss
+
+
+def test_small_cnn_loss_grad_hvp_and_per_example_grads_match_jax() -> None:
+    x = RNG.standard_normal((3, 8, 8, 1))
+    labels = np.eye(4)[RNG.integers(0, 4, 3)]
+    params = [RNG.standard_normal((3, 3, 1, 4)) * 0.5, RNG.standard_normal(4) * 0.1,
+              RNG.standard_normal((2, 2, 2, 6)) * 0.5, RNG.standard_normal(6) * 0.1,
+              RNG.standard_normal((6 * 4, 4)) * 0.3]
+    v = [RNG.standard_normal(p.shape) for p in params]
+    ours = _cnn(lax.conv_general_dilated, lambda h: nn.max_pool(h, (2, 2), (2, 2)),
+                nn.relu, lambda z: nn.log_softmax(z, axis=-1))
+    theirs = _cnn(jax.lax.conv_general_dilated, lambda h: jax.lax.reduce_window(
+        h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"), jax.nn.relu,
+        lambda z: jax.nn.log_softmax(z, axis=-1))
+
+    def all_of(loss, grad, jvp, vmap):
+        def run(params, x, labels, v):
+            value, g = grad(loss)(params, x, labels)
+            hvp = jvp(lambda p: grad(loss)(p, x, labels)[1], (params,), (v,))[1]
+            per_ex = vmap(lambda xi, li: grad(loss)(params, xi[None], li[None])[1])(x, labels)
+            return value, g, hvp, per_ex
+        return run
+
+    got = ad.jit(all_of(ours, ad.value_and_grad, ad.jvp, ad.vmap))(params, x, labels, v)
+    want = jax.jit(all_of(theirs, jax.value_and_grad, jax.jvp, jax.vmap))(params, x, labels, v)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    # and the gradient by central differences (one weight of each tensor)
+    eps = 1e-6
+    for i, p in enumerate(params):
+        d = np.zeros_like(p)
+        d.flat[1 % p.size] = eps
+        plus = [q + d if j == i else q for j, q in enumerate(params)]
+        minus = [q - d if j == i else q for j, q in enumerate(params)]
+        fd = (ours(plus, x, labels) - ours(minus, x, labels)) / (2 * eps)
+        assert math.isclose(float(got[1][i].flat[1 % p.size]), float(fd), rel_tol=1e-6,
+                            abs_tol=1e-8)
+
+
+def test_vmap_over_per_example_kernels() -> None:
+    """Both operands batched (a kernel per example): vmap against jax's vmap."""
+    x = RNG.standard_normal((3, 1, 4, 6, 2))
+    w = RNG.standard_normal((3, 2, 3, 2, 4))
+
+    def f(conv):
+        return lambda x, w: conv(x, w, (2, 1), "SAME", rhs_dilation=(1, 2),
+                                 dimension_numbers=NHWC)
+
+    got = ad.jit(ad.vmap(f(lax.conv_general_dilated)))(x, w)
+    want = jax.vmap(f(jax.lax.conv_general_dilated))(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
