@@ -20,6 +20,10 @@ body *once*, into the region of one upstream loop op:
   and selects per lane (the batching rule of `scf.if`), as jax does;
 - `select(pred, on_true, on_false)` -> an elementwise `arith.select`.
 
+Convolution and pooling (`conv_general_dilated`, `conv`,
+`conv_with_general_padding`, `reduce_window`) live in `convolution.py` and
+are re-exported here.
+
 It also holds jax's windows at traced offsets, `dynamic_slice`,
 `dynamic_update_slice` and their `_in_dim` / `index_in_dim` forms: gathers
 and scatters (see `indexing.py`), the start clamped so the window fits.
@@ -50,14 +54,14 @@ from mlir.dialects import arith, scf, tensor
 
 from . import dialects, primitives, pytree
 from . import indexing as _ix
+from . import numpy as anp
+from .batching import active_vmap_level, vmap
 from .convolution import (
     conv,
     conv_general_dilated,
     conv_with_general_padding,
     reduce_window,
 )
-from . import numpy as anp
-from .batching import active_vmap_level, vmap
 from .distributed import (  # noqa: F401  (jax.lax's collectives; see distributed.py)
     all_gather,
     axis_index,
