@@ -300,10 +300,14 @@ def _kind(computation: Any) -> str | None:
 
 def _first_extremum(slices: list[Any], kind: str) -> Any:
     """The window's max (min): a chain of selects keeping the earlier element on
-    ties (jax's `ge` / `le` selection), so the derivative goes to that one."""
+    ties (jax's `ge` / `le` selection), so the derivative goes to that one; the
+    first NaN of a window is its value."""
     acc = slices[0]
+    floating = np.issubdtype(np.dtype(anp.asarray(acc).dtype), np.floating)
     for s in slices[1:]:
         keep = (acc >= s) if kind == "max" else (acc <= s)
+        if floating:   # a NaN, once chosen, stays (the value propagates NaN as max does)
+            keep = anp.logical_or(keep, acc != acc)
         acc = anp.where(keep, acc, s)
     return acc
 
@@ -391,7 +395,10 @@ def max_pool(inputs: ArrayLike, window_shape: Sequence[int], strides: Sequence[i
     (default 1) per spatial dimension, padding as in `lax.reduce_window`. The
     derivative goes to each window's first maximal element (jax's rule)."""
     window, strides_, pads, x = _pool_args("max_pool", inputs, window_shape, strides, padding)
-    return reduce_window(x, -math.inf, "max", window, strides_, pads)
+    dt = np.dtype(x.dtype)
+    low = -math.inf if np.issubdtype(dt, np.floating) else (
+        False if dt == np.bool_ else int(np.iinfo(dt).min))
+    return reduce_window(x, low, "max", window, strides_, pads)
 
 
 def avg_pool(inputs: ArrayLike, window_shape: Sequence[int], strides: Sequence[int] | None = None,
