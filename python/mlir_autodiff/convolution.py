@@ -5,10 +5,10 @@
 They are composites of the ops `mlir_autodiff.numpy` already emits, so every
 transform (jvp, vjp, vmap, any order) comes from the rules of those ops:
 
-- padding, base (lhs) dilation and negative padding: `concatenate` with
-  blocks of the padding value, interior padding by interleaving with a block
-  and reshaping, cropping by slicing (`tensor.insert_slice` /
-  `tensor.extract_slice`);
+- padding and base (lhs) dilation: one strided `tensor.insert_slice` of the
+  operand into a tensor filled with the padding value, negative padding a
+  crop (`tensor.extract_slice`); on numpy arrays (eager) the same by
+  concatenating blocks and interleaving;
 - a convolution is an im2col: one strided `tensor.extract_slice` per kernel
   position (the window offset times the kernel dilation, the window stride
   as the slice's stride), stacked into patches, and one `linalg.matmul`
@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from . import numpy as anp
-from .tracing import format_site
+from . import primitives
+from .tracing import Tracer, format_site
 
 ArrayLike = Any
 Padding = str | Sequence[tuple[int, int]]
@@ -129,10 +130,34 @@ def _pad_axis(x: Any, axis: int, lo: int, hi: int, interior: int, value: Any) ->
 
 def _pad(x: Any, axes: Sequence[int], pads: Sequence[tuple[int, int]],
          interior: Sequence[int], value: Any) -> Any:
+    """lax.pad of the listed axes: elements `interior` apart (dilation), (low,
+    high) pads of `value` (negative: cropped). Traced: one strided
+    `tensor.insert_slice` into a filled tensor (its reverse mode a strided
+    `tensor.extract_slice`), then a crop where a pad is negative."""
+    if not any(lo or hi or d > 1 for (lo, hi), d in zip(pads, interior)):
+        return x
+    if not isinstance(x, Tracer):
+        for ax, (lo, hi), d in zip(axes, pads, interior):
+            if lo or hi or d > 1:
+                x = _pad_axis(x, ax, lo, hi, d - 1, value)
+        return x
+    shape = list(x.shape)
+    full = list(shape)
+    offsets, strides = [0] * len(shape), [1] * len(shape)
     for ax, (lo, hi), d in zip(axes, pads, interior):
-        if lo or hi or d > 1:
-            x = _pad_axis(x, ax, lo, hi, d - 1, value)
-    return x
+        full[ax] = (shape[ax] - 1) * d + 1 + max(lo, 0) + max(hi, 0)
+        offsets[ax], strides[ax] = max(lo, 0), d
+    dest = anp.full(tuple(full), value, dtype=x.dtype)
+    y = primitives.insert_slice(dest, x, offsets, shape, strides)
+    crop = [slice(None)] * len(shape)
+    for ax, (lo, hi), _ in zip(axes, pads, interior):
+        if lo < 0 or hi < 0:
+            start, stop = max(-lo, 0), full[ax] - max(-hi, 0)
+            if stop <= start:
+                raise ValueError(f"padding ({lo}, {hi}) leaves nothing of a dimension of "
+                                 f"size {shape[ax]} (at {format_site()})")
+            crop[ax] = slice(start, stop)
+    return y[tuple(crop)] if any(c != slice(None) for c in crop) else y
 
 
 def _windows(who: str, x: Any, axes: Sequence[int], window: Sequence[int],

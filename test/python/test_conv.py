@@ -259,3 +259,20 @@ def test_max_and_min_windows_propagate_nan_like_jax() -> None:
         np.testing.assert_array_equal(got[0], want_max)
         np.testing.assert_array_equal(got[1], want_min)
     assert np.isnan(want_max[0, :2]).all() and np.isnan(want_min[0, :2]).all()
+
+
+def test_eager_dilations_and_negative_padding_match_jax() -> None:
+    """The eager path pads by concatenating (no trace): lhs/base dilation and
+    negative padding against jax."""
+    x = RNG.standard_normal((1, 2, 4, 5))
+    w = RNG.standard_normal((3, 2, 2, 2))
+    kw = dict(window_strides=(1, 2), padding=[(1, -1), (-1, 2)], lhs_dilation=(2, 3),
+              rhs_dilation=(1, 2))
+    np.testing.assert_allclose(lax.conv_general_dilated(x, w, **kw),
+                               jax.lax.conv_general_dilated(x, w, **kw), rtol=1e-12,
+                               atol=1e-12)
+    rw = dict(window_dimensions=(1, 1, 2, 3), window_strides=(1, 1, 2, 1),
+              padding=[(0, 0), (0, 0), (2, -1), (1, 1)], base_dilation=(1, 1, 2, 2))
+    np.testing.assert_allclose(lax.reduce_window(x, 0.0, anp.add, **rw),
+                               jax.lax.reduce_window(x, 0.0, jax.lax.add, **rw), rtol=1e-12,
+                               atol=1e-12)
