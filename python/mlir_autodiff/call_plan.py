@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mlir_autodiff import pytree
+from mlir_autodiff.eager import Array
 from mlir_autodiff.native_call import NativeFunction
 from mlir_autodiff.rng_state import call_with_state
 
@@ -72,10 +73,12 @@ class CallPlan:
     def output_leaves(self, values: list[Any], outs: list[Any]) -> list[Any]:
         """Output leaves that never alias each other or a caller's array not donated.
 
-        Each output is a fresh array, except a donated array, which is handed
+        Each output is a fresh array, returned as an `eager.Array` (an ndarray
+        with `.at`, as eager results), except a donated array, which is handed
         back (as the result computed in its buffer, or returned unchanged).
         """
         used: set[int] = set()
+        inputs = {id(v) for v in values}
         leaves = []
         for kind, what in self.plan:
             if kind == "const":
@@ -87,5 +90,6 @@ class CallPlan:
             if id(out) in used:  # one array returned twice: give independent copies
                 out = np.array(out)
             used.add(id(out))
-            leaves.append(out)
+            leaves.append(out.view(Array) if type(out) is np.ndarray and id(out) not in inputs
+                          else out)
         return leaves

@@ -4,7 +4,8 @@ Import it as `anp`. Inside a function given to `mlir_autodiff.jit` (or any
 transform), these functions take traced values, numpy arrays and Python
 scalars and emit upstream MLIR (`arith`, `math`, `tensor`, `linalg`; see
 `primitives.py` for the exact vocabulary). Outside a trace they fall back to
-numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`. This
+numpy itself, so `anp.zeros(3)` at top level is `np.zeros(3)`, returned as an
+`eager.Array` (an ndarray that also has `.at[]`; see eager.py). This
 module also gives traced values (`tracing.Tracer`) their operators and ndarray
 methods: `x + y`, `x.sum()`, `x.T`, `x[i]`, `x.at[i].set(v)` call the functions
 here (installed on import; see the end of the file).
@@ -70,6 +71,7 @@ from .array_manip import (  # noqa: F401 - re-exported (implemented there)
     tile,
     trace,
 )
+from .eager import wrap as _eager_result
 from .errors import (
     ConcretizationTypeError,
     ShapeError,
@@ -172,7 +174,7 @@ def _api(np_name: str | None = None) -> Callable[[Callable[..., Any]], Callable[
                         f"{format_site()}; traced values must not escape their function"
                     )
                 if np_fn is not None:
-                    return np_fn(*args, **kwargs)
+                    return _eager_result(np_fn(*args, **kwargs))
             return fn(*args, **kwargs)
 
         return wrapper
@@ -245,7 +247,7 @@ def asarray(a: ArrayLike, dtype: Any = None) -> Any:
     if current_trace() is None:
         if isinstance(a, Tracer):
             raise UnexpectedTracerError(f"traced value used outside its trace at {format_site()}")
-        return np.asarray(a, dtype=dtype)
+        return _eager_result(np.asarray(a, dtype=dtype))
     if isinstance(a, Tracer):
         return P.convert(a, dtype, weak_type=False) if dtype is not None else a
     if isinstance(a, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in a):
@@ -1629,7 +1631,7 @@ def einsum(subscripts: str, *operands: ArrayLike, optimize: Any = False) -> Any:
 def _make(arr: np.ndarray) -> Any:
     """A constant: a traced one inside a trace, else the numpy array."""
     if current_trace() is None:
-        return arr
+        return _eager_result(arr)
     return P.constant(arr)
 
 
@@ -1724,7 +1726,7 @@ def _with_eager(eager: Callable[..., Any]) -> Callable[[Callable[..., Any]], Cal
                     raise UnexpectedTracerError(
                         f"anp.{fn.__name__} got a traced value outside of any trace at "
                         f"{format_site()}; traced values must not escape their function")
-                return eager(*args, **kwargs)
+                return _eager_result(eager(*args, **kwargs))
             return fn(*args, **kwargs)
 
         return wrapper
