@@ -13,7 +13,8 @@ numpy functions and ufuncs, printing (as numpy prints), pickling, and as a
   duplicate indices combine every update, and `set` keeps the last one in
   row-major order; values are cast to `x.dtype` first;
 - `x.sort()` and `x.argsort()` return a (stable) sorted copy, as traced
-  values (and jax arrays) do, instead of sorting in place;
+  values (and jax arrays) do, instead of sorting in place (the same code as
+  `anp.sort` / `anp.argsort` outside a trace, below);
 - `x.weak_type` (False: an array is strongly typed).
 
 Known difference: plain `x[idx]` keeps numpy's behaviour (an out-of-range
@@ -56,25 +57,13 @@ class Array(np.ndarray):
     def weak_type(self) -> bool:
         return False
 
-    def sort(self, axis: Any = -1, *, kind: Any = None, order: Any = None,  # type: ignore[override]
-             stable: Any = True, descending: bool = False) -> Array:
-        """A sorted copy (jax's and the traced `sort`), not numpy's in-place sort."""
-        out = np.sort(self.view(np.ndarray), axis=axis, kind="stable")
-        if descending:
-            out = np.flip(out, axis=-1 if axis is None else axis)
-        return wrap(out)
+    def sort(self, axis: Any = -1, **kwargs: Any) -> Array:  # type: ignore[override]
+        """A stable sorted copy (as traced values and jax), not numpy's in-place sort."""
+        return wrap(eager_sort(self, axis, **kwargs))
 
-    def argsort(self, axis: Any = -1, *, kind: Any = None, order: Any = None,  # type: ignore[override]
-                stable: Any = True, descending: bool = False) -> Array:
-        """Indices of a stable sort (ties keep their order, as the traced argsort)."""
-        a = self.view(np.ndarray)
-        if descending:
-            ax = -1 if axis is None else axis
-            a = a.ravel() if axis is None else a
-            n = a.shape[ax]
-            flipped = np.argsort(np.flip(a, axis=ax), axis=ax, kind="stable")
-            return wrap(np.flip(n - 1 - flipped, axis=ax))
-        return wrap(np.argsort(a, axis=axis, kind="stable"))
+    def argsort(self, axis: Any = -1, **kwargs: Any) -> Array:  # type: ignore[override]
+        """Indices of a stable sort (ties keep their order), as traced values."""
+        return wrap(eager_argsort(self, axis, **kwargs))
 
 
 def wrap(x: Any) -> Any:
@@ -86,6 +75,40 @@ def wrap(x: Any) -> Any:
     if t is tuple or t is list:
         return t(wrap(v) for v in x)
     return x
+
+
+# --------------------------------------------------------------------------- sorting
+# jax's sort/argsort on numpy values: `anp.sort` outside a trace and `Array.sort`.
+
+def eager_sort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
+               stable: bool = True, descending: bool = False) -> np.ndarray:
+    sort_args("sort", kind, order)
+    arr = np.asarray(a)
+    if axis is None:
+        arr, axis = arr.ravel(), 0
+    out = np.sort(arr, axis=axis, kind="stable")
+    return np.flip(out, axis=axis) if descending else out
+
+
+def eager_argsort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
+                  stable: bool = True, descending: bool = False) -> np.ndarray:
+    sort_args("argsort", kind, order)
+    arr = np.asarray(a)
+    if axis is None:
+        arr, axis = arr.ravel(), 0
+    if not descending:
+        return np.argsort(arr, axis=axis, kind="stable")
+    n = arr.shape[axis]
+    idx = np.argsort(np.flip(arr, axis=axis), axis=axis, kind="stable")
+    return np.flip(n - 1 - idx, axis=axis)
+
+
+def sort_args(name: str, kind: Any, order: Any) -> None:
+    if kind is not None:
+        raise TypeError(f"'kind' argument to {name} is not supported; the sort is always "
+                        "stable (use stable=True/False)")
+    if order is not None:
+        raise TypeError(f"'order' argument to {name} is not supported")
 
 
 # --------------------------------------------------------------------------- x.at[idx]
@@ -262,12 +285,21 @@ class _Divide:
 _DIVIDE: Callable[..., Any] = _Divide()
 
 
+#: Set by numpy.py: (x, idx) -> the traced `x.at[idx]` of the constant `x` while a
+#: trace is active (its index or values may be traced), else None.
+traced_at: Callable[[np.ndarray, Any], Any] | None = None
+
+
 class _IndexUpdateHelper:
     def __init__(self, x: np.ndarray) -> None:
         self.x = x
 
-    def __getitem__(self, idx: Any) -> _IndexUpdateRef:
+    def __getitem__(self, idx: Any) -> Any:
+        if traced_at is not None:
+            ref = traced_at(self.x, idx)
+            if ref is not None:
+                return ref
         return _IndexUpdateRef(self.x, idx)
 
 
-__all__ = ["Array", "wrap"]
+__all__ = ["Array", "eager_argsort", "eager_sort", "sort_args", "wrap"]

@@ -42,6 +42,7 @@ from mlir.dialects import arith
 from mlir.dialects import math as _m
 
 from . import array_manip as _manip
+from . import eager as _eager
 from . import indexing as _ix
 from . import primitives as P
 from .array_manip import (  # noqa: F401 - re-exported (implemented there)
@@ -71,6 +72,9 @@ from .array_manip import (  # noqa: F401 - re-exported (implemented there)
     tile,
     trace,
 )
+from .eager import eager_argsort as _eager_argsort
+from .eager import eager_sort as _eager_sort
+from .eager import sort_args as _sort_args
 from .eager import wrap as _eager_result
 from .errors import (
     ConcretizationTypeError,
@@ -1475,6 +1479,14 @@ class _IndexUpdateHelper:
         return _IndexUpdateRef(self.x, idx)
 
 
+def _traced_at(x: np.ndarray, idx: Any) -> _IndexUpdateRef | None:
+    """`x.at[idx]` of an eager array inside a trace: traced, as its operands may be."""
+    return None if current_trace() is None else _IndexUpdateRef(P.constant_like(x), idx)
+
+
+_eager.traced_at = _traced_at
+
+
 # --------------------------------------------------------------------------- linear algebra
 
 @_api()
@@ -1794,37 +1806,6 @@ def _argsort_last(t: Tracer, descending: bool) -> tuple[Tracer, Tracer]:
     v, i, _ = _sort_last(P.reverse(t, [t.ndim - 1]))
     i = subtract(n - 1, P.reverse(i, [t.ndim - 1]))
     return P.reverse(v, [t.ndim - 1]), i
-
-
-def _eager_sort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
-                stable: bool = True, descending: bool = False) -> np.ndarray:
-    _sort_args("sort", kind, order)
-    arr = np.asarray(a)
-    if axis is None:
-        arr, axis = arr.ravel(), 0
-    out = np.sort(arr, axis=axis, kind="stable")
-    return np.flip(out, axis=axis) if descending else out
-
-
-def _eager_argsort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
-                   stable: bool = True, descending: bool = False) -> np.ndarray:
-    _sort_args("argsort", kind, order)
-    arr = np.asarray(a)
-    if axis is None:
-        arr, axis = arr.ravel(), 0
-    if not descending:
-        return np.argsort(arr, axis=axis, kind="stable")
-    n = arr.shape[axis]
-    idx = np.argsort(np.flip(arr, axis=axis), axis=axis, kind="stable")
-    return np.flip(n - 1 - idx, axis=axis)
-
-
-def _sort_args(name: str, kind: Any, order: Any) -> None:
-    if kind is not None:
-        raise TypeError(f"'kind' argument to {name} is not supported; the sort is always "
-                        "stable (use stable=True/False)")
-    if order is not None:
-        raise TypeError(f"'order' argument to {name} is not supported")
 
 
 @_with_eager(_eager_sort)

@@ -96,8 +96,10 @@ ROWS = {
     "clip": lambda x, y, xi, yi: (x.clip(-0.5, 0.5), x.clip(min=0.0), x.clip(max=0.1)),
     "dot": lambda x, y, xi, yi: (x.dot(y.T), x[0].dot(y[1])),
     # ties among the ints: argsort is stable in both
-    "sort": lambda x, y, xi, yi: (x.sort(), x.sort(axis=0), xi.sort()),
-    "argsort": lambda x, y, xi, yi: (x.argsort(), xi.argsort(axis=0), xi.argsort()),
+    "sort": lambda x, y, xi, yi: (x.sort(), x.sort(axis=0), xi.sort(), x.sort(axis=None),
+                                  xi.sort(descending=True)),
+    "argsort": lambda x, y, xi, yi: (x.argsort(), xi.argsort(axis=0), xi.argsort(),
+                                     xi.argsort(axis=None), xi.argsort(descending=True)),
     "cumsum": lambda x, y, xi, yi: (x.cumsum(), x.cumsum(axis=1), xi.cumsum(0)),
     "cumprod": lambda x, y, xi, yi: (y.cumprod(), y.cumprod(axis=0)),
     "T": lambda x, y, xi, yi: x.T,
@@ -252,3 +254,16 @@ def test_eager_arrays_as_jit_arguments_and_donated():
     out = g(w)
     np.testing.assert_array_equal(out, np.arange(4.0) * 2.0)
     assert np.shares_memory(out, w)
+
+
+def test_at_of_an_eager_array_with_traced_operands():
+    """A closed-over eager array updated with traced values or indices inside a trace
+    (jax's `buf.at[i].set(x)` on a constant) is traced, not a concretization error."""
+    c = anp.zeros(3)
+    f = ad.jit(lambda v, i: (c.at[i].set(v), c.at[[0, 0]].add(v), c.at[i].get()))
+    s, a, g = f(2.0, 1)
+    np.testing.assert_array_equal(s, [0.0, 2.0, 0.0])
+    np.testing.assert_array_equal(a, [4.0, 0.0, 0.0])
+    assert g == 0.0
+    assert ad.grad(lambda v: (c.at[[0, 0, 2]].add(v) ** 2).sum())(3.0) == 2 * (6.0 * 2 + 3.0)
+    np.testing.assert_array_equal(c, np.zeros(3))
