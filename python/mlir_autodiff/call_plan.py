@@ -75,7 +75,8 @@ class CallPlan:
 
         Each output is a fresh array, returned as an `eager.Array` (an ndarray
         with `.at`, as eager results), except a donated array, which is handed
-        back (as the result computed in its buffer, or returned unchanged).
+        back (as the result computed in its buffer, or returned unchanged) as
+        the plain ndarray that the call received.
         """
         used: set[int] = set()
         inputs = {id(v) for v in values}
@@ -90,6 +91,8 @@ class CallPlan:
             if id(out) in used:  # one array returned twice: give independent copies
                 out = np.array(out)
             used.add(id(out))
-            leaves.append(out.view(Array) if type(out) is np.ndarray and id(out) not in inputs
-                          else out)
+            if type(out) is np.ndarray and id(out) not in inputs:
+                out = out.view(Array)
+            leaves.append(out)
         return leaves
+

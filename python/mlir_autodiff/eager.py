@@ -11,7 +11,8 @@ numpy functions and ufuncs, printing (as numpy prints), pickling, and as a
   returning a new array, with the traced semantics (indexing.py): negative
   array indices wrap once; out of range, `get` clamps and the updates drop;
   duplicate indices combine every update, and `set` keeps the last one in
-  row-major order; values are cast to `x.dtype` first;
+  row-major order; values are cast to `x.dtype` first (inside a trace the
+  update is traced, as its index or values may be);
 - `x.sort()` and `x.argsort()` return a (stable) sorted copy, as traced
   values (and jax arrays) do, instead of sorting in place (the same code as
   `anp.sort` / `anp.argsort` outside a trace, below);
@@ -20,6 +21,8 @@ numpy functions and ufuncs, printing (as numpy prints), pickling, and as a
 Known difference: plain `x[idx]` keeps numpy's behaviour (an out-of-range
 array index raises IndexError where a traced gather clamps); `x.at[idx].get()`
 clamps in both. Reductions to a scalar return numpy scalars, as numpy does.
+A donated argument's buffer that `jit` hands back is the plain ndarray it
+received (the caller's own array when that was a plain ndarray).
 """
 
 from __future__ import annotations
