@@ -102,6 +102,8 @@ ROWS = {
                                      xi.argsort(axis=None), xi.argsort(descending=True)),
     "cumsum": lambda x, y, xi, yi: (x.cumsum(), x.cumsum(axis=1), xi.cumsum(0)),
     "cumprod": lambda x, y, xi, yi: (y.cumprod(), y.cumprod(axis=0)),
+    "repeat": lambda x, y, xi, yi: (x.repeat(2), x.repeat(2, axis=1), xi.repeat(3, 0)),
+    "diagonal": lambda x, y, xi, yi: (x.diagonal(), x.diagonal(1), x.diagonal(-1, 1, 0)),
     "T": lambda x, y, xi, yi: x.T,
     "mT": lambda x, y, xi, yi: x.reshape(1, 3, 4).mT,
     "at": lambda x, y, xi, yi: (
@@ -198,7 +200,8 @@ def test_results_of_eager_ops_and_of_jit_are_arrays_with_at():
     x = anp.arange(6.0)
     outs = [x, anp.zeros((2, 2)), anp.sin(x), anp.asarray([1.0, 2.0]), x + 1, np.exp(x),
             anp.sort(x), ad.jit(lambda v: v * 2)(np.arange(3.0)),
-            ad.grad(lambda v: (v * v).sum())(np.arange(3.0)), *anp.broadcast_arrays(x, x[:1])]
+            ad.grad(lambda v: (v * v).sum())(np.arange(3.0)), *anp.broadcast_arrays(x, x[:1]),
+            anp.pad(x, 1), anp.tile(x, 2), *anp.split(x, 2)]
     for o in outs:
         assert type(o) is Array and isinstance(o, np.ndarray)
         np.testing.assert_array_equal(o.at[0].set(-1.0)[0], -1.0)
