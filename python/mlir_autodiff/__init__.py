@@ -27,8 +27,9 @@ depend on) the front end.
 #   layer 1  argspec, cuda_driver, errors, pytree, rng_state, tracebacks  argument specs; the
 #                                        CUDA driver query; exceptions; pytrees; the generator
 #                                        state; filtered tracebacks
-#   layer 2  signatures, native_call, tree_util  specs read from MLIR; calling compiled code
-#                                        (no MLIR); jax.tree_util's API over pytree
+#   layer 2  signatures, native_call, tree_util, eager  specs read from MLIR; calling
+#                                        compiled code (no MLIR); jax.tree_util's API over
+#                                        pytree; eager arrays (ndarrays with `.at`)
 #   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
 #                                        call's outputs (numpy only)
 #   layer 4  aot, native_build           loading exported artifacts (numpy and ctypes only);
@@ -45,7 +46,8 @@ depend on) the front end.
 #                                        ahead-of-time export; MPI processes, meshes,
 #                                        shard_map; convolution and pooling composites
 #   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
-#   layer 11 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
+#   layer 11 custom_vmap, checkpointing, nn, optim  custom batching rules; checkpoint and
+#                                        residuals; optimizers
 #   layer 12 custom                      custom_vjp, custom_jvp
 #   layer 13 custom_function             the torch-style Function (a custom_vjp call)
 #   layer 14 __init__                    this namespace, imported lazily (PEP 562)
@@ -65,6 +67,7 @@ _EXPORTS: dict[str, str | None] = {
     "PartitionSpec": "distributed",
     "shard_map": "distributed",
     "nn": None,
+    "optim": None,
     "numpy": None,
     "pytree": None,
     "random": None,

@@ -54,6 +54,7 @@ from . import compile_cache, dialects, pytree
 from . import numpy as _numpy  # noqa: F401 - installs the Tracer's operators and methods
 from .call_plan import CallPlan
 from .dialects.vocabulary import PHILOX, RANDOM
+from .eager import Array
 from .errors import CompilationError, InvalidArgumentError, UnsupportedError
 from .native_build import (
     ExportError,
@@ -236,6 +237,9 @@ def _array_key(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[np.ndarray]
         if t is np.ndarray:
             key.append((x.shape, x.dtype))
             leaves.append(x)
+        elif t is Array:  # the outputs of jit and of eager anp calls
+            key.append((x.shape, x.dtype))
+            leaves.append(x.view(np.ndarray))
         elif t is tuple or t is list:
             key.append((t, len(x)))
             todo.extend(reversed(x))

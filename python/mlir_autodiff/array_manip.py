@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .eager import wrap
 from .errors import ConcretizationTypeError, UnexpectedTracerError, UnsupportedError
 from .tracing import Tracer, current_trace, format_site
 
@@ -67,7 +68,7 @@ def _eager(np_name: str | None = None) -> Callable[[Callable[..., Any]], Callabl
                     raise UnexpectedTracerError(
                         f"anp.{fn.__name__} got a traced value outside of any trace at "
                         f"{format_site()}; traced values must not escape their function")
-                return np_fn(*args, **kwargs)
+                return wrap(np_fn(*args, **kwargs))  # eager arrays (eager.py)
             return fn(*args, **kwargs)
 
         return wrapper

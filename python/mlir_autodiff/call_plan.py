@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mlir_autodiff import pytree
+from mlir_autodiff.eager import Array
 from mlir_autodiff.native_call import NativeFunction
 from mlir_autodiff.rng_state import call_with_state
 
@@ -72,10 +73,13 @@ class CallPlan:
     def output_leaves(self, values: list[Any], outs: list[Any]) -> list[Any]:
         """Output leaves that never alias each other or a caller's array not donated.
 
-        Each output is a fresh array, except a donated array, which is handed
-        back (as the result computed in its buffer, or returned unchanged).
+        Each output is a fresh array, returned as an `eager.Array` (an ndarray
+        with `.at`, as eager results), except a donated array, which is handed
+        back (as the result computed in its buffer, or returned unchanged) as
+        the plain ndarray that the call received.
         """
         used: set[int] = set()
+        inputs = {id(v) for v in values}
         leaves = []
         for kind, what in self.plan:
             if kind == "const":
@@ -87,5 +91,8 @@ class CallPlan:
             if id(out) in used:  # one array returned twice: give independent copies
                 out = np.array(out)
             used.add(id(out))
+            if type(out) is np.ndarray and id(out) not in inputs:
+                out = out.view(Array)
             leaves.append(out)
         return leaves
+

@@ -4,7 +4,8 @@ Import it as `anp`. Inside a function given to `mlir_autodiff.jit` (or any
 transform), these functions take traced values, numpy arrays and Python
 scalars and emit upstream MLIR (`arith`, `math`, `tensor`, `linalg`; see
 `primitives.py` for the exact vocabulary). Outside a trace they fall back to
-numpy itself, so `anp.zeros(3)` at top level is just `np.zeros(3)`. This
+numpy itself, so `anp.zeros(3)` at top level is `np.zeros(3)`, returned as an
+`eager.Array` (an ndarray that also has `.at[]`; see eager.py). This
 module also gives traced values (`tracing.Tracer`) their operators and ndarray
 methods: `x + y`, `x.sum()`, `x.T`, `x[i]`, `x.at[i].set(v)` call the functions
 here (installed on import; see the end of the file).
@@ -41,6 +42,7 @@ from mlir.dialects import arith
 from mlir.dialects import math as _m
 
 from . import array_manip as _manip
+from . import eager as _eager
 from . import indexing as _ix
 from . import primitives as P
 from .array_manip import (  # noqa: F401 - re-exported (implemented there)
@@ -70,6 +72,10 @@ from .array_manip import (  # noqa: F401 - re-exported (implemented there)
     tile,
     trace,
 )
+from .eager import eager_argsort as _eager_argsort
+from .eager import eager_sort as _eager_sort
+from .eager import sort_args as _sort_args
+from .eager import wrap as _eager_result
 from .errors import (
     ConcretizationTypeError,
     ShapeError,
@@ -172,7 +178,7 @@ def _api(np_name: str | None = None) -> Callable[[Callable[..., Any]], Callable[
                         f"{format_site()}; traced values must not escape their function"
                     )
                 if np_fn is not None:
-                    return np_fn(*args, **kwargs)
+                    return _eager_result(np_fn(*args, **kwargs))
             return fn(*args, **kwargs)
 
         return wrapper
@@ -245,7 +251,7 @@ def asarray(a: ArrayLike, dtype: Any = None) -> Any:
     if current_trace() is None:
         if isinstance(a, Tracer):
             raise UnexpectedTracerError(f"traced value used outside its trace at {format_site()}")
-        return np.asarray(a, dtype=dtype)
+        return _eager_result(np.asarray(a, dtype=dtype))
     if isinstance(a, Tracer):
         return P.convert(a, dtype, weak_type=False) if dtype is not None else a
     if isinstance(a, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in a):
@@ -1473,6 +1479,14 @@ class _IndexUpdateHelper:
         return _IndexUpdateRef(self.x, idx)
 
 
+def _traced_at(x: np.ndarray, idx: Any) -> _IndexUpdateRef | None:
+    """`x.at[idx]` of an eager array inside a trace: traced, as its operands may be."""
+    return None if current_trace() is None else _IndexUpdateRef(P.constant_like(x), idx)
+
+
+_eager.traced_at = _traced_at
+
+
 # --------------------------------------------------------------------------- linear algebra
 
 @_api()
@@ -1629,7 +1643,7 @@ def einsum(subscripts: str, *operands: ArrayLike, optimize: Any = False) -> Any:
 def _make(arr: np.ndarray) -> Any:
     """A constant: a traced one inside a trace, else the numpy array."""
     if current_trace() is None:
-        return arr
+        return _eager_result(arr)
     return P.constant(arr)
 
 
@@ -1724,7 +1738,7 @@ def _with_eager(eager: Callable[..., Any]) -> Callable[[Callable[..., Any]], Cal
                     raise UnexpectedTracerError(
                         f"anp.{fn.__name__} got a traced value outside of any trace at "
                         f"{format_site()}; traced values must not escape their function")
-                return eager(*args, **kwargs)
+                return _eager_result(eager(*args, **kwargs))
             return fn(*args, **kwargs)
 
         return wrapper
@@ -1792,37 +1806,6 @@ def _argsort_last(t: Tracer, descending: bool) -> tuple[Tracer, Tracer]:
     v, i, _ = _sort_last(P.reverse(t, [t.ndim - 1]))
     i = subtract(n - 1, P.reverse(i, [t.ndim - 1]))
     return P.reverse(v, [t.ndim - 1]), i
-
-
-def _eager_sort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
-                stable: bool = True, descending: bool = False) -> np.ndarray:
-    _sort_args("sort", kind, order)
-    arr = np.asarray(a)
-    if axis is None:
-        arr, axis = arr.ravel(), 0
-    out = np.sort(arr, axis=axis, kind="stable")
-    return np.flip(out, axis=axis) if descending else out
-
-
-def _eager_argsort(a: Any, axis: Any = -1, *, kind: Any = None, order: Any = None,
-                   stable: bool = True, descending: bool = False) -> np.ndarray:
-    _sort_args("argsort", kind, order)
-    arr = np.asarray(a)
-    if axis is None:
-        arr, axis = arr.ravel(), 0
-    if not descending:
-        return np.argsort(arr, axis=axis, kind="stable")
-    n = arr.shape[axis]
-    idx = np.argsort(np.flip(arr, axis=axis), axis=axis, kind="stable")
-    return np.flip(n - 1 - idx, axis=axis)
-
-
-def _sort_args(name: str, kind: Any, order: Any) -> None:
-    if kind is not None:
-        raise TypeError(f"'kind' argument to {name} is not supported; the sort is always "
-                        "stable (use stable=True/False)")
-    if order is not None:
-        raise TypeError(f"'order' argument to {name} is not supported")
 
 
 @_with_eager(_eager_sort)

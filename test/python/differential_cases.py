@@ -1282,4 +1282,171 @@ _v("numpy.einsum", lambda f, x: f("i...->...", x), [A("2x3x2")], "ellipsis_sum_f
 _v("numpy.einsum", lambda f, x, y: f("...j,j", x, y), [A("2x3x4"), A("4")], "ellipsis_implicit")
 
 
+# ---- optim (issue 20 item 9)
+# `mlir_autodiff.optim`: each transformation/optimizer row builds it, initializes
+# from p and returns the SECOND update (so the state matters), for the gradients
+# g and then g * p + 0.5; differentiated with respect to g and p. The numpy
+# references below are the published update rules for those two steps. Schedules
+# (functions of an integer step count) are V rows against closed forms.
+
+def _opt_two_steps(opt: Any, g: Any, p: Any) -> Any:
+    state = opt.init(p)
+    _, state = opt.update(g, state, p)
+    return opt.update(g * p + 0.5, state, p)[0]
+
+
+def _np_g2(g: np.ndarray, p: np.ndarray) -> np.ndarray:
+    return g * p + 0.5
+
+
+def _np_adam_dir(g, p, b1=0.9, b2=0.999, eps=1e-8):
+    g2 = _np_g2(g, p)
+    m = b1 * (1 - b1) * g + (1 - b1) * g2
+    v = b2 * (1 - b2) * g * g + (1 - b2) * g2 * g2
+    return (m / (1 - b1 ** 2)) / (np.sqrt(v / (1 - b2 ** 2)) + eps)
+
+
+def _np_rms_dir(g, p, decay=0.9, eps=1e-8, centered=False):
+    g2 = _np_g2(g, p)
+    nu = decay * (1 - decay) * g * g + (1 - decay) * g2 * g2
+    mu = decay * (1 - decay) * g + (1 - decay) * g2
+    return g2 / np.sqrt((nu - mu * mu if centered else nu) + eps)
+
+
+def _np_trace(g, p, decay, nesterov=False):
+    g2 = _np_g2(g, p)
+    t2 = g2 + decay * g
+    return g2 + decay * t2 if nesterov else t2
+
+
+def _np_rss_dir(g, p, init=0.1, eps=1e-7):
+    g2 = _np_g2(g, p)
+    return g2 / np.sqrt(init + g * g + g2 * g2 + eps)
+
+
+def _np_clip_norm(g, p, max_norm):
+    g2 = _np_g2(g, p)
+    n = math.sqrt(float(np.sum(g2.astype(np.float64) ** 2)))
+    return g2 if n < max_norm else g2 * (max_norm / n)
+
+
+def _opt_row(name: str, build: Callable[[Any], Any], ref: Callable[..., Any], label: str,
+             shape: str = "2x3") -> None:
+    _d(f"optim.{name}", lambda f, g, p, b=build: _opt_two_steps(b(f), g, p),
+       [A(shape), A(shape)], label, ref=ref)
+
+
+def _halving(c: Any) -> float:  # exponential_decay(0.1, 1, 0.5) at count c
+    return 0.1 * 0.5 ** c
+
+
+_opt_row("sgd", lambda f: f(0.1), lambda g, p: -0.1 * _np_g2(g, p), "plain")
+_opt_row("sgd", lambda f: f(0.1, momentum=0.9), lambda g, p: -0.1 * _np_trace(g, p, 0.9),
+         "momentum")
+_opt_row("sgd", lambda f: f(0.1, momentum=0.9, nesterov=True),
+         lambda g, p: -0.1 * _np_trace(g, p, 0.9, True), "nesterov")
+_opt_row("adam", lambda f: f(0.1), lambda g, p: -0.1 * _np_adam_dir(g, p), "lr")
+_opt_row("adam", lambda f: f(_optim().exponential_decay(0.1, 1, 0.5), b1=0.5, b2=0.9),
+         lambda g, p: -_halving(1) * _np_adam_dir(g, p, 0.5, 0.9), "schedule")
+_opt_row("adamw", lambda f: f(0.1, weight_decay=0.3),
+         lambda g, p: -0.1 * (_np_adam_dir(g, p) + 0.3 * p), "decay")
+_opt_row("adamw", lambda f: f(0.1, weight_decay=0.3, mask=False),
+         lambda g, p: -0.1 * _np_adam_dir(g, p), "masked_off")
+_opt_row("rmsprop", lambda f: f(0.1), lambda g, p: -0.1 * _np_rms_dir(g, p), "plain")
+_opt_row("rmsprop", lambda f: f(0.1, centered=True, decay=0.5),
+         lambda g, p: -0.1 * _np_rms_dir(g, p, 0.5, centered=True), "centered")
+_opt_row("adagrad", lambda f: f(0.1), lambda g, p: -0.1 * _np_rss_dir(g, p), "default")
+_opt_row("adagrad", lambda f: f(0.1, initial_accumulator_value=1.0),
+         lambda g, p: -0.1 * _np_rss_dir(g, p, 1.0), "init1")
+_opt_row("scale_by_adam", lambda f: f(), _np_adam_dir, "default")
+_opt_row("scale_by_adam", lambda f: f(0.5, 0.9, 1e-3),
+         lambda g, p: _np_adam_dir(g, p, 0.5, 0.9, 1e-3), "b1_b2_eps")
+_opt_row("scale_by_rms", lambda f: f(), _np_rms_dir, "default")
+_opt_row("scale_by_rms", lambda f: f(0.5, 1e-3), lambda g, p: _np_rms_dir(g, p, 0.5, 1e-3),
+         "decay_eps")
+_opt_row("scale_by_stddev", lambda f: f(0.5),
+         lambda g, p: _np_rms_dir(g, p, 0.5, centered=True), "decay")
+_opt_row("scale_by_stddev", lambda f: f(0.8, 1e-2),
+         lambda g, p: _np_rms_dir(g, p, 0.8, 1e-2, centered=True), "decay_eps")
+_opt_row("scale_by_rss", lambda f: f(), _np_rss_dir, "default")
+_opt_row("scale_by_rss", lambda f: f(0.5, 1e-3), lambda g, p: _np_rss_dir(g, p, 0.5, 1e-3),
+         "init_eps")
+_opt_row("trace", lambda f: f(0.9), lambda g, p: _np_trace(g, p, 0.9), "momentum")
+_opt_row("trace", lambda f: f(0.5, nesterov=True), lambda g, p: _np_trace(g, p, 0.5, True),
+         "nesterov")
+_opt_row("add_decayed_weights", lambda f: f(0.3), lambda g, p: _np_g2(g, p) + 0.3 * p, "all")
+_opt_row("add_decayed_weights", lambda f: f(0.3, mask=lambda params: True),
+         lambda g, p: _np_g2(g, p) + 0.3 * p, "mask_fn")
+_opt_row("scale", lambda f: f(-0.7), lambda g, p: -0.7 * _np_g2(g, p), "neg")
+_opt_row("scale", lambda f: f(2.0), lambda g, p: 2.0 * _np_g2(g, p), "pos")
+_opt_row("scale_by_learning_rate", lambda f: f(0.1), lambda g, p: -0.1 * _np_g2(g, p), "const")
+_opt_row("scale_by_learning_rate", lambda f: f(_halving, flip_sign=False),
+         lambda g, p: _halving(1) * _np_g2(g, p), "schedule_no_flip")
+_opt_row("scale_by_schedule", lambda f: f(_halving), lambda g, p: _halving(1) * _np_g2(g, p),
+         "halving")
+_opt_row("scale_by_schedule", lambda f: f(lambda c: 1.0 + c),
+         lambda g, p: 2.0 * _np_g2(g, p), "linear")
+_opt_row("clip", lambda f: f(0.4), lambda g, p: np.clip(_np_g2(g, p), -0.4, 0.4), "delta")
+_opt_row("clip", lambda f: f(10.0), _np_g2, "inactive")
+_opt_row("clip_by_global_norm", lambda f: f(1.0), lambda g, p: _np_clip_norm(g, p, 1.0),
+         "clipped")
+_opt_row("clip_by_global_norm", lambda f: f(100.0), _np_g2, "inactive")
+_opt_row("identity", lambda f: f(), _np_g2, "2x3")
+_opt_row("identity", lambda f: f(), _np_g2, "0d", shape="")
+_opt_row("chain", lambda f: f(_optim().clip(0.4), _optim().scale(-0.5)),
+         lambda g, p: -0.5 * np.clip(_np_g2(g, p), -0.4, 0.4), "clip_scale")
+_opt_row("chain", lambda f: f(_optim().scale_by_adam(), _optim().add_decayed_weights(0.1),
+                              _optim().scale(-0.1)),
+         lambda g, p: -0.1 * (_np_adam_dir(g, p) + 0.1 * p), "adamw_parts")
+_d("optim.apply_updates", lambda f, p, u: f(p, u), [A("2x3"), A("2x3")], "array",
+   ref=lambda p, u: p + u)
+_d("optim.apply_updates", lambda f, p, u: f({"w": p, "v": [u]}, {"w": u, "v": [p]})["v"][0],
+   [A("3"), A("3")], "pytree", ref=lambda p, u: u + p)
+_d("optim.global_norm", lambda f, a, b: f({"a": a, "b": (b,)}), [A("2x3"), A("2")], "pytree",
+   ref=lambda a, b: np.sqrt(np.sum(a * a) + np.sum(b * b)))
+_d("optim.global_norm", lambda f, a: f(a), [A("3")], "array",
+   ref=lambda a: np.sqrt(np.sum(a * a)))
+
+
+def _optim() -> Any:
+    import mlir_autodiff.optim as optim
+
+    return optim
+
+
+def _sched_row(name: str, build: Callable[[Any], Any], closed: Callable[[int], float],
+               label: str, count: int) -> None:
+    _v(f"optim.{name}", lambda f, c, b=build: b(f)(c), [C(np.int32(count))], label,
+       ref=lambda c, cl=closed: np.float64(cl(int(c))))
+
+
+for _c in (0, 3):
+    _sched_row("constant_schedule", lambda f: f(0.3), lambda t: 0.3, f"at{_c}", _c)
+_sched_row("exponential_decay", lambda f: f(1.0, 2, 0.5, transition_begin=1),
+           lambda t: 0.5 ** (max(t - 1, 0) / 2), "smooth", 4)
+_sched_row("exponential_decay", lambda f: f(1.0, 2, 0.5, staircase=True, end_value=0.3),
+           lambda t: max(0.5 ** (t // 2), 0.3), "staircase_end", 5)
+_sched_row("cosine_decay_schedule", lambda f: f(2.0, 4, alpha=0.1),
+           lambda t: 2.0 * (0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 4) / 4)) + 0.1),
+           "mid", 1)
+_sched_row("cosine_decay_schedule", lambda f: f(2.0, 4), lambda t: 0.0, "after", 6)
+_sched_row("linear_schedule", lambda f: f(1.0, 0.2, 4, transition_begin=1),
+           lambda t: 1.0 + (0.2 - 1.0) * min(max(t - 1, 0), 4) / 4, "mid", 3)
+_sched_row("linear_schedule", lambda f: f(1.0, 0.2, 4), lambda t: 0.2, "end", 9)
+_sched_row("piecewise_constant_schedule", lambda f: f(1.0, {2: 0.5, 4: 0.1}),
+           lambda t: 0.5, "between", 3)
+_sched_row("piecewise_constant_schedule", lambda f: f(1.0, {2: 0.5, 4: 0.1}),
+           lambda t: 0.05, "after", 4)
+_sched_row("warmup_cosine_decay_schedule", lambda f: f(0.0, 0.05, 2, 6, end_value=0.001),
+           lambda t: 0.025, "warmup", 1)
+_sched_row("warmup_cosine_decay_schedule", lambda f: f(0.0, 0.05, 2, 6, end_value=0.001),
+           lambda t: 0.001 + 0.049 * 0.5 * (1 + math.cos(math.pi * 0.5)), "decay", 4)
+_sched_row("join_schedules", lambda f: f([_optim().constant_schedule(1.0),
+                                          _optim().linear_schedule(0.5, 0.0, 2)], [3]),
+           lambda t: 1.0, "first", 2)
+_sched_row("join_schedules", lambda f: f([_optim().constant_schedule(1.0),
+                                          _optim().linear_schedule(0.5, 0.0, 2)], [3]),
+           lambda t: 0.25, "second", 4)
+
+
 CASES: list[Case] = DIFF + VALUE

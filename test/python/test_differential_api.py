@@ -1,4 +1,4 @@
-"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` / `.lax`
+"""Differential harness: every public function of `mlir_autodiff.numpy` / `.nn` / `.lax` / `.optim`
 x every transform.
 
 The case table lives in differential_cases.py. Each differentiable case runs
@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-from mlir_autodiff import lax, nn
+from mlir_autodiff import lax, nn, optim
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.tracing import Tracer
 
@@ -96,6 +96,9 @@ NON_FUNCTIONS: dict[str, dict[str, str]] = {
     "nn": {"Any": "typing alias", "ArrayLike": "typing alias",
            "annotations": "from __future__ import"},
     "lax": {},
+    "optim": {n: "a NamedTuple class (the transformation pair or a state)" for n in (
+        "GradientTransformation", "EmptyState", "ScaleByAdamState", "ScaleByRStdDevState",
+        "ScaleByRmsState", "ScaleByRssState", "ScaleByScheduleState", "TraceState")},
 }
 
 # Public functions with no derivative to check; their V rows check the value.
@@ -114,11 +117,14 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "numpy.result_type": "returns a dtype",
     "numpy.array_equal": "boolean result", "numpy.array_equiv": "boolean result",
     "nn.one_hot": "integer labels in, a constant-valued array out",
+    **{f"optim.{n}": "a schedule: a function of the integer step count" for n in (
+        "constant_schedule", "exponential_decay", "cosine_decay_schedule", "linear_schedule",
+        "piecewise_constant_schedule", "warmup_cosine_decay_schedule", "join_schedules")},
 }
 
-MODULES = {"numpy": anp, "nn": nn, "lax": lax}
+MODULES = {"numpy": anp, "nn": nn, "lax": lax, "optim": optim}
 #: Modules whose public functions are their `__all__` (they import many helpers).
-BY_ALL = {"lax"}
+BY_ALL = {"lax", "optim"}
 
 
 def public_functions(prefix: str) -> list[str]:
@@ -129,7 +135,7 @@ def public_functions(prefix: str) -> list[str]:
         own = [n for n, v in vars(module).items() if not n.startswith("_")
                and isinstance(v, types.FunctionType) and v.__module__ == module.__name__]
         assert set(own) <= set(module.__all__), f"{prefix}: functions not in __all__"
-        return sorted(f"{prefix}.{n}" for n in module.__all__)
+        return sorted(f"{prefix}.{n}" for n in module.__all__ if n not in NON_FUNCTIONS[prefix])
     for name in dir(module):
         if name.startswith("_"):
             continue
@@ -143,7 +149,7 @@ def public_functions(prefix: str) -> list[str]:
 def test_every_public_function_has_rows() -> None:
     diff_funcs = {c.func for c in dc.DIFF}
     value_funcs = {c.func for c in dc.VALUE}
-    enumerated = public_functions("numpy") + public_functions("nn") + public_functions("lax")
+    enumerated = [f for prefix in MODULES for f in public_functions(prefix)]
     assert len(enumerated) > 100
     missing = [f for f in enumerated if f not in diff_funcs and f not in NON_DIFFERENTIABLE]
     assert not missing, f"public functions without a differentiable row: {missing}"
@@ -196,11 +202,13 @@ def _np_fn(case: dc.Case) -> Any:
         return dc.NN_REF[case.name]
     if case.module == "lax":
         return dc.LAX_REF[case.name]
+    if case.module == "optim":
+        raise AssertionError(f"{case.id}: optim rows give their numpy reference (ref=)")
     return getattr(np, case.name)
 
 
 def _jax_fn(case: dc.Case) -> Any:
-    if jax is None or case.module == "Tracer":
+    if jax is None or case.module in ("Tracer", "optim"):  # optim: no jax counterpart
         return None
     if case.module == "nn":
         return dc.JAX_NN_OVERRIDE.get(case.name) or getattr(jax.nn, case.name)
