@@ -42,7 +42,6 @@ from .common import (
     read_bytes,
     tool_version,
 )
-from .supervisor import set_stage, supervised
 from .ir_printing import CapturedStderr, Selection, dump_pipeline
 from .opt_input import (
     MAX_NESTING,
@@ -54,6 +53,7 @@ from .opt_input import (
     split_input,
     wrap_in_module,
 )
+from .supervisor import set_stage, supervised
 from .verify_diagnostics import DiagnosticVerifier
 
 if TYPE_CHECKING:  # the bindings are imported lazily: --help and --version stay instant

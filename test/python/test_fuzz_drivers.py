@@ -242,7 +242,6 @@ def test_fuzzed_lit_inputs_never_kill_a_driver(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
-    (tmp_path / "results.json").write_text(json.dumps(results))
     assert len(results) == len(jobs)
     problems = []
     for job, res in zip(jobs, results):
@@ -322,11 +321,13 @@ CRASHERS = {
     "vmap-in-axes-f32-gpu": ("autodiff-opt",
                              _VMAP.replace("IN", "array<f32: 2.0>").replace(
                                  "OUT", "array<i64: 0>"),
-                             ["--autodiff-lower-to-gpu=stage=nvvm"], "autodiff.vmap"),
+                             ["--autodiff-lower-to-gpu=stage=nvvm"],
+                             "'autodiff.vmap' op attribute 'in_axes': expected an array<i64"),
     "vmap-out-axes-f32-rng": ("autodiff-opt",
                               _VMAP.replace("IN", "array<i64: 0>").replace(
                                   "OUT", "array<f32: 2.0>"),
-                              ["--autodiff-lower-rng"], "autodiff.vmap"),
+                              ["--autodiff-lower-rng"],
+                              "'autodiff.vmap' op attribute 'out_axes': expected an array<i64"),
     "run-tensor-extract-out-of-bounds": ("autodiff-run", _OOB,
                                          ["--arg", "[1, 2, 3, 4]", "--arg", "100000000000"],
                                          "@main crashed with SIGSEGV"),
@@ -364,3 +365,52 @@ def test_crashing_input_is_one_line(name, tmp_path):
     if "MLIR aborted" in expected:  # one line, nothing else: no crash report
         assert proc.stderr.count("\n") == 1, proc.stderr
         assert first.startswith(f"{tool}: internal error: MLIR aborted while parsing '{path}': ")
+
+
+# ----------------------------------------------------------------------------
+# What the supervision must not change
+# ----------------------------------------------------------------------------
+
+
+def test_supervised_output_is_the_unsupervised_output(tmp_path):
+    """Bytes on stdout (bytecode), and stdout and stderr interleaved in one file, pass unchanged."""
+    opt = _tool("autodiff-opt")
+    source = TEST / "Transforms" / "autodiff-vmap-invalid.mlir"
+    runs = {
+        "bytecode": [str(TEST / "Transforms" / "autodiff-vmap.mlir"), "--split-input-file",
+                     "--autodiff-vmap", "--emit-bytecode"],
+        "errors": [str(source), "--split-input-file", "--autodiff-vmap",
+                   "--mlir-disable-threading", "--mlir-print-ir-after-all"],
+    }
+    for name, argv in runs.items():
+        outs = []
+        for supervise in ("1", "0"):
+            env = {**_env(), "AUTODIFF_SUPERVISE": supervise}
+            proc = subprocess.run([opt, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env=env, timeout=120)
+            outs.append((proc.returncode, proc.stdout))
+        assert outs[0] == outs[1], name
+        assert outs[0][1], name
+
+
+@pytest.mark.parametrize("pass_name, bad", [
+    ("autodiff-functionalize-rng", "array<i0: 0>"),
+    ("autodiff-vmap", "array<i0: 0>"),
+    ("autodiff-vmap", "array<i32: 0>"),
+    ("autodiff-vmap", "array<f32: 0.0>"),
+])
+def test_a_pass_that_meets_a_malformed_autodiff_op_reports_the_op(pass_name, bad):
+    """Through the Python API no driver verifies first: the pass names the op, not a crash."""
+    from mlir import ir
+
+    from mlir_autodiff import dialects
+    from mlir_autodiff.transforms.pipeline import PassManagerRunner, parse_pipeline
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    module = ir.Module.parse(_VMAP.replace("IN", bad).replace("OUT", "array<i64: 0>"), ctx)
+    runner = PassManagerRunner(parse_pipeline(pass_name), ctx)
+    with pytest.raises(ir.MLIRError) as err:
+        runner.run(module.operation)
+    messages = [d.message for d in err.value.error_diagnostics]
+    assert any("'autodiff.vmap'" in m and "'in_axes'" in m for m in messages), messages
