@@ -47,6 +47,7 @@ _CRASH_LINE = re.compile(
     rb"Assertion .* failed\.|^LLVM ERROR: |^PLEASE submit a bug report|^Stack dump"
 )
 _ASSERTION = re.compile(r"^(?P<where>.*?): (?P<what>Assertion .*failed)\.?$")
+_NOT_NAMES = ("decltype", "sizeof", "alignof", "noexcept")
 _FUNCTION = re.compile(r"([A-Za-z_][\w:~]*)\(")
 
 _SIGNAL_WORDS = {
@@ -79,7 +80,7 @@ def assertion_text(report: str) -> str | None:
         m = _ASSERTION.search(line.strip())
         if m:
             # `prog: file.cpp:123: ret ns::Class::fn(args) const: Assertion ...`
-            names = _FUNCTION.findall(m["where"])
+            names = [n for n in _FUNCTION.findall(m["where"]) if n not in _NOT_NAMES]
             func = re.sub(r"^(mlir|llvm)::", "", names[0]) if names else ""
             return f"{func}: {m['what']}" if func else m["what"]
         if line.startswith("LLVM ERROR: "):

@@ -414,3 +414,23 @@ def test_a_pass_that_meets_a_malformed_autodiff_op_reports_the_op(pass_name, bad
         runner.run(module.operation)
     messages = [d.message for d in err.value.error_diagnostics]
     assert any("'autodiff.vmap'" in m and "'in_axes'" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("report, text", [
+    ("python3: /src/mlir/lib/IR/OperationSupport.cpp:128: mlir::Attribute "
+     "mlir::NamedAttrList::set(llvm::StringRef, mlir::Attribute): Assertion `value && "
+     "\"attributes may never be null\"' failed.",
+     "NamedAttrList::set: Assertion `value && \"attributes may never be null\"' failed"),
+    ("python3: /src/mlir/lib/IR/Types.cpp:123: unsigned int mlir::Type::getIntOrFloatBitWidth() "
+     "const: Assertion `isIntOrFloat()' failed.",
+     "Type::getIntOrFloatBitWidth: Assertion `isIntOrFloat()' failed"),
+    ("python3: /src/llvm/Support/Casting.h:560: decltype(auto) llvm::cast(const From&) "
+     "[with To = mlir::StringAttr; From = mlir::Attribute]: Assertion `isa<To>(Val)' failed.",
+     "cast: Assertion `isa<To>(Val)' failed"),
+    ("LLVM ERROR: out of memory\n", "out of memory"),
+    ("Segmentation fault\n", None),
+])
+def test_the_crash_line_names_the_assertion(report, text):
+    from mlir_autodiff.tools.supervisor import assertion_text
+
+    assert assertion_text(report) == text
