@@ -499,7 +499,67 @@ def worker(cases: Sequence[Case], frameworks: Sequence[str], threads: int, *,
     rows = run_cases(cases, frameworks, min_time=min_time, repeats=repeats)
     return {"threads": threads, "peak_gflops": peak, "vector_bits": bits,
             "ours_threads": ours_threads_support() if "ours" in frameworks else "",
-            "versions": _versions(frameworks), "rows": [r.to_json() for r in rows]}
+            "versions": _versions(frameworks), "rows": [r.to_json() for r in rows],
+            "recreated": recreated_grad_loop(frameworks)}
+
+
+RECREATED_ITERATIONS = 10
+MAX_RECREATED_MS = 5.0
+
+
+def recreated_grad_loop(frameworks: Sequence[str]) -> dict[str, list[float]]:
+    """Milliseconds of each iteration of `jit(grad(h))(x)` built anew in a loop.
+
+    A user who writes `jax.jit(jax.grad(loss))(params)` inside a training loop
+    gets a new function object each time; the first iteration compiles, the
+    later ones must find the compiled code by what was traced (issue 21).
+    """
+    x = np.linspace(-1.0, 1.0, 256)
+    out: dict[str, list[float]] = {}
+    if "ours" in frameworks:
+        import mlir_autodiff as ad
+        import mlir_autodiff.numpy as anp
+
+        def h_ours(v: Any) -> Any:
+            return anp.sum(anp.tanh(v) ** 2 + 0.5 * v)
+
+        out["ours"] = _loop_ms(lambda: ad.jit(ad.grad(h_ours))(x))
+    if "jax" in frameworks:
+        jax = _optional("jax")
+        jnp = _optional("jax.numpy")
+        if jax is not None and jnp is not None:
+            def h_jax(v: Any) -> Any:
+                return jnp.sum(jnp.tanh(v) ** 2 + 0.5 * v)
+
+            out["jax"] = _loop_ms(lambda: np.asarray(jax.jit(jax.grad(h_jax))(x)))
+    return out
+
+
+def _loop_ms(step: Callable[[], Any]) -> list[float]:
+    times = []
+    for _ in range(RECREATED_ITERATIONS):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def recreated_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The re-created-gradient table and its PASS/FAIL line (issue 21)."""
+    lines, verdicts = [], []
+    for r in results:
+        loops = r.get("recreated") or {}
+        if "ours" not in loops:
+            continue
+        lines.append(f"re-created jit(grad(h)) in a loop, {r['threads']}T, ms per iteration "
+                     f"(first | median of the rest | max of the rest):")
+        for fw, ms in loops.items():
+            rest = sorted(ms[1:])
+            lines.append(f"  {fw:<6} {ms[0]:9.1f} | {rest[len(rest) // 2]:7.2f} | {rest[-1]:7.2f}")
+        slow = [f"{v:.2f} ms" for v in loops["ours"][1:] if v >= MAX_RECREATED_MS]
+        verdicts.append(_verdict(f"re-created grad(h): iterations 2+ < {MAX_RECREATED_MS:.0f} ms "
+                                 f"each, {r['threads']}T", slow))
+    return lines + ([""] + verdicts if verdicts else [])
 
 
 def _spawn_worker(threads: int, argv: Sequence[str]) -> dict[str, Any]:
@@ -717,6 +777,9 @@ def report(cases: Sequence[Case], results: Sequence[dict[str, Any]],
             if extra:
                 lines += [""] + extra
     lines += [""] + acceptance(cases, cols, frameworks)
+    recreated = recreated_lines(results)
+    if recreated:
+        lines += [""] + recreated
     notes = []
     for col in cols:
         for c in cases:

@@ -77,6 +77,10 @@ GPU_NUM_OUTPUTS = "autodiff.gpu.num_outputs"
 #: reduction in (transforms/gpu/reductions.py): "grid" (a whole reduction) or
 #: "row" (one block's work).
 GPU_BLOCK_REDUCTION = "autodiff.gpu.block_reduction"
+#: transforms/shard_to_mpi.py: the MPI process count a lowered module was made for,
+#: and the mpi op a private declaration stands for while buffers are deallocated.
+MPI_PROCESSES = "autodiff.mpi_processes"
+HIDDEN_MPI_OP = "autodiff.hidden_mpi_op"
 
 #: attribute -> (where it sits, what it means).
 ATTRIBUTES: dict[str, str] = {
@@ -106,6 +110,9 @@ ATTRIBUTES: dict[str, str] = {
     GPU_NUM_OUTPUTS: "on a GPU function: how many trailing memref arguments are out-parameters",
     GPU_BLOCK_REDUCTION: "on an scf.execute_region of the GPU lowering: \"grid\" (a whole "
                          "block-parallel reduction) or \"row\" (one block's work)",
+    MPI_PROCESSES: "on the module (i64): the number of MPI processes its grids span",
+    HIDDEN_MPI_OP: "on a private declaration while buffers are deallocated: {name, "
+                   "attributes} of the mpi op its calls stand for",
 }
 
 #: The function attributes a user writes (the README's table).

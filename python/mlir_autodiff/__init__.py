@@ -27,17 +27,22 @@ depend on) the front end.
 #   layer 1  argspec, cuda_driver, errors, pytree, rng_state, tracebacks  argument specs; the
 #                                        CUDA driver query; exceptions; pytrees; the generator
 #                                        state; filtered tracebacks
-#   layer 2  signatures, native_call     specs read from MLIR; calling compiled code (no MLIR)
+#   layer 2  signatures, native_call, tree_util  specs read from MLIR; calling compiled code
+#                                        (no MLIR); jax.tree_util's API over pytree
 #   layer 3  tracing, runtime, call_plan  Tracer and traces; the CPU JIT runtime; a compiled
 #                                        call's outputs (numpy only)
 #   layer 4  aot, native_build           loading exported artifacts (numpy and ctypes only);
 #                                        building shared libraries from lowered modules
 #   layer 5  primitives, gpu, compile_cache  the ops a trace emits; the GPU runtime; jit's
 #                                        persistent compilation cache
-#   layer 6  indexing                    gathers and scatters of array/traced indices
+#   layer 6  indexing, numpy_dtypes, array_manip  gathers and scatters of array/traced
+#                                        indices; dtype names; numpy's pad, split, nan*, ...
+#                                        (composed of numpy's functions, handed over by numpy
+#                                        at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
-#   layer 9  batching, random, exporting  vmap; random draws; ahead-of-time export
+#   layer 9  batching, random, exporting, distributed  vmap; random draws; ahead-of-time
+#                                        export; MPI processes, meshes, shard_map
 #   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
 #   layer 11 custom_vmap, checkpointing, nn  custom batching rules; checkpoint and residuals
 #   layer 12 custom                      custom_vjp, custom_jvp
@@ -54,10 +59,15 @@ _EXPORTS: dict[str, str | None] = {
     "aot": None,
     "errors": None,
     "lax": None,
+    "distributed": None,
+    "Mesh": "distributed",
+    "PartitionSpec": "distributed",
+    "shard_map": "distributed",
     "nn": None,
     "numpy": None,
     "pytree": None,
     "random": None,
+    "tree_util": None,
     "JitFunction": "api",
     "Lowered": "api",
     "jit": "api",

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlir_autodiff import pytree
-from mlir_autodiff.argspec import ArgSpec, check_args
+from mlir_autodiff.argspec import ArgSpec, check_args, dtype_from_json
 from mlir_autodiff.call_plan import CallPlan
 from mlir_autodiff.cuda_driver import DRIVER_LIBRARY, NoCudaDevice, _chip_runs_on, cuda_device
 from mlir_autodiff.native_call import NativeFunction
@@ -86,12 +86,12 @@ def _openmp_runtime() -> str | None:
 
 def _spec(d: dict[str, Any]) -> ArgSpec:
     shape = None if d["shape"] is None else tuple(d["shape"])
-    return ArgSpec(np.dtype(d["dtype"]), shape, d["mlir_type"])
+    return ArgSpec(dtype_from_json(d["dtype"]), shape, d["mlir_type"])
 
 
 def _aval_spec(d: dict[str, Any]) -> ArgSpec:
     dims = "x".join(str(n) for n in d["shape"])
-    dt = np.dtype(d["dtype"])
+    dt = dtype_from_json(d["dtype"])
     return ArgSpec(dt, tuple(d["shape"]), f"{dt.name}[{dims}]" if dims else f"{dt.name}[]")
 
 
@@ -193,7 +193,7 @@ class Artifact:
                 constants = {k: z[k] for k in z.files}
         plan = [(kind, constants[w] if kind == "const" else w) for kind, w in m["plan"]]
         self._plan = CallPlan(self._out_tree, plan, [s.dtype for s in self._leaf_specs],
-                              [np.dtype(a["dtype"]) for a in m["out_avals"]], m["remap"],
+                              [dtype_from_json(a["dtype"]) for a in m["out_avals"]], m["remap"],
                               m["returned_donated"], m["uses_rng"])
 
     # -- loading -------------------------------------------------------------------------

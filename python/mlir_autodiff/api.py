@@ -60,6 +60,7 @@ from .native_build import (
     NotCallable,
     Target,
     _spec_json,
+    background,
     build_input,
     build_library_from,
     lower_main,
@@ -74,6 +75,7 @@ from .tracing import (
     as_tracer,
     canonical_dtype,
     current_trace,
+    is_float_dtype,
 )
 from .transforms.cpu.pipeline import cpu_pipeline, cpu_threads
 from .transforms.diagnostics import to_diag
@@ -333,7 +335,7 @@ def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
     for anything but arrays and numbers of the supported dtypes."""
     if isinstance(leaf, (bool, int, float, np.ndarray, np.generic)):
         arr = np.asarray(leaf)
-        if arr.dtype.kind in "biuf":
+        if arr.dtype.kind in "biuf" or is_float_dtype(arr.dtype):
             try:
                 canonical_dtype(arr.dtype)
                 return arr
@@ -347,6 +349,13 @@ def _constant_output(fname: str, i: int, leaf: Any) -> np.ndarray:
 def _module_text(module: ir.Module, debug_info: bool = True) -> str:
     # Keep locations: the pipeline's diagnostics must point at the user's code.
     return module.operation.get_asm(enable_debug_info=debug_info)
+
+
+def _build_in_background(inp: Any, target: Any, path: str) -> None:
+    """The compilation cache's entry build, its tools at a lower priority than the
+    program (it runs in a thread while the program goes on)."""
+    with background():
+        build_library_from(inp, target, path)
 
 
 def _render_mlir_error(err: ir.MLIRError) -> list[str]:
@@ -475,6 +484,10 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
         from .gpu import CompiledGpuModule
 
         return CompiledGpuModule(module, context=context)
+    if _draws_random(module, "shard.grid"):  # shard_map inside jit: collectives over MPI
+        threads_opt = f"{{threads={threads}}}" if threads > 1 else ""
+        return CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi" + threads_opt,
+                              context=context)
     return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
 
 
@@ -617,8 +630,11 @@ class _Executable:
         text = _module_text(traced.module, debug_info=False) if traced.out_avals else ""
         mkey = (text, device, threads, tuple(donated), tuple(sorted(returned)))
         shared = _COMPILED_BY_MODULE.get(mkey) if traced.out_avals else None
+        # Not cached on disk: code calling MPI (shard_map inside jit) needs libmpi,
+        # which the cache's shared libraries are not linked with.
         cache = (compile_cache.active()
-                 if device == "cpu" and traced.out_avals and shared is None else None)
+                 if device == "cpu" and traced.out_avals and shared is None
+                 and not _draws_random(traced.module, "shard.grid") else None)
         key = self._cache_key(cache, donated, text) if cache is not None else None
         if shared is not None:
             self.compiled, self.remap, self.in_place = shared.compiled, shared.remap, \
@@ -715,7 +731,7 @@ class _Executable:
         target = Target("cpu", cpu="native", threads=self.threads)
         compile_cache.store_in_background(
             cache, key, self.fname, meta,
-            lambda path: build_library_from(inp, target, path))
+            lambda path: _build_in_background(inp, target, path))
 
     def _compile_donating(self, module: ir.Module, context: ir.Context, what: str,
                           donated: Sequence[int]) -> None:
@@ -770,6 +786,27 @@ JIT_CACHE_TOTAL = _env_int("AUTODIFF_JIT_CACHE_TOTAL", 512)
 _LIVE_JITS: weakref.WeakSet[JitFunction] = weakref.WeakSet()
 _USE_CLOCK = itertools.count()
 
+#: Jitted functions take their MLIR context from a shared one, which serves this
+#: many functions before a fresh one replaces it. Making a context (loading every
+#: dialect) costs ~10 ms, most of a re-created `jit(grad(h))`'s call; one per
+#: function would also keep them apart for nothing, since every compile holds
+#: COMPILE_LOCK anyway. Rotating bounds what a context accumulates (uniqued
+#: types and constants are freed only with it): it dies with the last function
+#: that uses it.
+SHARED_CONTEXT_USES = _env_int("AUTODIFF_SHARED_CONTEXT_USES", 32)
+_SHARED_CONTEXT: list[Any] = [None, 0]   # [context, functions served]
+
+
+def _shared_context() -> ir.Context:
+    """The context for a function that needs one (call with COMPILE_LOCK held)."""
+    context, served = _SHARED_CONTEXT
+    if context is None or served >= SHARED_CONTEXT_USES:
+        context = ir.Context()
+        dialects.load(context)
+        _SHARED_CONTEXT[:] = [context, 0]
+    _SHARED_CONTEXT[1] += 1
+    return context
+
 
 def _cached_versions() -> int:
     return sum(len(jf._cache) for jf in list(_LIVE_JITS))
@@ -786,6 +823,7 @@ def clear_caches() -> None:
             jf.clear_cache()
         _RECENT_MODULES.clear()
         _COMPILED_BY_MODULE.clear()
+        _SHARED_CONTEXT[:] = [None, 0]
         gc.collect()
     _trim_heap()
 
@@ -834,20 +872,19 @@ class JitFunction:
 
     @property
     def context(self) -> ir.Context:
-        """The MLIR context that holds every version of this function."""
+        """The MLIR context that holds every version of this function (shared with
+        a few other functions, see `SHARED_CONTEXT_USES`)."""
         if self._context is None:
             with COMPILE_LOCK:
                 if self._context is None:
-                    context = ir.Context()
-                    dialects.load(context)
-                    self._context = context
+                    self._context = _shared_context()
         return self._context
 
     def _cache_size(self) -> int:
         return len(self._cache)
 
     def clear_cache(self) -> None:
-        """Drop this function's compiled versions (and its MLIR context with them)."""
+        """Drop this function's compiled versions (and its hold on its MLIR context)."""
         with COMPILE_LOCK:
             for exe in self._cache.values():
                 exe.release()

@@ -35,9 +35,33 @@ _NP_OF_MLIR = {
 def np_dtype(t: ir.Type) -> np.dtype:
     """The numpy dtype of an MLIR element type; TypeError if the runtime cannot pass it."""
     key = str(t)
+    if key == "bf16":
+        return bfloat16()
     if key not in _NP_OF_MLIR:
         raise TypeError(f"element type {t} is not supported by the CPU runtime")
     return np.dtype(_NP_OF_MLIR[key])
+
+
+def dtype_json(dtype: np.dtype) -> str:
+    """`dtype` as manifests and cache entries store it (`dtype_from_json` reads it back):
+    numpy's `.str` (with the byte order), or the name of an extension type like
+    bfloat16, whose `.str` ('|V2') would not find it again."""
+    return dtype.name if dtype.kind == "V" else dtype.str
+
+
+def dtype_from_json(text: str) -> np.dtype:
+    return bfloat16() if text == "bfloat16" else np.dtype(text)
+
+
+def bfloat16() -> np.dtype:
+    """numpy's bfloat16 (the ml_dtypes extension jax uses too), imported when first
+    needed: an exported artifact without bf16 arguments runs without it."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)") \
+            from None
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _is_python_value(value: Any) -> bool:
@@ -160,7 +184,7 @@ def from_python(value: Any, dtype: np.dtype, label: str) -> np.ndarray:
         ) from None
     if probe.size == 0 and probe.dtype.kind in "biufO":
         return np.zeros(probe.shape, dtype)
-    allowed = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}[dtype.kind]
+    allowed = {"b": "b", "i": "biu", "u": "biu"}.get(dtype.kind, "biuf")  # floats, bfloat16
     if probe.dtype.kind not in allowed:
         raise TypeError(f"{label}: expected {dtype} values, got {_dtype_name(probe)}")
     try:

@@ -195,11 +195,18 @@ def _prefix_leaves(spec: Any, tree: pytree.TreeDef, what: str, whole: Any = None
     if spec is None or isinstance(spec, (int, np.integer)):
         return [None if spec is None else int(spec)] * tree.num_leaves
     kind = tree.kind
-    ok = (isinstance(spec, (tuple, list)) and kind in ("tuple", "list", "namedtuple")
-          and len(spec) == len(tree.children))
-    if isinstance(spec, dict):
-        ok = kind == "dict" and tuple(sorted(spec)) == tuple(tree.aux)
+    node = pytree._node(spec)
+    ok = node is not None and len(node[2]) == len(tree.children)
+    if ok and kind in ("tuple", "list", "namedtuple"):
+        ok = isinstance(spec, (tuple, list))  # a list spec for a tuple value is accepted
+    elif ok and kind == "dict":
+        ok = node[0] == "dict" and tuple(sorted(spec)) == tuple(tree.aux)
         spec = [spec[k] for k in tree.aux] if ok else spec
+    elif ok:  # a registered node: the same type and static data
+        ok = node[0] == kind and node[1] == tree.aux
+        spec = node[2] if ok else spec
+    else:
+        ok = False
     if not ok:
         raise ValueError(f"vmap {what} specification must be a tree prefix of the "
                          f"corresponding value, got specification {whole!r} for value tree "

@@ -28,6 +28,7 @@ from .tracing import (
     as_tracer,
     emit_call,
     function_location,
+    is_float_dtype,
     require_trace,
     trace_function,
 )
@@ -59,7 +60,7 @@ ARRAY_TYPES = (Tracer, np.ndarray, np.generic)
 
 def is_float(dtype: np.dtype) -> bool:
     """Whether `dtype` is a floating-point type (one that has derivatives)."""
-    return np.issubdtype(dtype, np.floating)
+    return is_float_dtype(dtype)
 
 
 def leaf_like(x: Any, aval: ShapedArray, who: str, what: str) -> Tracer:

@@ -35,13 +35,14 @@ from .tracing import (
     as_tracer,
     current_trace,
     emit_call,
+    is_float_dtype,
     require_trace,
     trace_function,
 )
 
 
 def _is_float(dtype: np.dtype) -> bool:
-    return np.issubdtype(dtype, np.floating)
+    return is_float_dtype(dtype)
 
 
 _name = function_name

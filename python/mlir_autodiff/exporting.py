@@ -47,6 +47,7 @@ import numpy as np
 from mlir import ir
 
 from . import api, dialects, pytree
+from .argspec import dtype_json
 from .native_build import (  # noqa: F401  (re-exported: export's building blocks)
     CPU_TARGETS,
     ExportError,
@@ -72,7 +73,7 @@ CONSTANTS = "constants.npz"
 # --------------------------------------------------------------------------- export
 
 def _aval_json(aval: Any) -> dict[str, Any]:
-    return {"dtype": aval.dtype.str, "shape": list(aval.shape), "weak_type": aval.weak_type}
+    return {"dtype": dtype_json(aval.dtype), "shape": list(aval.shape), "weak_type": aval.weak_type}
 
 
 def _built_with() -> dict[str, str]:

@@ -52,6 +52,16 @@ from . import dialects, primitives, pytree
 from . import indexing as _ix
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
+from .distributed import (  # noqa: F401  (jax.lax's collectives; see distributed.py)
+    all_gather,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .errors import ShapeError
 from .tracing import (
     FunctionTrace,
@@ -62,6 +72,7 @@ from .tracing import (
     as_tracer,
     current_trace,
     format_site,
+    is_float_dtype,
     require_trace,
     user_location,
 )
@@ -937,7 +948,7 @@ def _cumulative(who: str, operand: Any, axis: int, reverse: bool) -> Any:
     if current_trace() is None:
         x = np.asarray(operand)
         ax = _dimension(who, axis, x.ndim) if x.ndim else 0
-        if who == "cumlogsumexp" and x.dtype.kind != "f":
+        if who == "cumlogsumexp" and not is_float_dtype(x.dtype):
             raise TypeError(f"{who}: the operand must be floating point, got {x.dtype}")
         x = np.moveaxis(x, ax, 0)
         if reverse:
@@ -950,7 +961,7 @@ def _cumulative(who: str, operand: Any, axis: int, reverse: bool) -> Any:
     if t.ndim == 0:
         return t
     ax = _dimension(who, axis, t.ndim)
-    if who == "cumlogsumexp" and t.dtype.kind != "f":
+    if who == "cumlogsumexp" and not is_float_dtype(t.dtype):
         raise TypeError(f"{who}: the operand must be floating point, got {t.dtype} (at "
                         f"{format_site()})")
     if t.shape[ax] == 0:
@@ -1122,6 +1133,9 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(x, u, index, ax)
 
 
+# The collectives imported above are reachable as `lax.psum` & co. (jax's spelling)
+# but listed in mlir_autodiff.distributed.__all__: they run only inside shard_map
+# under mpiexec, so their rows are in test_distributed.py, not the differential table.
 __all__ = ["cond", "cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",

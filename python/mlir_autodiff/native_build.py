@@ -8,6 +8,7 @@ See exporting.py for the pipeline (`mlir-translate` -> `opt` -> `llc` -> `cc`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -16,12 +17,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from importlib import metadata, resources
 from typing import Any
 
 from mlir import ir
 
+from .argspec import dtype_json
 from .runtime import _result_arguments
 from .signatures import donated_arguments, function_signatures, mark_args_read_only
 from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
@@ -79,10 +82,39 @@ def c_compiler() -> str:
         "not on PATH); install gcc or clang, or set CC")
 
 
+#: Niceness added to the tool processes that a thread started under `background()`
+#: runs: the compilation cache builds its entries while the program goes on, and
+#: that build must not take the cores from the program's own work.
+BACKGROUND_NICENESS = 10
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """Run this thread's tool processes at a lower priority (see BACKGROUND_NICENESS)."""
+    _THREAD.background = True
+    try:
+        yield
+    finally:
+        _THREAD.background = False
+
+
+def _spawn(cmd: list[str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if getattr(_THREAD, "background", False):
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, min(
+                19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS))
+        except (OSError, AttributeError):  # exited already, or no setpriority here
+            pass
+    return proc
+
+
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = _spawn(cmd)
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        _report(cmd, proc.returncode, proc.stderr or proc.stdout, what)
+        _report(cmd, proc.returncode, err or out, what)
 
 
 def _report(cmd: list[str], returncode: int, output: str, what: str) -> None:
@@ -268,8 +300,7 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
     try:
         for src, c_obj in zip(sources, c_objects):
             cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", src, "-o", c_obj]
-            c_jobs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)))
+            c_jobs.append((cmd, _spawn(cmd)))
         mlir_path = os.path.join(tmp, "module.mlir")
         with open(mlir_path, "w") as f:
             f.write(inp.mlir_text)
@@ -299,7 +330,7 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
 
 
 def _spec_json(spec: Any) -> dict[str, Any]:
-    return {"dtype": spec.dtype.str, "shape": None if spec.shape is None else list(spec.shape),
+    return {"dtype": dtype_json(spec.dtype), "shape": None if spec.shape is None else list(spec.shape),
             "mlir_type": spec.mlir_type}
 
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from mlir_autodiff.argspec import ArgSpec, check_args
 
-# How a scalar of each dtype crosses the C boundary. f16 has no ctypes type:
-# it travels as its 16 raw bits.
+# How a scalar of each dtype crosses the C boundary. f16 and bf16 have no ctypes
+# type: they travel as their 16 raw bits.
 _CTYPE_OF_NP = {
     np.dtype(np.float32): ctypes.c_float,
     np.dtype(np.float64): ctypes.c_double,
@@ -35,6 +35,11 @@ _CTYPE_OF_NP = {
 }
 
 _F16 = np.dtype(np.float16)
+
+
+def _half(dtype: np.dtype) -> bool:
+    """float16 or bfloat16 (ml_dtypes' numpy type, looked up by name: no import)."""
+    return dtype == _F16 or dtype.name == "bfloat16"
 
 
 # -- memref descriptors -------------------------------------------------------------------
@@ -101,8 +106,8 @@ _keep_freed_memory()
 
 
 def _scalar_value(spec: ArgSpec, raw: Any) -> Any:
-    if spec.dtype == _F16:
-        return np.uint16(raw).view(np.float16)
+    if _half(spec.dtype):
+        return np.uint16(raw).view(spec.dtype)
     return spec.dtype.type(raw)
 
 
@@ -143,7 +148,7 @@ class NativeFunction:
         self._out_scalars = [r for r in native if r.is_scalar]
         self._result_struct: type[ctypes.Structure] | None = None
         if len(self._out_scalars) > 1:
-            fields = [(f"r{i}", _CTYPE_OF_NP[s.dtype]) for i, s in enumerate(self._out_scalars)]
+            fields = [(f"r{i}", type(_scalar_slot(s))) for i, s in enumerate(self._out_scalars)]
             self._result_struct = type(f"{name}_results", (ctypes.Structure,),
                                        {"_fields_": fields})
         self._out_shapes = [tuple(s.shape) for s in self._out_tensors]
@@ -243,7 +248,7 @@ class _CallFrame:
         self.out_scalars = list(out_scalars)
         self.single = None
         if len(out_scalars) == 1:
-            self.single = _CTYPE_OF_NP[out_scalars[0].dtype]()
+            self.single = _scalar_slot(out_scalars[0])
             cells.append(self.single)
         self.cells = cells  # kept alive: `packed` points into them
         self.packed = (ctypes.c_void_p * max(len(cells), 1))(
@@ -283,12 +288,12 @@ def _static_descriptor(spec: ArgSpec) -> ctypes.Structure:
 
 
 def _scalar_slot(spec: ArgSpec) -> ctypes._SimpleCData:
-    return _CTYPE_OF_NP[spec.dtype]()
+    return ctypes.c_uint16() if _half(spec.dtype) else _CTYPE_OF_NP[spec.dtype]()
 
 
 def _scalar_raw(spec: ArgSpec, arr: np.ndarray) -> Any:
     """A scalar argument's value as its ctypes cell stores it (f16: the raw bits)."""
-    if spec.dtype == _F16:
+    if _half(spec.dtype):
         return int(arr.view(np.uint16))
     return arr.item()
 
@@ -310,9 +315,9 @@ def _data_pointer(arr: np.ndarray) -> int:
     `arr.ctypes.data` builds a Python helper object per call, ~1 us here,
     four times what `c_char.from_buffer` takes.
     """
-    if arr.flags.writeable and arr.nbytes:
+    if arr.flags.writeable and arr.nbytes and arr.dtype.kind != "V":
         return ctypes.addressof(ctypes.c_char.from_buffer(arr))
-    return arr.ctypes.data
+    return arr.ctypes.data  # also bfloat16, which the buffer protocol cannot export
 
 
 def _writable_buffer(arrays: list[np.ndarray], j: int) -> np.ndarray:

@@ -19,8 +19,11 @@ dtype promotion) with these documented choices:
   updates; they return new arrays.
 - Indexing supports ints (negative too), slices (any step), `None`, `...`;
   array ("advanced") indexing raises UnsupportedError.
-- Supported dtypes: float32, float64, bool, int8/16/32/64. Float functions of
-  int arrays compute in float64 (float32 for bool/int8/int16: no float16).
+- Supported dtypes: float64, float32, float16, bfloat16, bool, int8/16/32/64.
+  Float functions of int arrays compute in float64 (float32 for
+  bool/int8/int16). float16 and bfloat16 promote as in jax (integers do not
+  widen them; together they give float32); their sums, means and
+  contractions accumulate in float32.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math as _pymath
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,8 +40,36 @@ from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import math as _m
 
+from . import array_manip as _manip
 from . import indexing as _ix
 from . import primitives as P
+from .array_manip import (  # noqa: F401 - re-exported (implemented there)
+    allclose,
+    array_split,
+    average,
+    cross,
+    diag,
+    fliplr,
+    flipud,
+    hypot,
+    isclose,
+    kron,
+    linspace,
+    meshgrid,
+    nan_to_num,
+    nanmax,
+    nanmean,
+    nanmin,
+    nansum,
+    pad,
+    repeat,
+    roll,
+    rot90,
+    sinc,
+    split,
+    tile,
+    trace,
+)
 from .errors import (
     ConcretizationTypeError,
     ShapeError,
@@ -45,10 +77,19 @@ from .errors import (
     UnsupportedError,
 )
 from .errors import UnsupportedNumpyFunctionError as _UnsupportedNumpyFunctionError
-from .tracing import Tracer, canonical_dtype, current_trace, format_site
+from .tracing import (
+    BFLOAT16,
+    Tracer,
+    canonical_dtype,
+    current_trace,
+    format_site,
+    is_float_dtype,
+)
 
 # --------------------------------------------------------------------------- dtypes & constants
 
+float16 = np.float16
+bfloat16 = BFLOAT16.type
 float32 = np.float32
 float64 = np.float64
 int8 = np.int8
@@ -63,8 +104,30 @@ inf = np.inf
 nan = np.nan
 newaxis = None
 
+# dtype queries and type names (numpy_dtypes.py)
+from .numpy_dtypes import (  # noqa: E402, F401
+    bool,
+    complexfloating,
+    finfo,
+    floating,
+    generic,
+    iinfo,
+    inexact,
+    integer,
+    iscomplexobj,
+    issubdtype,
+    ndarray,
+    number,
+    promote_types,
+    signedinteger,
+    unsignedinteger,
+)
+from .numpy_dtypes import promote_strong as _promote_strong  # noqa: E402
+
 ArrayLike = Any
 
+_F16 = np.dtype(np.float16)
+_BF16 = BFLOAT16
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
@@ -73,7 +136,7 @@ _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
 
 def _is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f"
+    return is_float_dtype(dt)
 
 
 def _is_bool(dt: np.dtype) -> bool:
@@ -127,9 +190,13 @@ def _info(x: Any) -> tuple[np.dtype, bool]:
     if d is not None:
         return d, True
     dt = np.asarray(x).dtype
-    if dt.kind == "f" and dt not in (_F32, _F64):
-        dt = _F32
+    if dt.kind == "f" and dt.itemsize > 8:  # long double: as constant_like takes it
+        dt = _F64
     return dt, False
+
+
+def _rank(dt: np.dtype) -> int:
+    return 2 if is_float_dtype(dt) else _KIND_RANK[dt.kind]
 
 
 def _result_dtype(infos: Sequence[tuple[np.dtype, bool]]) -> tuple[np.dtype, bool]:
@@ -137,10 +204,10 @@ def _result_dtype(infos: Sequence[tuple[np.dtype, bool]]) -> tuple[np.dtype, boo
     strong = [d for d, w in infos if not w]
     weak = [d for d, w in infos if w]
     if strong:
-        base = np.result_type(*strong)
+        base = _promote_strong(strong)
         if weak:
             wk = builtins.max(_KIND_RANK[d.kind] for d in weak)
-            if wk > _KIND_RANK[base.kind]:
+            if wk > _rank(base):
                 base = _F64 if wk == 2 else _I64
         return canonical_dtype(base), False
     return builtins.max(weak, key=lambda d: (_KIND_RANK[d.kind], d.itemsize)), True
@@ -856,18 +923,24 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
     else:
         t = P.convert(t, _F64)
     count = _pymath.prod(t.shape[i] for i in axes)
-    s = P.reduce(t, axes, "sum")
+    half = dt.itemsize == 2  # float16/bfloat16: in float32 (the count may not fit)
+    s = P.reduce(P.convert(t, _F32) if half else t, axes, "sum")
     r = true_divide(s, float(count) if count else np.nan)
-    return _keep(r, t.shape, axes, keepdims)
+    return _keep(P.convert(r, dt) if half else r, t.shape, axes, keepdims)
 
 
 @_api()
-def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    """Variance over `axis` with `ddof` delta degrees of freedom."""
+def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    """Variance over `axis` with `ddof` (or `correction`) delta degrees of freedom."""
+    if correction is not None:
+        ddof = correction
     t = _t(a)
     axes = _norm_axes(axis, t.ndim, "var")
     if not _is_float(t.dtype):
         t = P.convert(t, _F64)
+    if t.dtype.itemsize == 2:  # float16/bfloat16: in float32, rounded once
+        return astype(var(astype(t, _F32), axes, ddof, keepdims), t.dtype)
     centered = t - mean(t, axis=axes, keepdims=True)
     count = _pymath.prod(t.shape[i] for i in axes)
     s = sum(centered * centered, axis=axes, keepdims=keepdims)
@@ -875,8 +948,9 @@ def var(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -
 
 
 @_api()
-def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims))
+def std(a: ArrayLike, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: int | None = None) -> Any:
+    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, correction=correction))
 
 
 def _arg(kind: str, a: Any, axis: Any, keepdims: bool) -> Tracer:
@@ -1022,6 +1096,73 @@ def broadcast_to(array: ArrayLike, shape: Any) -> Any:
     return P.broadcast_to(_t(array), shp)
 
 
+def _real_only(x: Any, who: str) -> Tracer:
+    if not isinstance(x, Tracer) and np.asarray(x).dtype.kind == "c":
+        raise UnsupportedError(f"anp.{who}: complex dtype {np.asarray(x).dtype} is not "
+                               f"supported (at {format_site()})")
+    return _t(x)
+
+
+@_api()
+def real(val: ArrayLike) -> Any:
+    """The real part: `val` itself (there are no complex dtypes)."""
+    return _real_only(val, "real")
+
+
+@_api()
+def imag(val: ArrayLike) -> Any:
+    """The imaginary part: zeros of `val`'s shape and dtype (there are no complex dtypes)."""
+    return zeros_like(_real_only(val, "imag"))
+
+
+@_api()
+def conjugate(x: ArrayLike) -> Any:
+    """The complex conjugate: `x` itself (there are no complex dtypes)."""
+    return _real_only(x, "conjugate")
+
+
+@_api("conjugate")
+def conj(x: ArrayLike) -> Any:
+    """numpy's short name of `conjugate`."""
+    return _real_only(x, "conj")
+
+
+@_api()
+def copy(a: ArrayLike) -> Any:
+    """A copy of `a`: the value itself in a trace (arrays there are immutable)."""
+    return _t(a)
+
+
+@_api()
+def concat(arrays: Sequence[ArrayLike], /, *, axis: Any = 0) -> Any:
+    """The array-API name of `concatenate`."""
+    return concatenate(arrays, axis=axis)
+
+
+@_api()
+def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: builtins.bool = False) -> Any:
+    """Whether the shapes match and every element is equal (a traced bool; a shape
+    mismatch is a constant False, as in numpy)."""
+    x, y = _t(a1), _t(a2)
+    if x.shape != y.shape:
+        return asarray(False)
+    same = equal(x, y)
+    if equal_nan and _is_float(result_type(x, y)):
+        same = logical_or(same, logical_and(isnan(x), isnan(y)))
+    return all(same)
+
+
+@_api()
+def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Any:
+    """Whether the arrays broadcast to one shape and are equal everywhere."""
+    x, y = _t(a1), _t(a2)
+    try:
+        np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        return asarray(False)
+    return all(equal(x, y))
+
+
 @_api()
 def broadcast_arrays(*args: ArrayLike) -> Any:
     ts = [_t(a) for a in args]
@@ -1120,23 +1261,6 @@ def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> A
 
 
 @_api()
-def roll(a: ArrayLike, shift: int, axis: Any = None) -> Any:
-    """Roll elements along `axis` (flattened when None) by `shift`."""
-    t = _t(a)
-    if axis is None:
-        return reshape(roll(ravel(t), shift, 0), t.shape)
-    ax = _norm_axis(axis, t.ndim, "roll")
-    n = t.shape[ax]
-    if n == 0:
-        return t
-    s = int(shift) % n
-    if s == 0:
-        return t
-    lead = (slice(None),) * ax
-    return concatenate([t[lead + (slice(n - s, None),)], t[lead + (slice(0, n - s),)]], ax)
-
-
-@_api()
 def diff(a: ArrayLike, n: int = 1, axis: int = -1) -> Any:
     t = _t(a)
     ax = _norm_axis(axis, t.ndim, "diff")
@@ -1150,15 +1274,23 @@ def _tri_mask(n: int, m: int, k: int, upper: bool) -> np.ndarray:
     return np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
 
 
+def _tri_operand(m: ArrayLike, name: str) -> Tracer:
+    t = _t(m)
+    if t.ndim < 2:
+        raise ValueError(f"{name} requires an array of at least 2 dimensions, got {t.ndim} "
+                         f"(at {format_site()})")
+    return t
+
+
 @_api()
 def tril(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "tril")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, False), t, np.zeros((), t.dtype))
 
 
 @_api()
 def triu(m: ArrayLike, k: int = 0) -> Any:
-    t = _t(m)
+    t = _tri_operand(m, "triu")
     return where(_tri_mask(t.shape[-2], t.shape[-1], k, True), t, np.zeros((), t.dtype))
 
 
@@ -1237,7 +1369,7 @@ class _Index:
                             f"slice bounds must be static Python ints, got a traced value at "
                             f"{format_site()}")
             return i
-        if isinstance(i, (bool, np.bool_)):
+        if isinstance(i, (builtins.bool, np.bool_)):
             raise UnsupportedError(f"boolean indices are not supported (at {format_site()})")
         if isinstance(i, (int, np.integer)):
             return int(i)
@@ -1436,24 +1568,18 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2) -> Any:
 
 
 @_api()
-def trace(a: ArrayLike, offset: int = 0) -> Any:
-    t = _t(a)
-    if offset:
-        t = t[:, offset:] if offset > 0 else t[-offset:, :]
-    n = builtins.min(t.shape[0], t.shape[1])
-    return einsum("ii->", t[:n, :n])
-
-
-@_api()
-def einsum(subscripts: str, *operands: ArrayLike) -> Any:
-    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts, no `...`.
+def einsum(subscripts: str, *operands: ArrayLike, optimize: Any = False) -> Any:
+    """numpy.einsum with explicit (`ij,jk->ik`) or implicit subscripts; `...` stands
+    for broadcast dims (array_manip.expand_ellipsis). `optimize` is accepted and
+    ignored (the order of contraction is left to right).
 
     Two-operand contractions become one `linalg.generic` with reduction
     iterators; more operands are contracted pairwise, left to right.
     """
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise UnsupportedError(f"einsum: '...' is not supported (at {format_site()})")
+        spec, shapes = _manip.expand_ellipsis(spec, [shape(o) for o in operands])
+        operands = tuple(broadcast_to(o, s) for o, s in zip(operands, shapes))
     if "->" in spec:
         lhs, out = spec.split("->")
     else:
@@ -1562,10 +1688,11 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
                  else np.arange(0, start, step, dtype=dtype))
 
 
-def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True,
-             dtype: Any = None) -> Any:
-    _static("linspace", start, stop, num)
-    return _make(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+def _make_result(value: Any) -> Any:
+    """`_make` of an array, or of each array of a tuple (numpy.linspace's retstep)."""
+    if isinstance(value, tuple):
+        return tuple(_make(np.asarray(v)) if isinstance(v, np.ndarray) else v for v in value)
+    return _make(value)
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Any:
@@ -2081,6 +2208,8 @@ _TRACER_METHODS: dict[str, Any] = {
     "argsort": lambda self, axis=-1, **kw: argsort(self, axis, **kw),
     "cumsum": lambda self, axis=None, dtype=None: cumsum(self, axis, dtype),
     "cumprod": lambda self, axis=None, dtype=None: cumprod(self, axis, dtype),
+    "repeat": lambda self, repeats, axis=None: repeat(self, repeats, axis),
+    "diagonal": lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1, axis2),
 }
 #: Tracer properties.
 _TRACER_PROPERTIES: dict[str, Callable[[Tracer], Any]] = {
@@ -2131,7 +2260,7 @@ def _ix_axis(axis: int, ndim: int, who: str) -> int:
 def _fill_value(dtype: np.dtype, fill_value: Any) -> Any:
     if fill_value is not None:
         return fill_value
-    if dtype.kind == "f":
+    if is_float_dtype(dtype):
         return np.nan
     if dtype.kind == "b":
         return True
@@ -2223,3 +2352,6 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
         r = where(P.broadcast_to(ok, shape, "take_along_axis"), r,
                       asarray(_fill_value(x.dtype, fill_value), x.dtype))
     return r
+
+
+_manip.bind(sys.modules[__name__])   # array_manip composes this module's functions

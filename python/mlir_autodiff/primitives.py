@@ -36,6 +36,7 @@ from .tracing import (
     compute_type,
     element_type,
     format_site,
+    is_float_dtype,
     require_trace,
     set_lift_ops,
     storage_dtype,
@@ -84,7 +85,7 @@ def _tensor_type(shape: Sequence[int], dtype: np.dtype) -> ir.RankedTensorType:
 
 
 def _is_float(dtype: np.dtype) -> bool:
-    return np.issubdtype(dtype, np.floating)
+    return is_float_dtype(dtype)
 
 
 def _is_bool(dtype: np.dtype) -> bool:
@@ -168,9 +169,8 @@ def constant_like(x: Any, dtype: Any = None) -> Tracer:
         raise UnsupportedError(
             f"cannot use a value of type {type(x).__name__} as an array at {format_site()}"
         )
-    if dtype is None and arr.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) \
-            and np.issubdtype(arr.dtype, np.floating):
-        dtype = np.float32  # e.g. float16 inputs: compute in f32 (the runtime has no f16)
+    if dtype is None and arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        dtype = np.float64  # long double: the widest float the compiler has
     return constant(arr, dtype)
 
 
@@ -297,6 +297,8 @@ def convert(x: Tracer, dtype: Any, weak_type: bool | None = None) -> Tracer:
                 return arith.cmpf(arith.CmpFPredicate.UNE, v, scalar_constant(src, 0.0))
             return arith.cmpi(arith.CmpIPredicate.ne, v, scalar_constant(src, 0))
         if _is_float(src) and _is_float(dt):
+            if np.dtype(dt).itemsize == np.dtype(src).itemsize:  # float16 <-> bfloat16
+                return arith.truncf(to, arith.extf(ir.F32Type.get(), v))
             wider = np.dtype(dt).itemsize > np.dtype(src).itemsize
             return arith.extf(to, v) if wider else arith.truncf(to, v)
         if _is_float(dt):
@@ -341,6 +343,15 @@ def combiner(kind: str, dtype: np.dtype, a: ir.Value, b: ir.Value) -> ir.Value:
     return fn(a, b)
 
 
+_F32 = np.dtype(np.float32)
+
+
+def _half(dtype: np.dtype) -> bool:
+    """float16 / bfloat16: sums and products of these accumulate in float32 (as jax
+    does on every backend), rounded once at the end."""
+    return _is_float(dtype) and np.dtype(dtype).itemsize == 2
+
+
 def reduce(x: Tracer, axes: Sequence[int], kind: str) -> Tracer:
     """`linalg.reduce` of `x` over `axes` (normalized, any order) with `kind`."""
     assert kind in _REDUCE_KINDS, kind
@@ -349,6 +360,8 @@ def reduce(x: Tracer, axes: Sequence[int], kind: str) -> Tracer:
     axes = sorted(set(axes))
     if not axes:
         return x
+    if _half(x.dtype) and kind in ("sum", "prod"):
+        return convert(reduce(convert(x, _F32), axes, kind), x.dtype, x.weak_type)
     out_shape = [d for i, d in enumerate(x.shape) if i not in axes]
     dt = x.dtype
     with trace.emitting():
@@ -683,6 +696,8 @@ def matmul2d(a: Tracer, b: Tracer) -> Tracer:
     trace = require_trace("matmul")
     a, b = trace.lift(a), trace.lift(b)
     dt = a.dtype
+    if _half(dt):  # accumulate in float32
+        return convert(matmul2d(convert(a, _F32), convert(b, _F32)), dt)
     if a.ndim == 2:
         out_shape = [a.shape[0], b.shape[1]]
         fn = linalg.matmul
@@ -701,6 +716,9 @@ def contract(operands: Sequence[Tracer], in_letters: Sequence[str], out_letters:
     trace = require_trace("einsum")
     ops = _lift_all(trace, operands)
     dt = ops[0].dtype
+    if _half(dt):  # accumulate in float32
+        return convert(contract([convert(o, _F32) for o in ops], in_letters, out_letters,
+                                sizes), dt)
     order = list(out_letters)
     for letters in in_letters:
         for ch in letters:

@@ -36,6 +36,7 @@ key's (seed, offset), marked `keyed`.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ from .api import JitFunction
 from .dialects.vocabulary import RANDOM
 from .dialects.vocabulary import RNG_KEY as KEY_ATTR
 from .dialects.vocabulary import RNG_PINS as PIN_ATTR
+from .errors import UnsupportedError
 from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
     _MASK64,
     DEFAULT_SEED,
@@ -58,7 +60,14 @@ from .rng_state import (  # the generator's state lives a layer down, where `api
     seed,
     set_state,
 )
-from .tracing import ShapedArray, TracedFunction, Tracer, canonical_dtype, current_trace
+from .tracing import (
+    ShapedArray,
+    TracedFunction,
+    Tracer,
+    canonical_dtype,
+    current_trace,
+    is_float_dtype,
+)
 from .transforms.ad_support import sym_name, symbol_refs, walk_ops
 
 ShapeLike = int | Sequence[int]
@@ -81,8 +90,9 @@ def _shape(shape: ShapeLike, who: str) -> tuple[int, ...]:
 
 def _float_dtype(dtype: Any, who: str) -> np.dtype:
     dt = canonical_dtype(dtype)
-    if not np.issubdtype(dt, np.floating):
-        raise TypeError(f"{who}: dtype must be float32 or float64, got {dt}")
+    if not is_float_dtype(dt):
+        raise TypeError(f"{who}: dtype must be a float type (float16, bfloat16, float32, "
+                        f"float64), got {dt}")
     return dt
 
 
@@ -211,7 +221,7 @@ def _keyed_draw(k: Any, shape: tuple[int, ...], dtype: np.dtype, distribution: s
     """Emit the draw of key `k` in the active trace: philox at (k[0], k[1])."""
     trace = current_trace()
     assert trace is not None
-    k = anp.asarray(k)
+    k = trace.lift(anp.asarray(k))  # a key captured from an enclosing trace becomes an argument
     aval = ShapedArray(shape, dtype)
     with trace.emitting():
         seed, offset = _key_words(k)
@@ -229,8 +239,8 @@ def _derived_keys(k: Any, data: Any, shape: tuple[int, ...], stream: int) -> Tra
     """
     trace = current_trace()
     assert trace is not None
-    k = anp.asarray(k)
-    data_t = None if isinstance(data, int) else anp.astype(data, KEY_DTYPE)
+    k = trace.lift(anp.asarray(k))  # captured from an enclosing trace: an argument
+    data_t = None if isinstance(data, int) else trace.lift(anp.astype(data, KEY_DTYPE))
     aval = ShapedArray(shape, KEY_DTYPE)
     with trace.emitting():
         i64 = ir.IntegerType.get_signless(64)
@@ -385,9 +395,9 @@ def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
     static = _is_static_scalar(low) and _is_static_scalar(high)
     if current_trace() is None:
         if static:
-            return _eager("_uniform", [k], {"shape": shape, "dtype": dt.str, "low": float(low),
+            return _eager("_uniform", [k], {"shape": shape, "dtype": dt.name, "low": float(low),
                                                 "high": float(high)})
-        return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.str})
+        return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.name})
     draw = _source(k)
     if static:
         if not float(low) <= float(high):
@@ -430,9 +440,9 @@ def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
     static = _is_static_scalar(mean) and _is_static_scalar(std)
     if current_trace() is None:
         if static:
-            return _eager("_normal", [k], {"shape": shape, "dtype": dt.str, "mean": float(mean),
+            return _eager("_normal", [k], {"shape": shape, "dtype": dt.name, "mean": float(mean),
                                                "std": float(std)})
-        return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.str})
+        return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.name})
     draw = _source(k)
     if static:
         if float(std) < 0:
@@ -526,7 +536,7 @@ def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
     if high - low > np.iinfo(np.int64).max:
         raise ValueError(f"{who}: the range high - low = {high - low} exceeds 2**63 - 1")
     if current_trace() is None:
-        return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.str})
+        return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.name})
     words = _source(k)(shape, KEY_DTYPE, "bits")
     out = anp.remainder(words, np.int64(high - low)) + np.int64(low)
     return anp.astype(out, dt)
@@ -558,6 +568,415 @@ def dropout(x: Any, p: float = 0.5, training: bool = True) -> Any:
         return anp.zeros_like(x)
     keep = _draw(tuple(x.shape), x.dtype, "uniform") >= p  # P(u >= p) = 1 - p for u ~ U[0, 1)
     return anp.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+# --------------------------------------------------------------------------- distributions
+# jax.random's keyed distributions, composed from one keyed draw each (uniform,
+# normal or Philox words) and numpy ops, so every transform applies: jit, vmap
+# over keys, and reverse/forward mode where the sample is a differentiable
+# function of its parameters (truncated_normal's bounds, multivariate_normal's
+# mean and cov). Outside a trace each compiles once per shape and parameters
+# (`_eager`).
+
+#: jax.random.PRNGKey: the same key as `key(seed)`.
+PRNGKey = key
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (Tracer, np.ndarray))
+
+
+def _dist_dtype(dtype: Any, who: str, *params: Any) -> np.dtype:
+    """`dtype` if given, else the float type of the typed (array) parameters, else
+    float32 (this module's default)."""
+    if dtype is not None:
+        return _float_dtype(dtype, who)
+    typed = [np.dtype(p.dtype) for p in params
+             if _is_array(p) and np.issubdtype(p.dtype, np.floating)]
+    return np.dtype(np.result_type(*typed)) if typed else np.dtype(np.float32)
+
+
+def _arr(x: Any) -> Any:
+    """Arrays as they are; lists and scalars as numpy arrays (eager calls take arrays)."""
+    return x if _is_array(x) else np.asarray(x)
+
+
+def _param_shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if _is_array(x) else np.shape(x)
+
+
+def _result_shape(who: str, shape: Any, *param_shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` (checked to hold the parameters' broadcast shape), or that shape."""
+    try:
+        base = np.broadcast_shapes(*param_shapes)
+    except ValueError:
+        raise ValueError(f"{who}: parameter shapes {list(param_shapes)} do not "
+                         "broadcast") from None
+    if shape is None:
+        return tuple(base)
+    out = _shape(shape, who)
+    try:
+        ok = np.broadcast_shapes(out, base) == out
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{who}: shape {out} must be broadcast-compatible with the "
+                         f"parameters' shape {tuple(base)} (their broadcast is a suffix)")
+    return out
+
+
+def _static_int(x: Any) -> int | None:
+    """A Python int for ints and integer 0-d numpy arrays, else None."""
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, np.ndarray) and x.shape == () and np.issubdtype(x.dtype, np.integer):
+        return int(x)
+    return None
+
+
+def _bits(k: Any, shape: tuple[int, ...]) -> Tracer:
+    """int64 Philox words of key `k` (uniform over all int64 values)."""
+    return _keyed_draw(k, shape, KEY_DTYPE, "bits")
+
+
+def _open_uniform(k: Any, shape: tuple[int, ...], dt: np.dtype, low: float) -> Tracer:
+    """Uniform on [low, 1): `low` > 0 keeps logs of it finite."""
+    return _keyed_draw(k, shape, dt, "uniform", low=float(low), high=1.0)
+
+
+def exponential(key: Any, shape: ShapeLike = (), dtype: Any = None) -> Any:
+    """Exponential(1) samples (jax.random.exponential): -log1p(-U), U ~ U[0, 1)."""
+    who = "random.exponential"
+    _check_key(key, who)
+    shape = _shape(shape, who)
+    dt = _dist_dtype(dtype, who)
+    if current_trace() is None:
+        return _eager("exponential", [key], {"shape": shape, "dtype": dt.str})
+    return -anp.log1p(-_keyed_draw(key, shape, dt, "uniform"))
+
+
+def gumbel(key: Any, shape: ShapeLike = (), dtype: Any = None, mode: str | None = None) -> Any:
+    """Standard Gumbel samples (jax.random.gumbel): -log(-log(U)), U ~ U[tiny, 1)
+    (finite: tiny keeps log(U) > -inf, and -log(U) >= ulp(1)/2 > 0)."""
+    who = "random.gumbel"
+    _check_key(key, who)
+    if mode not in (None, "low", "high"):
+        raise ValueError(f"{who}: mode must be None, 'low' or 'high', got {mode!r}")
+    shape = _shape(shape, who)
+    dt = _dist_dtype(dtype, who)
+    if current_trace() is None:
+        return _eager("gumbel", [key], {"shape": shape, "dtype": dt.str})
+    return -anp.log(-anp.log(_open_uniform(key, shape, dt, np.finfo(dt).tiny)))
+
+
+def laplace(key: Any, shape: ShapeLike = (), dtype: Any = None) -> Any:
+    """Standard Laplace samples (jax.random.laplace), density exp(-|x|)/2: with
+    V ~ U[-1 + eps, 1), -sign(V) log1p(-|V|)."""
+    who = "random.laplace"
+    _check_key(key, who)
+    shape = _shape(shape, who)
+    dt = _dist_dtype(dtype, who)
+    if current_trace() is None:
+        return _eager("laplace", [key], {"shape": shape, "dtype": dt.str})
+    v = _keyed_draw(key, shape, dt, "uniform", low=-1.0 + float(np.finfo(dt).eps), high=1.0)
+    return -anp.sign(v) * anp.log1p(-anp.abs(v))
+
+
+def categorical(key: Any, logits: Any, axis: int = -1, shape: ShapeLike | None = None,
+                replace: bool = True, mode: str | None = None) -> Any:
+    """Category indices drawn with probabilities softmax(logits) along `axis`
+    (jax.random.categorical), by the Gumbel-max trick: argmax(logits + G).
+
+    `shape` (default: logits' shape without `axis`) must end in that batch
+    shape; leading extra dims are independent samples. `replace=False` draws
+    distinct categories per batch element (Gumbel top-k): the leading dims of
+    `shape` then hold at most as many samples as there are categories. int64.
+    """
+    who = "random.categorical"
+    _check_key(key, who)
+    if mode not in (None, "low", "high"):
+        raise ValueError(f"{who}: mode must be None, 'low' or 'high', got {mode!r}")
+    lshape = _param_shape(logits)
+    if not lshape:
+        raise ValueError(f"{who}: logits must have at least one dimension, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -len(lshape) <= axis < len(lshape):
+        raise ValueError(f"{who}: axis {axis!r} is out of range for logits of shape {lshape}")
+    axis = int(axis) % len(lshape)
+    batch = lshape[:axis] + lshape[axis + 1:]
+    n = lshape[axis]
+    out_shape = _result_shape(who, shape, batch)
+    prefix = out_shape[:len(out_shape) - len(batch)]
+    if not replace and math.prod(prefix) > n:
+        raise ValueError(f"{who}: cannot take {math.prod(prefix)} samples without "
+                         f"replacement from {n} categories")
+    if current_trace() is None:
+        return _eager("categorical", [key, _arr(logits)], {"axis": axis, "shape": out_shape,
+                                                     "replace": bool(replace)})
+    if math.prod(out_shape) == 0 or n == 0:
+        if n == 0 and math.prod(out_shape):
+            raise ValueError(f"{who}: logits have no categories along axis {axis}")
+        return anp.zeros(out_shape, KEY_DTYPE)
+    logits = anp.asarray(logits)
+    dt = logits.dtype if np.issubdtype(logits.dtype, np.floating) else np.dtype(np.float32)
+    last = anp.moveaxis(anp.astype(logits, dt), axis, -1)
+    if replace:
+        return anp.argmax(last + gumbel(key, out_shape + (n,), dt), axis=-1)
+    m = math.prod(prefix)
+    scores = last + gumbel(key, batch + (n,), dt)
+    top = anp.argsort(scores, axis=-1, descending=True)[..., :m]  # batch + (m,)
+    return anp.reshape(anp.moveaxis(top, -1, 0), out_shape)
+
+
+def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Any:
+    """A uniformly random permutation (jax.random.permutation).
+
+    `x` an int: the integers 0..x-1 shuffled (int64). `x` an array: its
+    slices along `axis` shuffled; with `independent=True` each 1-D slice
+    along `axis` is shuffled on its own. The order is the argsort of one
+    64-bit Philox word per element (ties have probability below n**2 / 2**65).
+    """
+    who = "random.permutation"
+    _check_key(key, who)
+    n_int = _static_int(x)
+    if n_int is not None:
+        if n_int < 0:
+            raise ValueError(f"{who}: x must be non-negative, got {n_int}")
+        if current_trace() is None:
+            return _eager("permutation", [key], {"x": n_int})
+        return anp.argsort(_bits(key, (n_int,)))
+    xshape = _param_shape(x)
+    if not xshape:
+        raise TypeError(f"{who}: x must be an integer or an array of at least one "
+                        f"dimension, got a scalar {x!r}")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -len(xshape) <= axis < len(xshape):
+        raise ValueError(f"{who}: axis {axis!r} is out of range for an array of shape "
+                         f"{xshape}")
+    axis = int(axis) % len(xshape)
+    if current_trace() is None:
+        return _eager("permutation", [key, _arr(x)], {"axis": axis,
+                                                "independent": bool(independent)})
+    x = anp.asarray(x)
+    if independent:
+        order = anp.argsort(_bits(key, xshape), axis=axis)
+        return anp.take_along_axis(x, order, axis=axis)
+    return anp.take(x, anp.argsort(_bits(key, (xshape[axis],))), axis=axis)
+
+
+def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
+    """Deprecated, as in jax: each 1-D slice of `x` along `axis` shuffled
+    independently; use `permutation(key, x, axis, independent=True)`."""
+    import warnings
+
+    warnings.warn("random.shuffle is deprecated; use random.permutation with "
+                  "independent=True", FutureWarning, stacklevel=2)
+    return permutation(key, x, axis=axis, independent=True)
+
+
+def choice(key: Any, a: Any, shape: ShapeLike = (), replace: bool = True, p: Any = None,
+           axis: int = 0, mode: str | None = None) -> Any:
+    """Random elements of `a` (jax.random.choice): an int n means arange(n), an
+    array means its slices along `axis`.
+
+    With replacement and no `p`: uniform indices; with `p` (probabilities of
+    the n entries, traced or not): categorical draws of log(p). Without
+    replacement: the first prod(shape) entries of a random permutation, or of
+    the Gumbel top-k order of log(p) (so zero-probability entries come last).
+    The result has `a`'s shape with `axis` replaced by `shape`.
+    """
+    who = "random.choice"
+    _check_key(key, who)
+    if mode not in (None, "low", "high"):
+        raise ValueError(f"{who}: mode must be None, 'low' or 'high', got {mode!r}")
+    shape = _shape(shape, who)
+    n_int = _static_int(a)
+    if n_int is not None:
+        n, ashape = n_int, None
+        if n < 0:
+            raise ValueError(f"{who}: a must be non-negative, got {n}")
+    else:
+        ashape = _param_shape(a)
+        if not ashape:
+            raise ValueError(f"{who}: a must be an int or an array of at least one "
+                             f"dimension, got {a!r}")
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+                or not -len(ashape) <= axis < len(ashape):
+            raise ValueError(f"{who}: axis {axis!r} is out of range for a of shape {ashape}")
+        axis = int(axis) % len(ashape)
+        n = ashape[axis]
+    m = math.prod(shape)
+    if n == 0 and m > 0:
+        raise ValueError(f"{who}: a must have at least one entry unless no samples are taken")
+    if not replace and m > n:
+        raise ValueError(f"{who}: cannot take a larger sample ({m}) than the population "
+                         f"({n}) when replace=False")
+    if p is not None and _param_shape(p) != (n,):
+        raise ValueError(f"{who}: p must have shape ({n},) (one probability per entry of a "
+                         f"along axis), got {_param_shape(p)}")
+    if current_trace() is None:
+        dyn = [key, None if n_int is not None else _arr(a), None if p is None else _arr(p)]
+        return _eager("_choice_eager", dyn, {"a_static": n_int, "shape": shape,
+                                      "replace": bool(replace), "axis": axis})
+    return _choice(key, a, shape, replace, p, axis, n, m)
+
+
+def _choice(k: Any, a: Any, shape: tuple[int, ...], replace: bool, p: Any, axis: int,
+            n: int, m: int) -> Any:
+    if m == 0:
+        idx = anp.zeros(shape, KEY_DTYPE)
+    elif p is None:
+        if replace:
+            words = _bits(k, shape)
+            idx = anp.remainder(words, np.int64(n))
+        else:
+            idx = anp.reshape(anp.argsort(_bits(k, (n,)))[:m], shape)
+    else:
+        p = anp.asarray(p)
+        dt = p.dtype if np.issubdtype(p.dtype, np.floating) else np.dtype(np.float32)
+        logp = anp.log(anp.astype(p, dt))
+        if replace:
+            idx = anp.argmax(logp + gumbel(k, shape + (n,), dt), axis=-1)
+        else:
+            order = anp.argsort(logp + gumbel(k, (n,), dt), descending=True)
+            idx = anp.reshape(order[:m], shape)
+    if a is None or _static_int(a) is not None:
+        return idx
+    return anp.take(anp.asarray(a), idx, axis=axis)
+
+
+def _choice_eager(key: Any, a: Any, p: Any, a_static: int | None, shape: tuple[int, ...],
+                  replace: bool, axis: int) -> Any:
+    return choice(key, a_static if a is None else a, shape, replace, p, axis)
+
+
+def _stop_gradient(t: Tracer) -> Tracer:
+    """`t` with a zero derivative, in the active trace."""
+    trace = current_trace()
+    assert trace is not None
+    t = trace.lift(t)
+    with trace.emitting():
+        value = dialects.stop_gradient(t.value)
+    return trace.wrap(value, t.aval)
+
+
+def _erfinv(y: Any) -> Any:
+    """The inverse error function, to the working precision of erf (private: for
+    truncated_normal). A closed-form estimate (relative error < 2e-3, no
+    derivative: a stop_gradient) then three Newton steps on erf(x) = y, in
+    float64 whatever y's type; the derivative comes from the last step,
+    1/erf'(x) = sqrt(pi)/2 exp(x**2). |y| = 1 gives +-inf and |y| > 1 NaN, as
+    constants (the estimate runs on a stand-in there, so gradients stay finite).
+    """
+    dt = y.dtype
+    y = anp.astype(y, np.float64)
+    ay = anp.abs(y)
+    inside = ay < 1.0
+    ys = anp.where(inside, y, 0.5)
+    w = -anp.log1p(-ys * ys)  # -log(1 - y**2) >= 0
+    a = 0.147
+    t = 2.0 / (math.pi * a) - 0.5 * w
+    x = _stop_gradient(anp.sign(ys) * anp.sqrt(anp.sqrt(t * t + w / a) - t))
+    scale = 0.5 * math.sqrt(math.pi)
+    for _ in range(3):
+        step = (anp._erf(x) - ys) * scale * anp.exp(x * x)
+        x = x - anp.clip(step, -0.05, 0.05)  # the estimate is within 0.03: tails stay sane
+    edge = anp.where(ay == 1.0, anp.where(y > 0, np.inf, -np.inf), np.nan)
+    return anp.astype(anp.where(inside, x, edge), dt)
+
+
+def truncated_normal(key: Any, lower: Any, upper: Any, shape: ShapeLike | None = None,
+                     dtype: Any = None) -> Any:
+    """Standard normal samples conditioned on lower < x < upper
+    (jax.random.truncated_normal), by the inverse CDF: with a = erf(lower/sqrt2),
+    b = erf(upper/sqrt2) and U ~ U[a, b), sqrt2 * erfinv(U), clipped into the
+    bounds. Bounds broadcast against `shape`; may be +-inf; traced bounds are
+    differentiable (the sample moves with them, key fixed). Far in one tail
+    (both bounds beyond ~5 standard deviations) the erf values round together,
+    as in jax.
+    """
+    who = "random.truncated_normal"
+    _check_key(key, who)
+    dt = _dist_dtype(dtype, who, lower, upper)
+    out_shape = _result_shape(who, shape, _param_shape(lower), _param_shape(upper))
+    static = _is_static_scalar(lower) and _is_static_scalar(upper)
+    if static and not float(lower) < float(upper):
+        raise ValueError(f"{who}: expected lower < upper, got lower={lower}, upper={upper}")
+    if current_trace() is None:
+        if static:
+            return _eager("truncated_normal", [key], {"lower": float(lower),
+                                                      "upper": float(upper),
+                                                      "shape": out_shape, "dtype": dt.str})
+        return _eager("truncated_normal", [key, _arr(lower), _arr(upper)], {"shape": out_shape,
+                                                                "dtype": dt.str})
+    sqrt2 = math.sqrt(2.0)
+    if static:
+        lo, hi = float(lower), float(upper)
+        a, b = math.erf(lo / sqrt2), math.erf(hi / sqrt2)
+        u = _keyed_draw(key, out_shape, dt, "uniform", low=a, high=b)
+        bottom = np.nextafter(dt.type(lo), dt.type(np.inf))
+        top = np.nextafter(dt.type(hi), dt.type(-np.inf))
+        return anp.clip(sqrt2 * _erfinv(u), bottom, top)
+    lower = anp.astype(anp.asarray(lower), dt)
+    upper = anp.astype(anp.asarray(upper), dt)
+    a, b = anp._erf(lower / sqrt2), anp._erf(upper / sqrt2)
+    u = a + (b - a) * _keyed_draw(key, out_shape, dt, "uniform")
+    return anp.clip(sqrt2 * _erfinv(u), lower, upper)
+
+
+def _cholesky(a: Any) -> Any:
+    """Lower Cholesky factor of the symmetric part of `a` (..., n, n), column by
+    column (n steps of broadcast ops; private: for multivariate_normal). Not
+    positive definite gives NaN, as jax."""
+    n = a.shape[-1]
+    a = 0.5 * (a + anp.swapaxes(a, -1, -2))
+    cols: list[Any] = []
+    for j in range(n):
+        c = a[..., :, j]
+        if cols:
+            prev = anp.stack(cols, axis=-1)  # (..., n, j)
+            c = c - anp.sum(prev * prev[..., j:j + 1, :], axis=-1)
+        d = anp.sqrt(c[..., j:j + 1])
+        cols.append(anp.where(np.arange(n) >= j, c / d, 0.0))
+    return anp.stack(cols, axis=-1)
+
+
+def multivariate_normal(key: Any, mean: Any, cov: Any, shape: ShapeLike | None = None,
+                        dtype: Any = None, method: str = "cholesky") -> Any:
+    """Samples of N(mean, cov) (jax.random.multivariate_normal): mean + L z with
+    cov = L L^T (Cholesky of cov's symmetric part) and z ~ N(0, I).
+
+    `mean` is (..., n), `cov` (..., n, n); `shape` (default: their broadcast
+    batch shape) is the batch shape of the result (..., n). Differentiable
+    in mean and cov (the reparameterization). method: "cholesky" only.
+    """
+    who = "random.multivariate_normal"
+    _check_key(key, who)
+    if method != "cholesky":
+        if method in ("eigh", "svd"):
+            raise UnsupportedError(f"{who}: method={method!r} is not supported yet; use "
+                                   "method='cholesky'")
+        raise ValueError(f"{who}: method must be one of 'cholesky', 'eigh', 'svd', got "
+                         f"{method!r}")
+    mshape, cshape = _param_shape(mean), _param_shape(cov)
+    if len(mshape) < 1 or len(cshape) < 2 or cshape[-2:] != (mshape[-1],) * 2:
+        raise ValueError(f"{who}: mean must be (..., n) and cov (..., n, n), got mean "
+                         f"{mshape} and cov {cshape}")
+    mean_t = mean if _is_array(mean) else np.asarray(mean)
+    cov_t = cov if _is_array(cov) else np.asarray(cov)
+    dt = _dist_dtype(dtype, who, mean_t, cov_t)
+    batch = _result_shape(who, shape, mshape[:-1], cshape[:-2])
+    if current_trace() is None:
+        return _eager("multivariate_normal", [key, mean_t, cov_t],
+                      {"shape": batch, "dtype": dt.str})
+    n = mshape[-1]
+    mean_t = anp.astype(anp.asarray(mean_t), dt)
+    cov_t = anp.astype(anp.asarray(cov_t), dt)
+    factor = _cholesky(cov_t)
+    z = _keyed_draw(key, batch + (n,), dt, "normal")
+    return mean_t + anp.sum(factor * z[..., None, :], axis=-1)
 
 
 # --------------------------------------------------------------------------- pinned draws
@@ -640,20 +1059,30 @@ __all__ = [
     "DEFAULT_SEED",
     "KEY_DTYPE",
     "KEY_SHAPE",
+    "PRNGKey",
     "bernoulli",
     "call_with_state",
+    "categorical",
+    "choice",
     "dropout",
+    "exponential",
     "fold_in",
     "get_state",
+    "gumbel",
     "key",
+    "laplace",
     "manual_seed",
+    "multivariate_normal",
     "normal",
+    "permutation",
     "pin_draws",
     "rand",
     "randint",
     "randn",
     "seed",
     "set_state",
+    "shuffle",
     "split",
+    "truncated_normal",
     "uniform",
 ]

@@ -155,7 +155,9 @@ class CompiledModule:
             self._donated = donated_arguments(self.module)
             mark_args_read_only(self.module)
             run_pipeline(self.module, pipeline)
-            self._result_args = _result_arguments(self.module)
+            # (only functions with donated arguments carry RESULT_ARGS; walking the
+            # lowered module would import the llvm dialect's op classes, ~80 ms)
+            self._result_args = _result_arguments(self.module) if self._donated else {}
             with collect_diagnostics(self.context) as diags:
                 try:
                     # threads > 1: the code calls LLVM's OpenMP runtime, loaded here.

@@ -36,6 +36,7 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 from mlir.dialects import func
@@ -52,8 +53,14 @@ from .transforms.ad_support import unique_symbol
 
 # --------------------------------------------------------------------------- dtypes
 
+#: bfloat16 as numpy knows it (the ml_dtypes extension type, as jax uses).
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT16 = np.dtype(np.float16)
+
 #: numpy dtypes the tracer supports, and their MLIR element types.
 _ELEMENT_TYPES: dict[np.dtype, Callable[[], ir.Type]] = {
+    FLOAT16: ir.F16Type.get,
+    BFLOAT16: ir.BF16Type.get,
     np.dtype(np.float32): ir.F32Type.get,
     np.dtype(np.float64): ir.F64Type.get,
     np.dtype(np.bool_): lambda: ir.IntegerType.get_signless(1),
@@ -62,7 +69,7 @@ _ELEMENT_TYPES: dict[np.dtype, Callable[[], ir.Type]] = {
     np.dtype(np.int32): lambda: ir.IntegerType.get_signless(32),
     np.dtype(np.int64): lambda: ir.IntegerType.get_signless(64),
 }
-_DTYPE_OF_ELEMENT = {"f32": np.float32, "f64": np.float64, "i1": np.bool_, "i8": np.int8,
+_DTYPE_OF_ELEMENT = {"f16": np.float16, "bf16": BFLOAT16, "f32": np.float32, "f64": np.float64, "i1": np.bool_, "i8": np.int8,
                      "i16": np.int16, "i32": np.int32, "i64": np.int64}
 
 #: Booleans are *stored* in tensors as i8 (0/1) and computed on as i1 inside
@@ -76,6 +83,13 @@ BOOL_AS_I8 = True
 
 SUPPORTED_DTYPES = tuple(_ELEMENT_TYPES)
 _BOOL = np.dtype(np.bool_)
+
+
+def is_float_dtype(dtype: Any) -> bool:
+    """Whether `dtype` is a floating-point type: float16/32/64 or bfloat16 (whose numpy
+    kind is 'V', so `kind == "f"` and `np.issubdtype(.., np.floating)` miss it)."""
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or dt == BFLOAT16
 
 
 def canonical_dtype(dtype: Any) -> np.dtype:

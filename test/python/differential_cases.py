@@ -955,4 +955,145 @@ _d("lax.dynamic_update_index_in_dim", lambda f, x, u, i: f(x, u, i, 1),
    [A(S), A("3x1"), C(np.int32(2))], "col_keepdim")
 
 
+# ---- lead: dtype helpers and real-only complex functions (issue 20, the name survey)
+_d("numpy.real", lambda f, x: f(x), [A(S)], "real_input")
+_d("numpy.imag", lambda f, x: f(x) + x, [A(S)], "real_input_zeros")
+_d("numpy.conj", lambda f, x: f(x) * x, [A(S)], "real_input")
+_d("numpy.conjugate", lambda f, x: f(x[1:]), [A(S)], "real_input_sliced")
+_d("numpy.copy", lambda f, x: f(x) * 2.0, [A(S)], "scaled")
+_d("numpy.copy", lambda f, x: f(x), [A("")], "scalar")
+_d("numpy.real", lambda f, x: f(x) * x, [A("")], "scalar")
+_d("numpy.imag", lambda f, x: f(x * x), [A("2x3x2")], "3d")
+_d("numpy.conj", lambda f, x: f(x), [A("")], "scalar")
+_d("numpy.conjugate", lambda f, x: f(x) + 1.0, [A("2x3x2")], "3d")
+_d("numpy.concat", lambda f, x, y: f([x, y], axis=1), [A(S), A("3x2")], "axis1")
+_d("numpy.concat", lambda f, x, y: f((x, y)), [A("4"), A("2")], "vectors")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([1.0, np.nan, 2.0]), C([1.0, np.nan, 2.0])],
+   "nan_not_equal")
+_v("numpy.array_equal", lambda f, x, y: f(x, y, equal_nan=True),
+   [C([1.0, np.nan, 2.0]), C([1.0, np.nan, 2.0])], "nan_equal")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([[1, 2], [3, 4]]), C([[1, 2], [3, 5]])],
+   "ints_differ")
+_v("numpy.array_equal", lambda f, x, y: f(x, y), [C([1.0, 2.0]), C([1.0, 2.0, 3.0])],
+   "shape_mismatch")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([[1.0, 2.0], [1.0, 2.0]]), C([1.0, 2.0])],
+   "broadcast_equal")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([[1.0, 2.0], [1.0, 3.0]]), C([1.0, 2.0])],
+   "broadcast_differ")
+_v("numpy.array_equiv", lambda f, x, y: f(x, y), [C([1.0, 2.0, 3.0]), C([1.0, 2.0])],
+   "not_broadcastable")
+
+# ---- npnames (issue 20 item 6): array manipulation, NaN-aware reductions, hypot, sinc
+_NANS = [[0.5, np.nan, -1.0, 2.0], [np.nan, 1.5, 0.25, -0.5], [3.0, -2.0, np.nan, 1.0]]
+_d("numpy.pad", lambda f, x, c: f(x, 1, constant_values=c), [A("2x3"), A("")], "traced_value")
+_d("numpy.pad", lambda f, x: f(x, ((2, 1), (1, 2)), mode="edge"), [A(S)], "edge")
+_d("numpy.pad", lambda f, x: f(x, ((2, 4), (3, 5)), mode="reflect"), [A(S)], "reflect_wide")
+_d("numpy.pad", lambda f, x: f(x, (1, 2), mode="symmetric", reflect_type="odd"), [A(S)],
+   "symmetric_odd")
+_d("numpy.pad", lambda f, x: f(x, ((0, 0), (5, 2)), mode="wrap"), [A(S)], "wrap")
+_d("numpy.repeat", lambda f, x: f(x, 2, axis=1), [A(S)], "int_axis1")
+_d("numpy.repeat", lambda f, x: f(x, np.array([2, 0, 1]), axis=0), [A(S)], "per_element")
+_d("numpy.tile", lambda f, x: f(x, (2, 1, 3)), [A("2x3")], "3d_reps")
+_d("numpy.split", lambda f, x: f(x, 2, axis=1)[1], [A(S)], "sections")
+_d("numpy.split", lambda f, x: f(x, [1, 3], axis=1)[2], [A(S)], "indices")
+_d("numpy.array_split", lambda f, x: f(x, 3, axis=1)[0], [A("3x5")], "unequal")
+_d("numpy.diag", lambda f, x: f(x, -2), [A("3")], "vector_k-2")
+_d("numpy.diag", lambda f, x: f(x, -1), [A(S)], "matrix_k-1")
+_d("numpy.fliplr", lambda f, x: f(x), [A("2x3x2")], "3d")
+_d("numpy.flipud", lambda f, x: f(x), [A("5")], "1d")
+_d("numpy.rot90", lambda f, x: f(x, 3, axes=(2, 0)), [A("2x3x2")], "k3_axes20")
+_d("numpy.kron", lambda f, x, y: f(x, y), [A("2x3"), A("2x2")], "2d_2d")
+_d("numpy.cross", lambda f, x, y: f(x, y), [A("2x3"), A("3")], "3vec_bcast")
+_d("numpy.cross", lambda f, x, y: f(x, y), [A("3x2"), A("3x2")], "2vec",
+   ref=lambda x, y: x[..., 0] * y[..., 1] - x[..., 1] * y[..., 0])   # (numpy warns on 2-vectors)
+_d("numpy.meshgrid", lambda f, x, y: f(x, y)[0] * f(x, y)[1], [A("3"), A("4")], "xy")
+_d("numpy.hypot", lambda f, x, y: f(x, y),
+   [A(value=[3.0, 0.0, -1.5, 1.0]), A(value=[0.0, -2.0, 2.0, -1.0])], "one_leg_zero_tie")
+_d("numpy.hypot", lambda f, x, y: f(x, y), [A(value=[0.0, 1.0]), A(value=[0.0, 0.5])],
+   "both_zero", nondiff=True)
+_d("numpy.sinc", lambda f, x: f(x), [A(value=[0.0, 0.5, -1.0, 0.25])], "at_zero")
+_d("numpy.nansum", lambda f, x: f(x, axis=1), [A(value=_NANS)], "axis1")
+_d("numpy.nanmean", lambda f, x: f(x, axis=0), [A(value=_NANS)], "axis0")
+for _name in ("nanmax", "nanmin"):
+    _d(f"numpy.{_name}", lambda f, x: f(x, axis=1, keepdims=True), [A(value=_NANS)], "axis1")
+_d("numpy.nan_to_num", lambda f, x: f(x, nan=0.5, posinf=5.0, neginf=-7.0),
+   [A(value=[np.nan, np.inf, -np.inf, 1.5, -0.25])], "specials")
+_d("numpy.average", lambda f, x, w: f(x, axis=1, weights=w), [A(S), A("4", "pos")],
+   "weights_1d")
+_d("numpy.average", lambda f, x, w: f(x, axis=0, weights=w, returned=True)[1] * f(
+    x, axis=0, weights=w, returned=True)[0], [A(S), A(S, "pos")], "returned")
+_d("numpy.isclose", lambda f, x, y: x * f(x, y, atol=1e-3),
+   [A(value=[0.5, -1.0, 2.0, 0.25]), C([0.5, -1.5, 2.0, 1.0])], "as_mask")
+_d("numpy.allclose", lambda f, x, y: x * f(x, y, atol=0.1), [A(S), C(A(S))], "false")
+_d("numpy.trace", lambda f, x: f(x, -1, 2, 0), [A("3x2x4")], "axes20_offset")
+_d("numpy.roll", lambda f, x: f(x, (1, -2), axis=(0, 1)), [A(S)], "tuple_shifts")
+for _spec, _shapes, _lab in [
+        ("...ij,...jk->...ik", ("2x3x4", "4x2"), "ellipsis_batched"),
+        ("...ij,...j->...i", ("2x1x3x4", "2x4"), "ellipsis_bcast")]:
+    _d("numpy.einsum", lambda f, *xs, s=_spec: f(s, *xs), [A(s) for s in _shapes], _lab)
+_F_SPECIAL = [1.0, np.nan, np.inf, -np.inf, 1e-9, 2.0, np.nan]
+_G_SPECIAL = [1.000001, np.nan, np.inf, np.inf, 0.0, 2.1, 0.0]
+_v("numpy.isclose", lambda f, x, y: f(x, y), [A(value=_F_SPECIAL), A(value=_G_SPECIAL)],
+   "specials")
+_v("numpy.isclose", lambda f, x, y: f(x, y, rtol=0.1, equal_nan=True),
+   [A(value=_F_SPECIAL), A(value=_G_SPECIAL)], "equal_nan")
+_v("numpy.isclose", lambda f, x, y: f(x, y), [[100000000, 3, -2], [100000001, 4, -2]], "int")
+_v("numpy.allclose", lambda f, x, y: f(x, y, equal_nan=True),
+   [A(value=[np.nan, 1.0]), A(value=[np.nan, 1.0 + 1e-7])], "equal_nan")
+
+
+def _np_quiet(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` without numpy's RuntimeWarning about all-NaN slices (NaN is the point)."""
+    def run(*a: Any, **k: Any) -> Any:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return fn(*a, **k)
+    return run
+
+
+_v("numpy.nanmax", lambda f, x: f(x, axis=0), [A(value=[[np.nan, 1.0], [np.nan, -2.0]])],
+   "all_nan_column", ref=_np_quiet(lambda x: np.nanmax(x, axis=0)))
+_v("numpy.nanmean", lambda f, x: f(x, axis=1), [_I34], "int")
+_v("numpy.nansum", lambda f, x: f(x, axis=0), [_I34], "int")
+_v("numpy.hypot", lambda f, x, y: f(x, y), [[3, -5, 0], [4, 12, 0]], "int_to_f64")
+_v("numpy.hypot", lambda f, x, y: f(x, y), [A(S, "wide"), A("4")], "bcast")
+_v("numpy.sinc", lambda f, x: f(x), [[0, 1, -2]], "int_to_f64")
+_v("numpy.pad", lambda f, x: f(x, ((1, 0), (2, 1)), constant_values=7), [_I34], "int")
+_v("numpy.pad", lambda f, x: f(x, 2, mode="mean"), [_I34], "int_mean_rounded")
+_v("numpy.repeat", lambda f, x: f(x, np.array([1, 0, 3, 2]), axis=1), [_B34], "bool")
+_v("numpy.kron", lambda f, x, y: f(x, y), [[[1, 2], [3, 4]], [[0, 1], [1, 0]]], "int")
+_v("numpy.cross", lambda f, x, y: f(x, y), [[1, 0, 0], [0, 1, 0]], "int")
+_v("numpy.average", lambda f, x, w: f(x, axis=1, weights=w), [_I34, [1, 2, 3, 4]], "int")
+_v("numpy.nan_to_num", lambda f, x: f(x), [_I34], "int_unchanged")
+_v("numpy.diag", lambda f, x: f(x, 1), [_I34], "int")
+_v("numpy.meshgrid", lambda f, x, y: f(x, y, indexing="ij")[0], [[1, 2, 3], [4, 5]], "int")
+_v("numpy.tile", lambda f, x: f(x, (2, 2)), [_B34], "bool")
+_v("numpy.trace", lambda f, x: f(x, dtype=np.float32), [_I34], "int_dtype_f32")
+_d("numpy.linspace", lambda f, a, b: f(a, b, 5), [A(""), A("")], "traced_ends")
+_d("numpy.linspace", lambda f, a, b: f(a, b, 4, endpoint=False, retstep=True, axis=1)[0] * f(
+    a, b, 4, endpoint=False, retstep=True, axis=1)[1][:, None], [A("3"), A("3")],
+   "vector_ends_axis1_retstep")
+_v("numpy.linspace", lambda f, a: f(a, 7.0, 4, dtype=np.int64), [A("")], "traced_int_dtype")
+# value rows for what the D rows above leave out (cheaper: one compilation, no transforms)
+_v("numpy.pad", lambda f, x: f(x, ((1, 2), (0, 3)), constant_values=((1.5, -2.0), (0.5, 3.0))),
+   [A(S)], "constant_pairs")
+_v("numpy.pad", lambda f, x: f(x, ((2, 1), (0, 2)), mode="maximum"), [A(S)], "maximum")
+_v("numpy.repeat", lambda f, x: f(x, 2), [A("2x2")], "flattened")
+_v("numpy.array_split", lambda f, x: f(x, [2, -1])[1], [A("5x2")], "indices")
+_v("numpy.fliplr", lambda f, x: f(x), [_I34], "int")
+_v("numpy.flipud", lambda f, x: f(x), [_I34], "int")
+_v("numpy.rot90", lambda f, x: f(x, -2), [A(S)], "k-2")
+_v("numpy.rot90", lambda f, x: f(x, 1), [_I34], "int_k1")
+_v("numpy.cross", lambda f, x, y: f(x, y, axisa=0, axisb=0, axisc=0), [A("3x2"), A("3x2")],
+   "axes0")
+_v("numpy.meshgrid", lambda f, x, y, z: f(x, y, z, indexing="ij", sparse=True)[1],
+   [A("2"), A("3"), A("4")], "ij_sparse")
+_v("numpy.nanmin", lambda f, x: f(x), [A(value=_NANS)], "all")
+_v("numpy.average", lambda f, x: f(x, axis=(0, 1), keepdims=True), [A(S)], "no_weights")
+_v("numpy.roll", lambda f, x: f(x, 5), [A(S)], "flattened")
+_v("numpy.einsum", lambda f, x: f("i...->...", x), [A("2x3x2")], "ellipsis_sum_first")
+_v("numpy.einsum", lambda f, x, y: f("...j,j", x, y), [A("2x3x4"), A("4")], "ellipsis_implicit")
+
+
 CASES: list[Case] = DIFF + VALUE

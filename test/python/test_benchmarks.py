@@ -47,6 +47,8 @@ def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
         assert row["first_call"]["ours"] >= row["seconds"]["ours"], key
     assert "== 1 thread(s) ==" in proc.stdout
     assert "time(grad f) / time(f)" in proc.stdout
+    assert len(result["recreated"]["ours"]) == run.RECREATED_ITERATIONS
+    assert "re-created jit(grad(h)) in a loop" in proc.stdout
 
 
 def test_every_adbench_row_reads_an_input_that_ships_unchanged():
@@ -108,6 +110,17 @@ def test_acceptance_lines_pass_and_fail_as_measured():
     assert "FAIL  every row <= 1.0x jax, 1T: matmul 512^3 (1.20x)" in text
     assert "matmul 512^3 (50%)" in text
     assert "grad s (3.50x)" in text
+
+
+def test_recreated_gradient_line_passes_and_fails_as_measured():
+    fast = {"threads": 1, "recreated": {"ours": [400.0] + [1.5] * 9, "jax": [90.0] + [20.0] * 9}}
+    text = "\n".join(run.recreated_lines([fast]))
+    assert "PASS  re-created grad(h): iterations 2+ < 5 ms each, 1T" in text
+    assert "jax" in text and "400.0" in text
+    slow = {"threads": 2, "recreated": {"ours": [400.0, 1.0, 7.25] + [1.0] * 7}}
+    assert "FAIL  re-created grad(h): iterations 2+ < 5 ms each, 2T: 7.25 ms" in \
+        "\n".join(run.recreated_lines([slow]))
+    assert run.recreated_lines([{"threads": 1, "recreated": {}}]) == []
 
 
 def test_acceptance_needs_jax_in_the_run():

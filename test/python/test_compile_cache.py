@@ -390,3 +390,22 @@ def test_a_process_that_exits_right_after_a_miss_still_stores_its_entry(tmp_path
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "could not store" not in proc.stderr
     assert len(_entries(cache)) == 1
+
+
+def test_background_builds_run_their_tools_at_a_lower_priority() -> None:
+    # the cache builds entries while the program goes on; its opt/llc/cc must not
+    # take the cores from the program (a re-created jit(grad(h)) loop slowed 5-10x)
+    from mlir_autodiff import native_build
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    fg = native_build._spawn(["sleep", "5"])
+    with native_build.background():
+        bg = native_build._spawn(["sleep", "5"])
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, fg.pid) == base
+        assert os.getpriority(os.PRIO_PROCESS, bg.pid) == min(
+            19, base + native_build.BACKGROUND_NICENESS)
+    finally:
+        for p in (fg, bg):
+            p.kill()
+            p.communicate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,33 @@ def test_python_scalar_values_are_runtime_arguments() -> None:
     assert f._cache_size() == 1
 
 
-def test_one_context_per_jitted_function_and_no_context_leak() -> None:
+def test_recreated_functions_share_a_context_and_contexts_rotate(monkeypatch) -> None:
+    # building a context costs ~10 ms: re-created jit objects (jit(grad(h)) in a
+    # loop) take the shared one; after SHARED_CONTEXT_USES functions a fresh one
+    # starts, and the old one dies with the last function that held it
+    from mlir_autodiff import api
+    # start a fresh context: functions of earlier tests in this process hold the current one
+    monkeypatch.setattr(api, "_SHARED_CONTEXT", [None, 0])
+    x = randn(3)
+    jf = ad.jit(lambda v: v * 2.0)
+    jf(x)
+    first = jf.context
+    served = api._SHARED_CONTEXT[1]
+    fns = [ad.jit(lambda v: v * 3.0) for _ in range(api.SHARED_CONTEXT_USES - served)]
+    for f in fns:
+        f(x)
+    assert all(f.context is first for f in fns)
+    later = ad.jit(lambda v: v - 1.0)
+    np.testing.assert_allclose(later(x), x - 1.0)
+    assert later.context is not first
+    old = weakref.ref(first)
+    del jf, fns, f, first
+    ad.clear_caches()  # compiled modules kept for reuse by identical traces hold it too
+    gc.collect()
+    assert old() is None
+
+
+def test_a_jitted_function_keeps_its_context_and_no_context_leaks() -> None:
     f = ad.jit(lambda x: x + 1)
     f(randn(2))
     ctx = f.context

@@ -169,8 +169,9 @@ def test_same_seed_is_bitwise_reproducible_and_calls_differ():
 
 
 def test_two_separately_jitted_programs_agree():
+    # two jit objects (they may share an MLIR context, but each traces and compiles
+    # its own module) draw the same stream from the same global state
     f, g = ad.jit(_noisy), ad.jit(lambda x: _noisy(x))
-    assert f.context is not g.context
     x = np.zeros((4, 7), np.float32)
     ad.random.manual_seed(99)
     a = f(x), f(x)

@@ -43,7 +43,10 @@ DRAWS = {
 
 #: Names of `ad.random` that are not draws from the implicit generator.
 NOT_DRAWS = {"DEFAULT_SEED", "KEY_DTYPE", "KEY_SHAPE", "call_with_state", "fold_in", "get_state",
-             "key", "manual_seed", "pin_draws", "seed", "set_state", "split"}
+             "key", "manual_seed", "pin_draws", "seed", "set_state", "split",
+             # keyed-only distributions (jax.random's): they never touch the generator
+             "PRNGKey", "categorical", "choice", "exponential", "gumbel", "laplace",
+             "multivariate_normal", "permutation", "shuffle", "truncated_normal"}
 
 
 def test_every_draw_has_a_case():

@@ -195,9 +195,17 @@ TO_LLVM: tuple[str, ...] = (
     # math.clampf (upstream's expansion) and isinf/isnormal have no LLVM lowering.
     "func.func(math-expand-ops{ops=clampf})",
     ExpandFloatClassTests(),
+    # bfloat16: math and arithmetic compute in f32, rounded per op, and the
+    # conversions become integer ops, so neither the JIT nor an exported library
+    # needs the C runtime's __truncsfbf2 (missing before GCC 13). float16 math
+    # stays f16 for LLVM, which widens it the same way with F16C or libgcc (and
+    # extending it here would leave `#arith.fastmath` attributes on llvm.fpext,
+    # which mlir-translate rejects).
+    "func.func(math-extend-to-supported-types{target-type=f32 extra-types=f16})",
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32})",
     "convert-math-to-llvm{approximate-log1p=false}",
     "convert-math-to-libm",
-    "arith-expand",
+    "arith-expand{include-bf16=true}",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",
     "convert-func-to-llvm",

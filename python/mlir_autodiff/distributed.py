@@ -1,0 +1,663 @@
+"""Programs over several processes: MPI, through upstream MLIR's `shard` and `mpi` dialects.
+
+    # run as: mpiexec -n 2 python train.py   (mpiexec from the `mpich` wheel: the
+    # `mlir-autodiff[mpi]` extra installs it; no system MPI is needed)
+    import mlir_autodiff as ad
+
+    ad.distributed.initialize()
+    mesh = ad.Mesh((ad.distributed.process_count(),), ("x",))
+
+    def f(x):                                   # x: this process's block
+        return ad.lax.psum(x.sum(), "x")
+
+    total = ad.shard_map(f, mesh, in_specs=(ad.PartitionSpec("x"),),
+                         out_specs=ad.PartitionSpec())(x)
+
+One process per mesh position (the process with MPI rank r runs position r
+of the mesh, row-major). `shard_map` has jax's contract: it is called with
+the *global* arrays, every process with the same values (the single-program
+view); each process runs `f` on its block (the arguments split along the
+mesh axes their `PartitionSpec` names) and the outputs are assembled
+according to `out_specs` (an axis named there: the blocks are gathered along
+it; `PartitionSpec()`: the output is replicated, every process returns its
+own). Inside `f`, the collectives of `ad.lax` (`psum`, `pmean`, `pmax`,
+`pmin`, `all_gather`, `psum_scatter`, `ppermute`, `axis_index`) refer to
+mesh axes by name.
+
+How it compiles: the traced function holds a `shard.grid` for the mesh and
+`shard` collectives (`shard.all_reduce`, `shard.all_gather`,
+`shard.reduce_scatter`, `shard.process_linear_index`); a permutation is a
+helper of `mpi.send`/`mpi.recv` ops. `--autodiff-lower-to-cpu-mpi` (see
+transforms/shard_to_mpi.py) turns them into `mpi` ops and those into calls
+of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
+`initialize` loaded.
+
+Inside `jit` (or any trace), `shard_map` emits its body into the enclosing
+function, and `jit` compiles modules holding a `shard.grid` with that
+pipeline. Called on arrays, it compiles per argument signature and checks,
+on every call, that all processes pass the same shapes and dtypes.
+
+Current limits: 1-D meshes; derivatives and batching through the
+collectives are not implemented (the passes report the shard op they cannot
+differentiate; `grad` of a function *inside* the body is fine).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import dataclasses
+import os
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, func, tensor
+
+from . import dialects, primitives, pytree
+from . import numpy as anp
+from .api import _transform_passes
+from .runtime import COMPILE_LOCK, CompiledModule
+from .tracing import (
+    FunctionTrace,
+    ShapedArray,
+    Tracer,
+    abstractify,
+    current_trace,
+    format_site,
+    require_trace,
+)
+from .transforms.pipeline import run_pipeline
+from .transforms.shard_to_mpi import (
+    HELPER_PREFIX,
+    MPI_ELEMENT_TYPES,
+    add_helper,
+    permutation_helper,
+)
+
+# -------------------------------------------------------------------- the MPI library
+
+#: MPICH ABI constants (mpi.h of MPICH; also what upstream's mpi-to-LLVM lowering uses).
+_MPI_COMM_WORLD = 0x44000000
+_MPI_INT64_T = 0x4c00083a
+_MPI_MAX = 0x58000001
+_MPI_IN_PLACE = ctypes.c_void_p(-1)
+
+#: Environment variable naming the MPI library to load instead of the `mpich` wheel's.
+LIBRARY_ENV = "AUTODIFF_MPI_LIBRARY"
+
+
+class MpiUnavailableError(RuntimeError):
+    """No MPI library was found (install the `mlir-autodiff[mpi]` extra)."""
+
+
+def _wheel_file(name: str) -> str | None:
+    """Path of file `name` (e.g. libmpi.so.12) installed by the `mpich` wheel."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("mpich")
+    except metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if f.name == name:
+            path = os.path.realpath(str(dist.locate_file(f)))
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def mpi_library() -> str | None:
+    """The MPI library (MPICH ABI) the compiled code calls: `$AUTODIFF_MPI_LIBRARY`,
+    else the `mpich` wheel's `libmpi.so.12`; None if there is none."""
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return env
+    return _wheel_file("libmpi.so.12")
+
+
+def mpiexec() -> str | None:
+    """The `mpiexec` launcher of the `mpich` wheel, or None."""
+    return _wheel_file("mpiexec")
+
+
+def is_available() -> bool:
+    """Whether an MPI library is installed (the `mlir-autodiff[mpi]` extra)."""
+    return mpi_library() is not None
+
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+
+
+def _library() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        path = mpi_library()
+        if path is None:
+            raise MpiUnavailableError(
+                "no MPI library: install the mpi extra (pip install 'mlir-autodiff[mpi]', "
+                f"which brings the mpich wheel) or set {LIBRARY_ENV}")
+        # RTLD_GLOBAL: the JIT-compiled code resolves MPI_* in this very library.
+        _LIB = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    return _LIB
+
+
+def _flag(fn_name: str) -> bool:
+    flag = ctypes.c_int(0)
+    getattr(_library(), fn_name)(ctypes.byref(flag))
+    return bool(flag.value)
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{what} failed with MPI error code {code}")
+
+
+def _finalize() -> None:
+    if _LIB is not None and _flag("MPI_Initialized") and not _flag("MPI_Finalized"):
+        _LIB.MPI_Finalize()
+
+
+def _abort_on_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """An excepthook that prints the error as usual, then aborts every process
+    (MPI_Abort): the other ranks would otherwise wait in a collective forever."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        previous(kind, value, tb)
+        if process_count() > 1:
+            sys.stderr.write(f"[process {process_index()}] aborting all "
+                             f"{process_count()} processes after the error above\n")
+            sys.stderr.flush()
+            _library().MPI_Abort(_MPI_COMM_WORLD, 1)
+
+    return hook
+
+
+def initialize() -> None:
+    """Start MPI in this process (idempotent; also fine if MPI is already running,
+    e.g. started by mpi4py). Run under `mpiexec -n N` for N processes; a plain
+    `python` run is one process. MPI is finalized at exit, and an uncaught
+    exception in any process aborts all of them."""
+    with _LOCK:
+        lib = _library()
+        if not _flag("MPI_Initialized"):
+            _check(lib.MPI_Init(None, None), "MPI_Init")
+            atexit.register(_finalize)
+            sys.excepthook = _abort_on_uncaught(sys.excepthook)
+
+
+def _world_query(fn_name: str) -> int:
+    if _LIB is None or not _flag("MPI_Initialized"):
+        raise RuntimeError("mlir_autodiff.distributed.initialize() has not been called")
+    out = ctypes.c_int(0)
+    _check(getattr(_LIB, fn_name)(_MPI_COMM_WORLD, ctypes.byref(out)), fn_name)
+    return out.value
+
+
+def process_index() -> int:
+    """This process's MPI rank in the world communicator (jax.process_index)."""
+    return _world_query("MPI_Comm_rank")
+
+
+def process_count() -> int:
+    """The number of MPI processes (jax.process_count)."""
+    return _world_query("MPI_Comm_size")
+
+
+def _same_on_every_process(text: str) -> bool:
+    """Whether every process passes the same `text` (an allreduce of its checksum)."""
+    h = zlib.crc32(text.encode())
+    buf = (ctypes.c_int64 * 2)(h, -h)
+    _check(_library().MPI_Allreduce(_MPI_IN_PLACE, buf, 2, _MPI_INT64_T, _MPI_MAX,
+                                    _MPI_COMM_WORLD), "MPI_Allreduce")
+    return buf[0] == -buf[1] == h
+
+
+# -------------------------------------------------------------------- meshes and specs
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """A grid of processes with named axes (jax.sharding.Mesh): `Mesh((4,), ("x",))`."""
+
+    shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+
+    def __init__(self, shape: int | Sequence[int], axis_names: str | Sequence[str]):
+        shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+        if len(shape) != len(names):
+            raise ValueError(f"Mesh: {len(shape)} axis sizes but {len(names)} axis names")
+        if len(set(names)) != len(names):
+            raise ValueError(f"Mesh: axis names must be distinct, got {names}")
+        if any(s < 1 for s in shape):
+            raise ValueError(f"Mesh: axis sizes must be positive, got {shape}")
+        if len(shape) != 1:
+            raise NotImplementedError("Mesh: only 1-D meshes are supported so far")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "axis_names", names)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def axis_size(self, name: str) -> int:
+        return self.shape[self.axis_names.index(name)]
+
+
+class PartitionSpec(tuple):
+    """Per array dimension, the mesh axis it is split over, or None (jax's PartitionSpec).
+    Trailing dimensions not listed are not split; `PartitionSpec()` is replicated."""
+
+    def __new__(cls, *parts: str | None) -> PartitionSpec:
+        for p in parts:
+            if p is not None and not isinstance(p, str):
+                raise TypeError(f"PartitionSpec: each entry is a mesh axis name or None, "
+                                f"got {p!r}")
+        return super().__new__(cls, parts)
+
+    def __repr__(self) -> str:
+        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+
+
+# -------------------------------------------------------------------- the mesh being traced
+
+@dataclasses.dataclass
+class _MeshContext:
+    mesh: Mesh
+    grid: str
+    trace: FunctionTrace
+
+
+_ACTIVE = threading.local()
+
+
+def _mesh_for(who: str, axis_name: str) -> tuple[_MeshContext, int]:
+    """The mesh being traced and the index of `axis_name` in it (NameError if unbound)."""
+    stack = getattr(_ACTIVE, "stack", [])
+    for ctx in reversed(stack):
+        if axis_name in ctx.mesh.axis_names:
+            return ctx, ctx.mesh.axis_names.index(axis_name)
+    raise NameError(f"{who}: unbound axis name {axis_name!r}: collectives are used inside "
+                    f"shard_map over a mesh with that axis (at {format_site()})")
+
+
+def _tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape), elem)
+
+
+def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Tracer, int, int],
+                                                           Tracer]) -> Tracer:
+    ctx, axis = _mesh_for(who, axis_name)
+    trace = require_trace(who)
+    t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
+    if np.dtype(t.aval.dtype) == np.bool_:
+        raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
+    with trace.context:
+        return build(ctx, t, axis, ctx.mesh.shape[axis])
+
+
+def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axis: int, out_shape: Sequence[int],
+              **attrs: ir.Attribute) -> Tracer:
+    trace = require_trace(name)
+    with trace.emitting():
+        attributes = {"grid": ir.FlatSymbolRefAttr.get(ctx.grid),
+                      "grid_axes": ir.DenseI16ArrayAttr.get([axis]), **attrs}
+        op = ir.Operation.create(name, results=[_tensor_type(out_shape,
+                                                              x.value.type.element_type)],
+                                 operands=[x.value], attributes=attributes)
+    return trace.wrap(op.results[0], ShapedArray(tuple(out_shape), x.aval.dtype))
+
+
+def _all_reduce(who: str, x: Any, axis_name: str, kind: str) -> Tracer:
+    def build(ctx: _MeshContext, t: Tracer, axis: int, n: int) -> Tracer:
+        red = ir.Attribute.parse(f"#shard<partial {kind}>")
+        return _shard_op("shard.all_reduce", ctx, t, axis, t.shape, reduction=red)
+
+    return _emit(who, x, axis_name, build)
+
+
+def psum(x: Any, axis_name: str) -> Any:
+    """Sum of `x` over the processes along mesh axis `axis_name` (jax.lax.psum)."""
+    return pytree.tree_map(lambda v: _all_reduce("psum", v, axis_name, "sum"), x)
+
+
+def pmax(x: Any, axis_name: str) -> Any:
+    """Elementwise maximum over the processes along `axis_name` (jax.lax.pmax)."""
+    return pytree.tree_map(lambda v: _all_reduce("pmax", v, axis_name, "max"), x)
+
+
+def pmin(x: Any, axis_name: str) -> Any:
+    """Elementwise minimum over the processes along `axis_name` (jax.lax.pmin)."""
+    return pytree.tree_map(lambda v: _all_reduce("pmin", v, axis_name, "min"), x)
+
+
+def pmean(x: Any, axis_name: str) -> Any:
+    """Mean over the processes along `axis_name` (jax.lax.pmean): psum / axis size."""
+    ctx, axis = _mesh_for("pmean", axis_name)
+    n = ctx.mesh.shape[axis]
+    return pytree.tree_map(lambda v: psum(v, axis_name) / n, x)
+
+
+def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) -> Any:
+    """Every process's `x` along `axis_name`, stacked on a new dimension `axis`
+    (or, `tiled=True`, concatenated along dimension `axis`) (jax.lax.all_gather)."""
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            d = axis + (t.ndim + (0 if tiled else 1) if axis < 0 else 0)
+            if not 0 <= d < t.ndim + (0 if tiled else 1):
+                raise ValueError(f"all_gather: axis {axis} is out of range for an array "
+                                 f"of rank {t.ndim} (at {format_site()})")
+            if not tiled:
+                t = anp.expand_dims(t, d)
+            out = list(t.shape)
+            out[d] *= n
+            return _shard_op("shard.all_gather", ctx, t, gaxis, out,
+                             gather_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
+
+        return _emit("all_gather", v, axis_name, build)
+
+    return pytree.tree_map(one, x)
+
+
+def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
+                 tiled: bool = False) -> Any:
+    """The sum over `axis_name`, of which each process keeps its block along
+    `scatter_dimension` (jax.lax.psum_scatter): without `tiled` that dimension's
+    size is the axis size and disappears; with it, it is divided by the axis size."""
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            d = scatter_dimension + (t.ndim if scatter_dimension < 0 else 0)
+            if not 0 <= d < t.ndim:
+                raise ValueError(f"psum_scatter: scatter_dimension {scatter_dimension} is out "
+                                 f"of range for an array of rank {t.ndim} (at {format_site()})")
+            size = t.shape[d]
+            if (not tiled and size != n) or (tiled and size % n):
+                want = f"equal to the axis size {n}" if not tiled else f"a multiple of {n}"
+                raise ValueError(f"psum_scatter: dimension {d} of {t.aval.str_short()} must be "
+                                 f"{want} (at {format_site()})")
+            out = list(t.shape)
+            out[d] //= n
+            red = ir.Attribute.parse("#shard<partial sum>")
+            r = _shard_op("shard.reduce_scatter", ctx, t, gaxis, out, reduction=red,
+                          scatter_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
+            return r if tiled else anp.squeeze(r, d)
+
+        return _emit("psum_scatter", v, axis_name, build)
+
+    return pytree.tree_map(one, x)
+
+
+def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
+    """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
+    `perm` lists (source, destination) index pairs, each source and each
+    destination at most once; a process no pair sends to gets zeros."""
+    def one(v: Any) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+            pairs = [(int(s), int(d)) for s, d in perm]
+            srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
+            if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or \
+                    any(not 0 <= i < n for i in srcs + dsts):
+                raise ValueError(f"ppermute: perm must pair distinct sources with distinct "
+                                 f"destinations in range({n}), got {list(perm)} "
+                                 f"(at {format_site()})")
+            elem = str(t.value.type.element_type)
+            if elem not in MPI_ELEMENT_TYPES:
+                raise TypeError(f"ppermute: {t.aval.str_short()} is not supported (element "
+                                f"types: {', '.join(sorted(MPI_ELEMENT_TYPES))}) "
+                                f"(at {format_site()})")
+            shape = list(t.shape)
+            tag = "_".join(f"{s}to{d}" for s, d in sorted(pairs)) or "none"
+            sig = "x".join(str(s) for s in shape) + "x" + elem
+            name = f"{HELPER_PREFIX}ppermute_{ctx.grid}_{tag}_{sig}"
+            module = t.trace.module.operation
+            add_helper(module, name, permutation_helper(name, ctx.grid, pairs, shape, elem))
+            trace = require_trace("ppermute")
+            with trace.emitting():
+                call = func.CallOp([t.value.type], ir.FlatSymbolRefAttr.get(name), [t.value])
+            return trace.wrap(call.results[0], t.aval)
+
+        return _emit("ppermute", v, axis_name, build)
+
+    return pytree.tree_map(one, x)
+
+
+def axis_index(axis_name: str) -> Tracer:
+    """This process's index along mesh axis `axis_name`, an int32 scalar (jax.lax.axis_index)."""
+    ctx, _ = _mesh_for("axis_index", axis_name)
+    return _axis_position(ctx)
+
+
+def _axis_position(ctx: _MeshContext) -> Tracer:
+    trace = require_trace("axis_index")
+    with trace.emitting():
+        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
+                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
+        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i.results[0])
+        t = tensor.FromElementsOp(_tensor_type([], i32.result.type), [i32.result])
+    return trace.wrap(t.result, ShapedArray((), np.int32))
+
+
+# -------------------------------------------------------------------- shard_map
+
+def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, str]:
+    """Dimension -> mesh axis name of PartitionSpec `spec` (None: replicated)."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"{who}: expected a PartitionSpec or None, got {spec!r}")
+    if len(spec) > ndim:
+        raise ValueError(f"{who}: {spec!r} has more entries than the array's rank {ndim}")
+    out = {}
+    for d, name in enumerate(spec):
+        if name is None:
+            continue
+        if name not in mesh.axis_names:
+            raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
+                             f"{mesh.axis_names} does not have")
+        if name in out.values():
+            raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
+        out[d] = name
+    return out
+
+
+def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, str]) -> Tracer:
+    """This process's block of global `x` (split along `dims`)."""
+    if not dims:
+        return x
+    (d, name), = dims.items()
+    n = ctx.mesh.axis_size(name)
+    sizes = list(x.shape)
+    sizes[d] //= n
+    trace = require_trace("shard_map")
+    with trace.emitting():
+        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
+                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
+        k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
+        off = arith.MulIOp(i.results[0], k.result)
+        dyn = ir.ShapedType.get_dynamic_size()
+        static_offsets = [dyn if j == d else 0 for j in range(x.ndim)]
+        out_type = _tensor_type(sizes, x.value.type.element_type)
+        op = tensor.ExtractSliceOp(out_type, x.value, [off.result], [], [],
+                                   static_offsets, sizes, [1] * x.ndim)
+    return trace.wrap(op.result, ShapedArray(tuple(sizes), x.aval.dtype))
+
+
+def _leaf_specs(spec: Any, value: Any, who: str) -> list[Any]:
+    """One PartitionSpec (or None) per leaf of `value`: `spec` is a pytree prefix of
+    `value` whose leaves are PartitionSpecs (jax's in_specs/out_specs)."""
+    if spec is None or isinstance(spec, PartitionSpec):
+        return [spec] * len(pytree.tree_leaves(value))
+    if isinstance(spec, dict):
+        if not isinstance(value, dict) or set(spec) != set(value):
+            raise ValueError(f"shard_map: {who} {spec!r} does not match the structure of "
+                             f"{pytree.tree_structure(value)}")
+        return [s for k in pytree._sorted_keys(value)
+                for s in _leaf_specs(spec[k], value[k], who)]
+    if isinstance(spec, (tuple, list)):
+        if not isinstance(value, (tuple, list)) or len(spec) != len(value):
+            raise ValueError(f"shard_map: {who} {spec!r} does not match the structure of "
+                             f"{pytree.tree_structure(value)}")
+        return [s for sp, v in zip(spec, value) for s in _leaf_specs(sp, v, who)]
+    raise TypeError(f"shard_map: {who} must be PartitionSpecs (in a pytree prefix of the "
+                    f"values), got {spec!r}")
+
+
+class _ShardMapped:
+    def __init__(self, f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any):
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"shard_map: mesh must be an ad.Mesh, got {mesh!r}")
+        self.f, self.mesh, self.in_specs, self.out_specs = f, mesh, in_specs, out_specs
+        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef]] = {}
+        self.__name__ = getattr(f, "__name__", "shard_map")
+
+    def lowered_text(self, *args: Any) -> str:
+        """The traced module (shard ops, before lowering) for these arguments."""
+        module, _ = self._trace(args)
+        return str(module)
+
+    def _leaf_in_specs(self, args: tuple[Any, ...]) -> list[Any]:
+        in_specs = self.in_specs
+        if isinstance(in_specs, PartitionSpec) or in_specs is None:
+            in_specs = (in_specs,) * len(args)
+        return _leaf_specs(tuple(in_specs) if isinstance(in_specs, list) else in_specs,
+                           args, "in_specs")
+
+    def _trace(self, args: tuple[Any, ...]) -> tuple[ir.Module, pytree.TreeDef]:
+        """A module whose @main takes the global arguments and runs the body."""
+        leaves, tree = pytree.tree_flatten(args)
+        leaf_specs = self._leaf_in_specs(args)
+        context = ir.Context()
+        dialects.load(context)
+        with context, ir.Location.unknown(context):
+            module = ir.Module.create()
+        grid = _grid_symbol(module, self.mesh)
+        avals = [ShapedArray(abstractify(x).shape, abstractify(x).dtype) for x in leaves]
+        trace = FunctionTrace(module, "main", avals, fun=self.f)
+        with trace.active():
+            outs, out_tree = self._body(trace, grid, trace.args, tree, leaf_specs)
+            trace.finish(outs)
+        return module, out_tree
+
+    def _body(self, trace: FunctionTrace, grid: str, leaves: Sequence[Tracer],
+              tree: pytree.TreeDef, leaf_specs: list[Any]) -> tuple[list[Tracer], Any]:
+        """Emit into `trace`: the blocks of the global `leaves`, the body on them, and the
+        outputs assembled per out_specs. Returns the output leaves and their tree."""
+        mesh = self.mesh
+        ctx = _MeshContext(mesh, grid, trace)
+        stack = _ACTIVE.__dict__.setdefault("stack", [])
+        stack.append(ctx)
+        try:
+            local = []
+            for x, s in zip(leaves, leaf_specs):
+                dims = _split_dims(s, x.ndim, mesh, "shard_map in_specs")
+                for d, name in dims.items():
+                    if x.shape[d] % mesh.axis_size(name):
+                        raise ValueError(
+                            f"shard_map: dimension {d} of argument {x.aval.str_short()} is "
+                            f"split over mesh axis {name!r} of size "
+                            f"{mesh.axis_size(name)}, which does not divide it")
+                local.append(_local_block(ctx, x, dims))
+            out = self.f(*pytree.tree_unflatten(tree, local))
+            out_leaves, out_tree = pytree.tree_flatten(out)
+            out_specs = _leaf_specs(self.out_specs, out, "out_specs")
+            results = []
+            for o, s in zip(out_leaves, out_specs):
+                t = trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
+                for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                    t = all_gather(t, name, axis=d, tiled=True)
+                results.append(t)
+        finally:
+            stack.pop()
+        return results, out_tree
+
+    def _inline(self, args: tuple[Any, ...]) -> Any:
+        """Inside jit (or another trace): emit the body into the enclosing function."""
+        _require_processes(self.mesh, f"shard_map({self.__name__})")
+        trace = require_trace("shard_map")
+        leaves, tree = pytree.tree_flatten(args)
+        leaf_specs = self._leaf_in_specs(args)
+        grid = _grid_symbol(trace.module, self.mesh)
+        tracers = [trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
+                   for x in leaves]
+        outs, out_tree = self._body(trace, grid, tracers, tree, leaf_specs)
+        return pytree.tree_unflatten(out_tree, outs)
+
+    def __call__(self, *args: Any) -> Any:
+        if current_trace() is not None:
+            return self._inline(args)
+        n = _require_processes(self.mesh, "shard_map")
+        leaves, _ = pytree.tree_flatten(args)
+        key = (pytree.tree_structure(args),
+               tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
+        # Every process must run the same program: mismatched arguments would make
+        # the collectives disagree (an MPI error, or a wait that never ends).
+        signature = f"{self.__name__}{key}"
+        if n > 1 and not _same_on_every_process(signature):
+            raise ValueError(f"shard_map({self.__name__}): the processes were called with "
+                             f"different argument shapes or dtypes; process "
+                             f"{process_index()} has {_describe(args)}")
+        entry = self._cache.get(key)
+        if entry is None:
+            with COMPILE_LOCK:
+                module, out_tree = self._trace(args)
+                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them
+                # (they do not differentiate through collectives yet).
+                run_pipeline(module, ",".join(_transform_passes(module)
+                                              + ["canonicalize", "cse", "symbol-dce"]))
+                cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
+                                    context=module.context)
+            entry = self._cache[key] = (cm, out_tree)
+        cm, out_tree = entry
+        outs = cm["main"](*[np.asarray(x) for x in leaves])
+        if not isinstance(outs, tuple):
+            outs = (outs,)
+        return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _require_processes(mesh: Mesh, who: str) -> int:
+    """Start MPI; the number of processes, which must be the mesh's size."""
+    initialize()
+    n = process_count()
+    if n != mesh.size:
+        raise ValueError(f"{who}: the mesh has {mesh.size} positions but {n} MPI processes "
+                         f"run (start with mpiexec -n {mesh.size})")
+    return n
+
+
+def _grid_symbol(module: ir.Module, mesh: Mesh) -> str:
+    """The `shard.grid` of `mesh` in `module` (added at its start if missing)."""
+    name = "mesh_" + "x".join(str(s) for s in mesh.shape)
+    body = module.body
+    for op in body.operations:
+        if op.operation.name == "shard.grid" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == name:
+            return name
+    with module.context, ir.Location.unknown(module.context):
+        ip = ir.InsertionPoint.at_block_begin(body)
+        ir.Operation.create("shard.grid", attributes={
+            "sym_name": ir.StringAttr.get(name),
+            "shape": ir.DenseI64ArrayAttr.get(list(mesh.shape))}, ip=ip)
+    return name
+
+
+def _describe(args: tuple[Any, ...]) -> str:
+    leaves = pytree.tree_leaves(args)
+    return ", ".join(abstractify(x).str_short() for x in leaves) or "no arguments"
+
+
+def shard_map(f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any
+              ) -> Callable[..., Any]:
+    """`f` run on each process's block of the arguments (jax.shard_map); see the module doc."""
+    return _ShardMapped(f, mesh, in_specs, out_specs)
+
+
+__all__ = [
+    "Mesh", "MpiUnavailableError", "PartitionSpec", "all_gather", "axis_index",
+    "initialize", "is_available", "mpi_library", "mpiexec", "pmax", "pmean", "pmin",
+    "ppermute", "process_count", "process_index", "psum", "psum_scatter", "shard_map",
+]
