@@ -17,6 +17,7 @@ table and the IRDL file in step.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 from mlir import ir
@@ -68,8 +69,37 @@ def _one_of(values: tuple[str, ...]) -> AttrCheck:
     return check
 
 
+def _i64_array(a: ir.Attribute) -> str | None:
+    if isinstance(a, ir.DenseI64ArrayAttr):
+        return None
+    if _is_dense_array(a):  # of another element type: the passes read i64s
+        return f"expected an array<i64: ...> but got '{a}'"
+    return f"expected base attribute 'builtin.dense_array' but got '{_attr_kind(a)}'"
+
+
+def _is_dense_array(a: ir.Attribute) -> bool:
+    return str(a).startswith("array<")
+
+
+class _Unreadable:
+    """An attribute the bindings cannot hand to Python (e.g. `array<i0: 0>`)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def attribute(op: ir.Operation, name: str) -> ir.Attribute | _Unreadable | None:
+    """`op`'s attribute `name`; None if absent; _Unreadable if the bindings cannot cast it."""
+    if name not in op.attributes:
+        return None
+    try:
+        return op.attributes[name]
+    except (TypeError, ValueError) as err:  # an element type the bindings have no class for
+        return _Unreadable(err)
+
+
 _SYMBOL = _base("builtin.symbol_ref", ir.FlatSymbolRefAttr)
-_I64_ARRAY = _base("builtin.dense_array", ir.DenseI64ArrayAttr)
+_I64_ARRAY = _i64_array
 _FLOAT = _base("builtin.float", ir.FloatAttr)
 
 
@@ -147,6 +177,14 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
+def _check(check: AttrCheck, value: ir.Attribute | _Unreadable) -> str | None:
+    if isinstance(value, _Unreadable):
+        m = re.search(r"Attribute\((.*)\)\)?$", str(value.error))
+        shown = f"'{m.group(1).rstrip(')')}'" if m else "a value the bindings cannot read"
+        return f"unsupported attribute value {shown}"
+    return check(value)
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}s"  # IRDL's wording, even for one: "expects exactly 1 operands"
 
@@ -166,14 +204,16 @@ def check_op(op: ir.Operation) -> str | None:
     if op.regions and len(op.regions) != 0:
         return f"'{name}' op unexpected number of regions: expected 0 but got {len(op.regions)}"
     for attr, check in spec.attrs.items():
-        if attr not in op.attributes:
+        value = attribute(op, attr)
+        if value is None:
             return f"'{name}' op attribute \"{attr}\" is expected but not provided"
-        problem = check(op.attributes[attr])
+        problem = _check(check, value)
         if problem:
-            return problem
+            return f"'{name}' op attribute '{attr}': {problem}"
     for attr, check in spec.optional_attrs.items():
-        if attr in op.attributes:
-            problem = check(op.attributes[attr])
+        value = attribute(op, attr)
+        if value is not None:
+            problem = _check(check, value)
             if problem:
                 return f"'{name}' op attribute '{attr}': {problem}"
     if spec.extra is not None:

@@ -53,6 +53,7 @@ from .opt_input import (
     split_input,
     wrap_in_module,
 )
+from .supervisor import set_stage, supervised
 from .verify_diagnostics import DiagnosticVerifier
 
 if TYPE_CHECKING:  # the bindings are imported lazily: --help and --version stay instant
@@ -1001,6 +1002,7 @@ class OptRun:
             else:
                 _write_err(render(d if opts.print_op_on_diagnostic else _without_op_notes(d)))
 
+        set_stage(f"parsing '{name}'")
         too_deep = nesting_error(chunk.text)
         if too_deep is not None:
             line, col = line_col(chunk.text, too_deep)
@@ -1022,6 +1024,7 @@ class OptRun:
         before = op.get_asm() if runner is not None and opts.crash_reproducer else None
         try:
             if runner is not None:
+                set_stage(f"running the pass pipeline on '{name}'")
                 sys.stderr.flush()  # IR printing writes to fd 2 from C++
                 self._run_passes(runner, op)
                 # The pass manager's verifier cannot see into autodiff ops.
@@ -1036,6 +1039,7 @@ class OptRun:
             return "", False, True
         finally:
             self.router.target = previous
+        set_stage(f"printing the result for '{name}'")
         if opts.emit_bytecode:
             import io
 
@@ -1153,6 +1157,7 @@ class OptRun:
     def run(self) -> int:
         try:
             data, name = read_bytes(self.opts.input)
+            set_stage(f"parsing '{name}'")
             if data.startswith(BYTECODE_MAGIC):
                 text = self._bytecode_as_text(data, name)
             else:
@@ -1249,8 +1254,11 @@ def _main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run autodiff-opt on `argv` (default: sys.argv[1:]) and return the exit code.
 
-    The console script calls `sys.exit(main())`.
+    The console script calls `sys.exit(main())`; it runs supervised (see
+    supervisor.py): a fatal signal in MLIR becomes one line and exit code 1.
     """
+    if argv is None:
+        return supervised(TOOL, lambda: guarded_main(TOOL, _main, argv))
     return guarded_main(TOOL, _main, argv)
 
 

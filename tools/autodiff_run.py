@@ -51,6 +51,7 @@ from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import CompiledModule, CompileError
 from mlir_autodiff.signatures import check_args, from_python, signature_of
 from mlir_autodiff.tools.common import ToolError, guarded_main, read_input, tool_version
+from mlir_autodiff.tools.supervisor import set_stage, supervised
 from mlir_autodiff.transforms.ad_support import walk_ops
 from mlir_autodiff.transforms.diagnostics import Diag, mlir_error_diags
 from mlir_autodiff.transforms.passes import lookup
@@ -392,9 +393,10 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
     arg_values = [ArgValue(i, text) for i, text in enumerate(args.arg)]
     ctx = ir.Context()
     dialects.load(ctx)
+    source = "<stdin>" if args.input == "-" else args.input
     with ctx, ir.Location.unknown():
+        set_stage(f"parsing '{source}'")
         module = _parse_module(args.input, ctx)
-        source = "<stdin>" if args.input == "-" else args.input
         entry = _find_entry(module, args.entry, source)
         runner = _pass_runner(_transform_pipeline(module, args.pass_pipeline), ctx)
         # Check the arguments against the signature before the (slower) compilation.
@@ -408,7 +410,9 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
         except (TypeError, ValueError) as err:
             _error(str(err))
         if runner is not None:
+            set_stage(f"running the transforms on '{source}'")
             _run_passes(runner, module)
+        set_stage(f"compiling '{source}'")
         try:
             if args.device == "gpu":
                 from ..gpu import CompiledGpuModule, NoCudaDevice
@@ -434,10 +438,12 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
             where = _entry_location(module, args.entry)
             msg = err.args[0] if err.args else str(err)
             raise ToolError(f"{where}error: {msg}") from None
+        set_stage(_RUNNING + args.entry)
         try:
             results = fn.call(values)
         except (TypeError, ValueError) as err:
             _error(str(err))
+    set_stage("printing the results")
     for i, (spec, value) in enumerate(zip(fn.results, results)):
         out.write(f"result[{i}]: {spec.mlir_type} = {format_value(value, args.precision)}\n")
     out.flush()
@@ -488,8 +494,19 @@ def _main(argv: list[str]) -> int:
         raise ToolError(f"{TOOL}: {err}") from None
 
 
+#: The stage while the user's function runs: a crash then is the program's.
+_RUNNING = "running @"
+
+
+def _user_program(stage: str) -> str | None:
+    return "@" + stage[len(_RUNNING):] if stage.startswith(_RUNNING) else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point (`autodiff-run`)."""
+    """Console entry point (`autodiff-run`), supervised (see supervisor.py): a
+    fatal signal in MLIR or in the program run becomes one line and exit code 1."""
+    if argv is None:
+        return supervised(TOOL, lambda: guarded_main(TOOL, _main, argv), _user_program)
     return guarded_main(TOOL, _main, argv)
 
 

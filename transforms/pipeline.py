@@ -165,12 +165,31 @@ def _callback(p: Pass, crash: _Crash):
                 p.run(op)
         except PassFailure:
             pass_.signal_pass_failure()
+        except Exception as err:
+            # A pass may trip over a malformed autodiff op (one built by an earlier
+            # pass or by hand): that is the op's error, named at its location.
+            if not _autodiff_ops_verify(op):
+                pass_.signal_pass_failure()
+                return
+            crash.error, crash.pass_name = err, p.name
+            pass_.signal_pass_failure()
         except BaseException as err:  # a bug: keep it for the driver to report
             crash.error, crash.pass_name = err, p.name
             pass_.signal_pass_failure()
 
     run.__name__ = type(p).__name__
     return run
+
+
+def _autodiff_ops_verify(op: ir.Operation) -> bool:
+    """Whether the autodiff ops under `op` are well formed (errors emitted at those that are not)."""
+    from ..dialects.verify import verify
+
+    try:
+        with op.context:
+            return verify(op, allow_unregistered=True)
+    except Exception:  # the IR is too broken to check: report the pass's own error
+        return True
 
 
 class InternalError(RuntimeError):
