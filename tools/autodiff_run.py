@@ -17,7 +17,7 @@ What it does, in order:
 
 `--arg` forms:
   `[[1, 2], [3, 4]]:f32`  a nested list or a scalar, with an optional element-type
-                          suffix (f16 f32 f64 i1 i8 i16 i32 i64 index); without
+                          suffix (f16 bf16 f32 f64 i1 i8 i16 i32 i64 index); without
                           one, the parameter's element type is used. Atoms are
                           integers, floats (`1e-3`, `inf`, `-inf`, `nan`) and
                           `true`/`false`. A value starting with '-' may follow
@@ -26,7 +26,7 @@ What it does, in order:
 
 Number format (stable, for FileCheck): arrays print as nested lists separated
 by ", " without alignment padding or summarization; floats use C's `%.Ng`
-with N significant digits (f16: 4, f32: 6, f64: 12; `--precision` overrides),
+with N significant digits (f16: 4, bf16: 3, f32: 6, f64: 12; `--precision` overrides),
 so 2.0 prints `2`, 1/3 prints `0.333333` and 1e-7 prints `1e-07`; `inf`,
 `-inf`, `nan`; integers in decimal; i1 as `true`/`false`.
 
@@ -50,6 +50,7 @@ from mlir_autodiff import dialects
 from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import CompiledModule, CompileError
 from mlir_autodiff.signatures import check_args, from_python, signature_of
+from mlir_autodiff.tracing import BFLOAT16
 from mlir_autodiff.tools.common import ToolError, guarded_main, read_input, tool_version
 from mlir_autodiff.tools.supervisor import set_stage, supervised
 from mlir_autodiff.transforms.ad_support import walk_ops
@@ -80,12 +81,13 @@ DEFAULT_TRANSFORMS = (
 LOWERING = "autodiff-lower-to-cpu"
 
 _DTYPES = {
-    "f16": np.float16, "f32": np.float32, "f64": np.float64, "i1": np.bool_,
+    "f16": np.float16, "bf16": BFLOAT16, "f32": np.float32, "f64": np.float64, "i1": np.bool_,
     "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "index": np.int64,
 }
 
 #: Significant digits printed per float dtype (about the type's precision).
-_DIGITS = {np.dtype(np.float16): 4, np.dtype(np.float32): 6, np.dtype(np.float64): 12}
+_DIGITS = {np.dtype(np.float16): 4, BFLOAT16: 3, np.dtype(np.float32): 6,
+           np.dtype(np.float64): 12}
 
 
 def _error(message: str) -> NoReturn:
@@ -472,7 +474,7 @@ OPTIONS:
   --device=<cpu|gpu>                Where to run (default cpu; gpu lowers with
                                     --autodiff-lower-to-gpu and needs a CUDA device)
   --precision=<n>                   Significant digits of printed floats (default:
-                                    by dtype: f16 4, f32 6, f64 12)
+                                    by dtype: f16 4, bf16 3, f32 6, f64 12)
   --version                         Print the version
   -h, --help                        Print this help
 """
