@@ -50,9 +50,9 @@ from mlir_autodiff import dialects
 from mlir_autodiff.dialects.vocabulary import is_autodiff
 from mlir_autodiff.runtime import CompiledModule, CompileError
 from mlir_autodiff.signatures import check_args, from_python, signature_of
-from mlir_autodiff.tracing import BFLOAT16
 from mlir_autodiff.tools.common import ToolError, guarded_main, read_input, tool_version
 from mlir_autodiff.tools.supervisor import set_stage, supervised
+from mlir_autodiff.tracing import BFLOAT16
 from mlir_autodiff.transforms.ad_support import walk_ops
 from mlir_autodiff.transforms.diagnostics import Diag, mlir_error_diags
 from mlir_autodiff.transforms.passes import lookup
