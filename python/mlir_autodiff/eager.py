@@ -18,6 +18,10 @@ numpy functions and ufuncs, printing (as numpy prints), pickling, and as a
   `anp.sort` / `anp.argsort` outside a trace, below);
 - `x.weak_type` (False: an array is strongly typed).
 
+numpy's own functions (`np.sort`, `np.unique`, `np.median`, ...) receive plain
+ndarrays (`__array_function__`), so the overridden methods never change
+their meaning; their array results come back as `Array`s.
+
 Known difference: plain `x[idx]` keeps numpy's behaviour (an out-of-range
 array index raises IndexError where a traced gather clamps); `x.at[idx].get()`
 clamps in both. Reductions to a scalar return numpy scalars, as numpy does.
@@ -51,6 +55,13 @@ class Array(np.ndarray):
             return arr[()]
         return super().__array_wrap__(arr, context, return_scalar)
 
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        # numpy's functions see plain ndarrays: several call methods this class
+        # overrides with jax's meaning (np.sort, np.unique, np.median sort a copy
+        # *in place* with `.sort()`, which here returns a sorted copy instead and
+        # would leave theirs unsorted). Array results come back as Arrays.
+        return wrap(func(*_plain(args), **_plain(kwargs)))
+
     @property
     def at(self) -> _IndexUpdateHelper:
         """Functional updates: `x.at[idx].set(v)`, `.add(v)`, `.get()`..."""
@@ -67,6 +78,18 @@ class Array(np.ndarray):
     def argsort(self, axis: Any = -1, **kwargs: Any) -> Array:  # type: ignore[override]
         """Indices of a stable sort (ties keep their order), as traced values."""
         return wrap(eager_argsort(self, axis, **kwargs))
+
+
+def _plain(x: Any) -> Any:
+    """`x` with every Array (in tuples, lists and dicts too) viewed as an ndarray."""
+    if isinstance(x, Array):
+        return x.view(np.ndarray)
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_plain(v) for v in x)
+    if t is dict:
+        return {k: _plain(v) for k, v in x.items()}
+    return x
 
 
 def wrap(x: Any) -> Any:

@@ -270,3 +270,20 @@ def test_at_of_an_eager_array_with_traced_operands():
     assert g == 0.0
     assert ad.grad(lambda v: (c.at[[0, 0, 2]].add(v) ** 2).sum())(3.0) == 2 * (6.0 * 2 + 3.0)
     np.testing.assert_array_equal(c, np.zeros(3))
+
+
+def test_numpy_functions_keep_numpy_semantics_on_eager_arrays() -> None:
+    # np.sort / np.unique / np.median sort a copy in place with `.sort()`; Array.sort
+    # returns a copy (jax's meaning) and used to leave theirs unsorted
+    x = anp.asarray(np.array([[3.0, 1.0, 2.0], [0.5, 9.0, -1.0]]))
+    assert isinstance(x, Array)
+    plain = np.asarray(x).view(np.ndarray)
+    np.testing.assert_array_equal(np.sort(x, axis=0), np.sort(plain, axis=0))
+    np.testing.assert_array_equal(np.sort(x), np.sort(plain))
+    np.testing.assert_array_equal(np.unique(x), np.unique(plain))
+    assert np.median(x) == np.median(plain)
+    np.testing.assert_array_equal(np.percentile(x, 30, axis=1), np.percentile(plain, 30, axis=1))
+    np.testing.assert_array_equal(np.partition(x, 1, axis=1), np.partition(plain, 1, axis=1))
+    assert isinstance(np.sort(x), Array)   # array results stay eager Arrays
+    np.testing.assert_array_equal(x.sort(axis=1), np.sort(plain, axis=1))  # jax's meaning
+    np.testing.assert_array_equal(x, plain)   # and the method sorted nothing in place
