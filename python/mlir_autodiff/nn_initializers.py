@@ -18,6 +18,7 @@ decomposition).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -73,8 +74,8 @@ def uniform(scale: float = 1e-2, dtype: Any = DEFAULT_DTYPE) -> Initializer:
 def _truncated_standard_normal(key: Any, lower: float, upper: float, shape: tuple[int, ...],
                                dtype: Any) -> Any:
     """N(0, 1) conditioned on [lower, upper], by inverting the cdf of a uniform draw."""
-    lo = float(_sm.ndtr(np.float64(lower)))
-    hi = float(_sm.ndtr(np.float64(upper)))
+    lo = 0.5 * math.erfc(-lower / math.sqrt(2.0))   # the normal cdf at the bounds
+    hi = 0.5 * math.erfc(-upper / math.sqrt(2.0))
     u = random.uniform(key, shape, dtype, lo, hi)
     return anp.clip(_sm.ndtri(u), lower, upper)
 
