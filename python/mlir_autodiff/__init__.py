@@ -41,11 +41,13 @@ depend on) the front end.
 #                                        (composed of numpy's functions, handed over by numpy
 #                                        at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
-#   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
+#   layer 8  api, special_math           jit and lower (imports numpy: traces see a full Tracer);
+#                                        erfinv, gammaln & co. written with numpy
 #   layer 9  batching, random, exporting, distributed, convolution  vmap; random draws;
 #                                        ahead-of-time export; MPI processes, meshes,
 #                                        shard_map; convolution and pooling composites
-#   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
+#   layer 10 custom_core, differentiate, lax, nn_initializers  custom functions' shared
+#                                        machinery; grad & co; loops; keyed initializers
 #   layer 11 custom_vmap, checkpointing, nn, optim  custom batching rules; checkpoint and
 #                                        residuals; optimizers
 #   layer 12 custom                      custom_vjp, custom_jvp
@@ -71,6 +73,7 @@ _EXPORTS: dict[str, str | None] = {
     "numpy": None,
     "pytree": None,
     "random": None,
+    "scipy": None,
     "tree_util": None,
     "JitFunction": "api",
     "Lowered": "api",
