@@ -27,6 +27,7 @@ grad(sum(f(x) * C)).
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import types
 from typing import Any
@@ -36,8 +37,10 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-from mlir_autodiff import lax, nn
+import mlir_autodiff.scipy.linalg as ascipy_linalg
+from mlir_autodiff import lax, linalg_numpy, nn
 from mlir_autodiff import numpy as anp
+from mlir_autodiff import scipy as ascipy
 from mlir_autodiff.tracing import Tracer
 
 try:
@@ -105,9 +108,18 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "nn.one_hot": "integer labels in, a constant-valued array out",
 }
 
-MODULES = {"numpy": anp, "nn": nn, "lax": lax}
+MODULES = {"numpy": anp, "nn": nn, "lax": lax, "scipy": ascipy}
 #: Modules whose public functions are their `__all__` (they import many helpers).
 BY_ALL = {"lax"}
+#: Submodules enumerated by their `__all__` ("numpy.linalg.solve" is `anp.linalg.solve`).
+SUBMODULES = {"numpy.linalg": linalg_numpy, "scipy.linalg": ascipy_linalg}
+
+
+def _resolve(module: Any, dotted: str) -> Any:
+    """`module.a.b` for dotted = "a.b" (None where a part is missing)."""
+    for part in dotted.split("."):
+        module = getattr(module, part, None)
+    return module
 
 
 def public_functions(prefix: str) -> list[str]:
@@ -133,6 +145,8 @@ def test_every_public_function_has_rows() -> None:
     diff_funcs = {c.func for c in dc.DIFF}
     value_funcs = {c.func for c in dc.VALUE}
     enumerated = public_functions("numpy") + public_functions("nn") + public_functions("lax")
+    for prefix, sub in SUBMODULES.items():
+        enumerated += [f"{prefix}.{n}" for n in sub.__all__]
     assert len(enumerated) > 100
     missing = [f for f in enumerated if f not in diff_funcs and f not in NON_DIFFERENTIABLE]
     assert not missing, f"public functions without a differentiable row: {missing}"
@@ -175,7 +189,7 @@ def test_case_count() -> None:
 def _our_fn(case: dc.Case) -> Any:
     if case.module == "Tracer":
         return None
-    return getattr(MODULES[case.module], case.name)
+    return _resolve(MODULES[case.module], case.name)
 
 
 def _np_fn(case: dc.Case) -> Any:
@@ -185,7 +199,9 @@ def _np_fn(case: dc.Case) -> Any:
         return dc.NN_REF[case.name]
     if case.module == "lax":
         return dc.LAX_REF[case.name]
-    return getattr(np, case.name)
+    if case.module == "scipy":
+        return _resolve(importlib.import_module("scipy.linalg"), case.name.split(".", 1)[1])
+    return _resolve(np, case.name)
 
 
 def _jax_fn(case: dc.Case) -> Any:
@@ -195,7 +211,10 @@ def _jax_fn(case: dc.Case) -> Any:
         return dc.JAX_NN_OVERRIDE.get(case.name) or getattr(jax.nn, case.name)
     if case.module == "lax":
         return getattr(jax.lax, case.name)
-    return getattr(jnp, case.jax_name or case.name, None)
+    if case.module == "scipy":
+        return _resolve(importlib.import_module("jax.scipy.linalg"),
+                        (case.jax_name or case.name).split(".", 1)[1])
+    return _resolve(jnp, case.jax_name or case.name)
 
 
 def _numpy_ref(case: dc.Case):
