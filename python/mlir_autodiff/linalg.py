@@ -102,6 +102,16 @@ def _set_col(x: Any, j: Any, col: Any) -> Any:
     return anp.where((_idx(x.shape[1]) == j)[None, :], col[:, None], x)
 
 
+def _row(x: Any, i: Any) -> Any:
+    """x[i] for a traced i, as a masked sum: no dynamic slice, so every transform
+    (vmap of the reverse mode of the loops included) sees only elementwise ops."""
+    return anp.sum(anp.where((_idx(x.shape[0]) == i)[:, None], x, 0), axis=0)
+
+
+def _col(x: Any, j: Any) -> Any:
+    return anp.sum(anp.where((_idx(x.shape[1]) == j)[None, :], x, 0), axis=1)
+
+
 def _entry(x: Any, i: Any, j: Any) -> Any:
     return anp.sum(anp.where((_idx(x.shape[0]) == i)[:, None]
                              & (_idx(x.shape[1]) == j)[None, :], x, 0))
@@ -117,9 +127,9 @@ def trsm(t: Any, b: Any, lower: bool, unit_diagonal: bool = False) -> Any:
 
     def body(step: Any, x: Any) -> Any:
         i = step if lower else n - 1 - step
-        row = t[i]
+        row = _row(t, i)
         off = anp.where(idx < i, row, 0) if lower else anp.where(idx > i, row, 0)
-        xi = b[i] - off @ x
+        xi = _row(b, i) - off @ x
         if not unit_diagonal:
             xi = xi / anp.sum(anp.where(idx == i, row, 0))
         return _set_row(x, i, xi)
@@ -168,15 +178,15 @@ def _lu_loop(a: Any) -> tuple[Any, Any, Any]:
 
     def body(k: Any, carry: Any) -> Any:
         a, perm, parity = carry
-        col = a[:, k]
+        col = _col(a, k)
         p = anp.argmax(anp.where(idx >= k, anp.abs(col), -1.0))
         src = anp.where(idx == k, p, anp.where(idx == p, k, idx))
         a = a[src]
         perm = perm[src]
         parity = anp.where(p != k, -parity, parity)
-        rowk = a[k]
+        rowk = _row(a, k)
         pivot = anp.sum(anp.where(idx == k, rowk, 0))
-        col = a[:, k]
+        col = _col(a, k)
         below = idx > k
         l = anp.where(below, col / anp.where(pivot == 0, 1, pivot), 0)
         a = a - l[:, None] * anp.where(idx > k, rowk, 0)[None, :]
@@ -185,6 +195,13 @@ def _lu_loop(a: Any) -> tuple[Any, Any, Any]:
 
     init = (a, idx.astype(np.int32), anp.ones((), a.dtype))
     return lax.fori_loop(0, n, body, init)
+
+
+def _permute_rows(perm: Any, x: Any) -> Any:
+    """x[perm] as a product with the permutation matrix: the derivatives of a
+    gather (a scatter loop) would be batched again under vmap of a Hessian."""
+    p = (perm[:, None] == _idx(x.shape[0])[None, :]).astype(x.dtype)
+    return p @ x
 
 
 def _lu_split(lu_: Any) -> tuple[Any, Any]:
@@ -205,14 +222,14 @@ def _lu_jvp(primals: Any, tangents: Any) -> Any:
     lu_, perm, parity = lu_2d(a)
     lo, up = _lu_split(lu_)
     # jax's rule: X = L^-1 P dA U^-1, dL = L strict_lower(X), dU = upper(X) U
-    y = trsm(lo, da[perm], True, True)
+    y = trsm(lo, _permute_rows(perm, da), True, True)
     x = trsm(up.T, y.T, True).T
     dlu = lo @ anp.tril(x, -1) + anp.triu(x) @ up
     return (lu_, perm, parity), (dlu, anp.zeros_like(perm), anp.zeros_like(parity))
 
 
 def lu_solve_2d(lu_: Any, perm: Any, b: Any) -> Any:
-    y = trsm(lu_, b[perm], True, True)
+    y = trsm(lu_, _permute_rows(perm, b), True, True)
     return trsm(lu_, y, False)
 
 
@@ -273,7 +290,7 @@ def _cholesky_loop(a: Any) -> Any:
     idx = _idx(n)
 
     def body(j: Any, l_: Any) -> Any:
-        v = a[:, j] - l_ @ l_[j]
+        v = _col(a, j) - l_ @ _row(l_, j)
         d = anp.sqrt(anp.sum(anp.where(idx == j, v, 0)))
         col = anp.where(idx > j, v / d, anp.where(idx == j, d, 0))
         return _set_col(l_, j, col)
@@ -323,7 +340,7 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rotate_cols(x: Any, p: Any, q: Any, c: Any, s: Any) -> Any:
-    cp, cq = x[:, p], x[:, q]
+    cp, cq = _col(x, p), _col(x, q)
     x = _set_col(x, p, c * cp - s * cq)
     return _set_col(x, q, s * cp + c * cq)
 
@@ -394,7 +411,7 @@ def _householder_loop(a: Any) -> tuple[Any, Any]:
 
     def body(k: Any, carry: Any) -> Any:
         r, q = carry
-        x = anp.where(idx >= k, r[:, k], 0)
+        x = anp.where(idx >= k, _col(r, k), 0)
         alpha = anp.sum(anp.where(idx == k, x, 0))
         tail = anp.where(idx > k, x, 0)
         sub = anp.sqrt(anp.sum(tail * tail))
@@ -480,7 +497,7 @@ def _svd_tall(a: Any) -> tuple[Any, Any, Any]:
         def sweep(k: Any, carry: Any) -> Any:
             g, v, off = carry
             p, q = pa[k], qa[k]
-            gp, gq = g[:, p], g[:, q]
+            gp, gq = _col(g, p), _col(g, q)
             alpha, beta, gamma = gp @ gp, gq @ gq, gp @ gq
             c, s = _rotation(alpha, beta, gamma)
             off = anp.maximum(off, anp.abs(gamma) / anp.sqrt(anp.where(
@@ -610,8 +627,19 @@ def slogdet(a: Any) -> tuple[Any, Any]:
     return batched(slogdet_2d, _square(a, "slogdet"), core_ndims=(2,))
 
 
-def cholesky(a: Any) -> Any:
-    return batched(cholesky_2d, _square(a, "cholesky"), core_ndims=(2,))
+def symmetric_from(a: Any, uplo: str, who: str) -> Any:
+    """The symmetric matrix whose `uplo` ('L' or 'U') triangle is a's (the other
+    triangle is not read, so it gets no derivative), as numpy/LAPACK read one."""
+    if uplo not in ("L", "U"):
+        raise ValueError(f"{who}: UPLO must be 'L' or 'U', got {uplo!r}")
+    a = _square(a, who)
+    t = anp.tril(a) if uplo == "L" else anp.triu(a)
+    return t + _mT(t) - t * anp.eye(a.shape[-1], dtype=a.dtype)
+
+
+def cholesky(a: Any, uplo: str = "L") -> Any:
+    """The lower factor of the symmetric matrix read from a's `uplo` triangle."""
+    return batched(cholesky_2d, symmetric_from(a, uplo, "cholesky"), core_ndims=(2,))
 
 
 def eigh(a: Any) -> tuple[Any, Any]:

@@ -54,20 +54,12 @@ def eigh(a: Any, UPLO: str = "L") -> tuple[Any, Any]:
     """(eigenvalues ascending, eigenvectors as columns) of a symmetric matrix.
 
     The triangle named by UPLO is read (the other is ignored, as numpy)."""
-    return _L.eigh(_symmetric(a, UPLO, "eigh"))
+    return _L.eigh(_L.symmetric_from(a, UPLO, "eigh"))
 
 
 def eigvalsh(a: Any, UPLO: str = "L") -> Any:
     """The eigenvalues of a symmetric matrix, ascending."""
     return eigh(a, UPLO)[0]
-
-
-def _symmetric(a: Any, uplo: str, who: str) -> Any:
-    if uplo not in ("L", "U"):
-        raise ValueError(f"{who}: UPLO must be 'L' or 'U', got {uplo!r}")
-    a = _L._square(a, who)
-    t = _anp.tril(a) if uplo == "L" else _anp.triu(a)
-    return t + _anp.swapaxes(t, -1, -2) - t * _anp.eye(a.shape[-1], dtype=a.dtype)
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True,

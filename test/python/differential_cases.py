@@ -972,7 +972,7 @@ _d("numpy.linalg.slogdet", lambda f, a: f(a)[0] * f(a)[1], [A("4x4")], "sign_tim
 _d("numpy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "spd")
 _d("numpy.linalg.cholesky", lambda f, a: f(a + 2 * np.eye(4)), [A(value=np.tril(
     [[1.0, 0, 0, 0], [0.3, 1.2, 0, 0], [-0.2, 0.4, 0.9, 0], [0.1, -0.3, 0.2, 1.1]]))],
-   "lower_triangle_read")
+   "lower_triangle_read", jref=lambda a: _jax_lower_cholesky(a + 2 * np.eye(4)))
 _d("numpy.linalg.qr", lambda f, a: f(a)[0], [A("4x3")], "reduced_q")
 _d("numpy.linalg.qr", lambda f, a: f(a)[1], [A("3x3")], "square_r")
 _d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[0], [A("3x3")], "eigenvalues")
@@ -993,6 +993,13 @@ _d("scipy.linalg.solve_triangular",
    lambda f, a, b: f(a, b, trans=1, unit_diagonal=True), [A("3x3"), A("3")], "upper_trans_unit")
 _d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "upper")
 _d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3, lower=True), [A("3x3")], "lower")
+
+
+def _jax_lower_cholesky(a: Any) -> Any:
+    """numpy reads the lower triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    return jnp.linalg.cholesky(jnp.tril(a) + jnp.tril(a, -1).T)
 
 
 def _np_cho_factor(a: np.ndarray, lower: bool) -> np.ndarray:

@@ -65,11 +65,7 @@ _REV = "{grad,vjp,jacrev,hessian,vmap_grad}"        # the cells that run reverse
 _TIE = "{grad,jvp,vjp,jacfwd,jacrev,vmap_grad}"     # first derivatives (Hessian is 0)
 _ALL = "{grad,jvp,vjp,jacfwd,jacrev,hessian,vmap_grad}"
 KNOWN_DEFECTS: dict[str, str] = {
-    # vmap of the reverse mode of a loop over rows (the LU solves): the combined module
-    # fails in autodiff-vmap ("cannot batch a rank-reducing 'tensor.extract_slice' that
-    # keeps unit dimensions at batched offsets"); the cell compiled alone passes
-    **{f"numpy.linalg.{c}/float64/vmap_grad": "autodiff-vmap: rank-reducing extract_slice"
-       for c in ("solve[vector_rhs]", "solve[batched_matrix_rhs]", "inv[3x3]")},
+    # none: every cell of the table passes
 }
 
 # --------------------------------------------------------------------------- API coverage

@@ -31,9 +31,9 @@ def solve_triangular(a: Any, b: Any, trans: Any = 0, lower: bool = False,
 def cholesky(a: Any, lower: bool = False, overwrite_a: bool = False,
              check_finite: bool = True) -> Any:
     """The Cholesky factor: upper (a = U^T U) by default, lower with lower=True.
-    Reads the lower triangle of a (symmetric input expected)."""
+    Reads that triangle of a only (as scipy; jax symmetrizes a instead)."""
     del overwrite_a, check_finite
-    low = _L.cholesky(a)
+    low = _L.cholesky(a, "L" if lower else "U")
     return low if lower else _anp.swapaxes(low, -1, -2)
 
 
