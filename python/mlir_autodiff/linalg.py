@@ -325,7 +325,7 @@ def _rotation(app: Any, aqq: Any, apq: Any) -> tuple[Any, Any]:
     theta = (aqq - app) / (2 * safe)
     sgn = anp.where(theta >= 0, 1.0, -1.0).astype(app.dtype)
     at = anp.abs(theta)
-    big = at > 1e150
+    big = at > 0.5 * float(np.sqrt(np.finfo(app.dtype).max))   # theta**2 would overflow
     t = sgn / (at + anp.sqrt(anp.where(big, 1, theta * theta) + 1))
     t = anp.where(big, 1 / (2 * theta), t)
     t = anp.where(zero, 0, t)
@@ -598,8 +598,9 @@ def triangular_solve(a: Any, b: Any, lower: bool, trans: int, unit_diagonal: boo
     vec = b.ndim == 1
     if vec:
         b = b[:, None]
+    dtype = np.result_type(a.dtype, b.dtype)
     x = batched(lambda t, r: solve_triangular_2d(t, r, lower, trans, unit_diagonal),
-                a, b, core_ndims=(2, 2))
+                a.astype(dtype), b.astype(dtype), core_ndims=(2, 2))
     return x[..., 0] if vec else x
 
 

@@ -977,8 +977,10 @@ _d("numpy.linalg.qr", lambda f, a: f(a)[0], [A("4x3")], "reduced_q")
 _d("numpy.linalg.qr", lambda f, a: f(a)[1], [A("3x3")], "square_r")
 _d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[0], [A("3x3")], "eigenvalues")
 _d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[1] ** 2, [A("3x3")], "eigenvectors_squared")
-_d("numpy.linalg.eigvalsh", lambda f, a: f(a), [A("3x3")], "lower")
-_d("numpy.linalg.eigvalsh", lambda f, a: f(a, UPLO="U"), [A("3x3")], "upper")
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a), [A("3x3")], "lower",
+   jref=lambda a: _jax_eigvalsh_of(a, "L"))
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a, UPLO="U"), [A("3x3")], "upper",
+   jref=lambda a: _jax_eigvalsh_of(a, "U"))
 _d("numpy.linalg.svd", lambda f, a: f(a, compute_uv=False), [A("4x3")], "values")
 _d("numpy.linalg.svd", lambda f, a: f(a, full_matrices=False)[0] ** 2, [A("3x4")],
    "u_squared_wide")
@@ -993,6 +995,14 @@ _d("scipy.linalg.solve_triangular",
    lambda f, a, b: f(a, b, trans=1, unit_diagonal=True), [A("3x3"), A("3")], "upper_trans_unit")
 _d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "upper")
 _d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3, lower=True), [A("3x3")], "lower")
+
+
+def _jax_eigvalsh_of(a: Any, uplo: str) -> Any:
+    """numpy reads one triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    t = jnp.tril(a) if uplo == "L" else jnp.triu(a)
+    return jnp.linalg.eigvalsh(t + t.T - jnp.diag(jnp.diag(t)))
 
 
 def _jax_lower_cholesky(a: Any) -> Any:
