@@ -51,8 +51,10 @@ depend on) the front end.
 #   layer 11 custom_vmap, checkpointing, nn, optim  custom batching rules; checkpoint and
 #                                        residuals; optimizers
 #   layer 12 custom                      custom_vjp, custom_jvp
-#   layer 13 custom_function             the torch-style Function (a custom_vjp call)
-#   layer 14 __init__                    this namespace, imported lazily (PEP 562)
+#   layer 13 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
+#                                        algebra (factorizations with custom_jvp rules)
+#   layer 14 linalg_numpy, scipy         numpy.linalg's and scipy.linalg's names
+#   layer 15 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 

@@ -1744,4 +1744,88 @@ _v("scipy.stats.categorical.logpmf", lambda f, k, x: f(k, x), [[-1, 3, 1], A("3"
 
 
 
+# ---- linalg (issue 20 item 4)
+# numpy.linalg and scipy.linalg: matrices well conditioned by construction (x + 3I,
+# x x^T + 3I), symmetric inputs built inside the call (numpy reads one triangle,
+# jax symmetrizes), eigen/singular vectors compared squared (their signs are free).
+_I3 = np.eye(3)
+_d("numpy.linalg.solve", lambda f, a, b: f(a + 3 * _I3, b), [A("3x3"), A("3")], "vector_rhs")
+_d("numpy.linalg.solve", lambda f, a, b: f(a + 3 * _I3, b), [A("2x3x3"), A("2x3x2")],
+   "batched_matrix_rhs")
+_d("numpy.linalg.inv", lambda f, a: f(a + 3 * _I3), [A("3x3")], "3x3")
+_d("numpy.linalg.inv", lambda f, a: f(a), [A(value=[[2.0, 1.0], [0.5, -1.5]])], "pivoting")
+_d("numpy.linalg.det", lambda f, a: f(a), [A("3x3")], "3x3")
+_d("numpy.linalg.det", lambda f, a: f(a), [A("2x2x2")], "batched")
+_d("numpy.linalg.slogdet", lambda f, a: f(a)[1], [A("3x3")], "logabsdet")
+_d("numpy.linalg.slogdet", lambda f, a: f(a)[0] * f(a)[1], [A("4x4")], "sign_times_logabsdet")
+_d("numpy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "spd")
+_d("numpy.linalg.cholesky", lambda f, a: f(a + 2 * np.eye(4)), [A(value=np.tril(
+    [[1.0, 0, 0, 0], [0.3, 1.2, 0, 0], [-0.2, 0.4, 0.9, 0], [0.1, -0.3, 0.2, 1.1]]))],
+   "lower_triangle_read", jref=lambda a: _jax_lower_cholesky(a + 2 * np.eye(4)))
+_d("numpy.linalg.qr", lambda f, a: f(a)[0], [A("4x3")], "reduced_q")
+_d("numpy.linalg.qr", lambda f, a: f(a)[1], [A("3x3")], "square_r")
+_d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[0], [A("3x3")], "eigenvalues")
+_d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[1] ** 2, [A("3x3")], "eigenvectors_squared")
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a), [A("3x3")], "lower",
+   jref=lambda a: _jax_eigvalsh_of(a, "L"))
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a, UPLO="U"), [A("3x3")], "upper",
+   jref=lambda a: _jax_eigvalsh_of(a, "U"))
+_d("numpy.linalg.svd", lambda f, a: f(a, compute_uv=False), [A("4x3")], "values")
+_d("numpy.linalg.svd", lambda f, a: f(a, full_matrices=False)[0] ** 2, [A("3x4")],
+   "u_squared_wide")
+_d("numpy.linalg.norm", lambda f, x: f(x), [A("3x4")], "fro_default")
+_d("numpy.linalg.norm", lambda f, x: f(x, 3, axis=1), [A("3x4")], "vector_p3_axis1")
+_d("numpy.linalg.norm", lambda f, x: f(x, np.inf), [A("2x3")], "matrix_inf")
+_d("numpy.linalg.norm", lambda f, x: f(x, -1, axis=(2, 0), keepdims=True), [A("3x2x2")],
+   "matrix_minus1_keepdims")
+_d("scipy.linalg.solve_triangular", lambda f, a, b: f(a + 3 * _I3, b, lower=True),
+   [A("3x3"), A("3x2")], "lower")
+_d("scipy.linalg.solve_triangular",
+   lambda f, a, b: f(a, b, trans=1, unit_diagonal=True), [A("3x3"), A("3")], "upper_trans_unit")
+_d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "upper")
+_d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3, lower=True), [A("3x3")], "lower")
+
+
+def _jax_eigvalsh_of(a: Any, uplo: str) -> Any:
+    """numpy reads one triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    t = jnp.tril(a) if uplo == "L" else jnp.triu(a)
+    return jnp.linalg.eigvalsh(t + t.T - jnp.diag(jnp.diag(t)))
+
+
+def _jax_lower_cholesky(a: Any) -> Any:
+    """numpy reads the lower triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    return jnp.linalg.cholesky(jnp.tril(a) + jnp.tril(a, -1).T)
+
+
+def _np_cho_factor(a: np.ndarray, lower: bool) -> np.ndarray:
+    """scipy's factor with its unused triangle (arbitrary data) zeroed."""
+    import scipy.linalg
+
+    c, _ = scipy.linalg.cho_factor(a @ a.T + 3 * _I3, lower=lower)
+    return np.tril(c) if lower else np.triu(c)
+
+
+def _jax_cho_factor(a: Any, lower: bool) -> Any:
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    c, _ = jsl.cho_factor(a @ a.T + 3 * _I3, lower=lower)
+    return jnp.tril(c) if lower else jnp.triu(c)
+
+
+for _low in (True, False):
+    _d("scipy.linalg.cho_factor", lambda f, a, lo=_low: f(a @ a.T + 3 * _I3, lower=lo)[0],
+       [A("3x3")], "lower" if _low else "upper",
+       ref=lambda a, lo=_low: _np_cho_factor(a, lo),
+       jref=lambda a, lo=_low: _jax_cho_factor(a, lo))
+_d("scipy.linalg.cho_solve", lambda f, c, b: f((c + 3 * _I3, True), b), [A("3x3"), A("3x2")],
+   "lower")
+_d("scipy.linalg.cho_solve", lambda f, c, b: f((c + 3 * _I3, False), b), [A("3x3"), A("3")],
+   "upper")
+
+
 CASES: list[Case] = DIFF + VALUE
