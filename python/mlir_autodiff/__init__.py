@@ -41,16 +41,20 @@ depend on) the front end.
 #                                        (composed of numpy's functions, handed over by numpy
 #                                        at import: `array_manip.bind`)
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
-#   layer 8  api                         jit and lower (imports numpy: traces see a full Tracer)
+#   layer 8  api, special_math           jit and lower (imports numpy: traces see a full Tracer);
+#                                        erfinv, gammaln & co. written with numpy
 #   layer 9  batching, random, exporting, distributed, convolution  vmap; random draws;
 #                                        ahead-of-time export; MPI processes, meshes,
 #                                        shard_map; convolution and pooling composites
-#   layer 10 custom_core, differentiate, lax  custom functions' shared machinery; grad & co; loops
+#   layer 10 custom_core, differentiate, lax, nn_initializers  custom functions' shared
+#                                        machinery; grad & co; loops; keyed initializers
 #   layer 11 custom_vmap, checkpointing, nn, optim  custom batching rules; checkpoint and
 #                                        residuals; optimizers
 #   layer 12 custom                      custom_vjp, custom_jvp
-#   layer 13 custom_function             the torch-style Function (a custom_vjp call)
-#   layer 14 __init__                    this namespace, imported lazily (PEP 562)
+#   layer 13 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
+#                                        algebra (factorizations with custom_jvp rules)
+#   layer 14 linalg_numpy, scipy         numpy.linalg's and scipy.linalg's names
+#   layer 15 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 
@@ -71,6 +75,7 @@ _EXPORTS: dict[str, str | None] = {
     "numpy": None,
     "pytree": None,
     "random": None,
+    "scipy": None,
     "tree_util": None,
     "JitFunction": "api",
     "Lowered": "api",

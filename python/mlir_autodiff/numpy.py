@@ -2338,3 +2338,17 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
 
 
 _manip.bind(sys.modules[__name__])   # array_manip composes this module's functions
+
+
+def __getattr__(name: str) -> Any:
+    """`linalg` (numpy.linalg's names, linalg_numpy.py) is loaded on first use: it
+    builds on custom_jvp and the loops, which sit above this module's layer."""
+    if name == "linalg":
+        import importlib
+        import sys
+
+        mod = importlib.import_module("mlir_autodiff.linalg_numpy")
+        sys.modules.setdefault(f"{__name__}.linalg", mod)
+        globals()["linalg"] = mod
+        return mod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

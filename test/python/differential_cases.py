@@ -1449,4 +1449,383 @@ _sched_row("join_schedules", lambda f: f([_optim().constant_schedule(1.0),
            lambda t: 0.25, "second", 4)
 
 
+# ---- nnscipy (issue 20 item 6)
+# jax.nn's remaining activations, dot_product_attention and the constant
+# initializers; mlir_autodiff.scipy.special and scipy.stats. `scipy.*` rows
+# resolve the dotted name in scipy (the value / finite-difference oracle; cast
+# to the inputs' float type, as scipy.stats computes in float64) and in
+# jax.scipy (the derivative oracle).
+
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+
+
+def _np_attention(q, k, v, bias=None, mask=None, *, scale=None, is_causal=False):
+    """softmax(q.k * scale + bias, masked) . v from the formula, [B, T, N, H] layout."""
+    N, K = q.shape[-2], k.shape[-2]
+    k = np.repeat(k, N // K, axis=-2)
+    v = np.repeat(v, N // K, axis=-2)
+    s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    logits = np.einsum("btnh,bsnh->bnts", q, k) * s
+    if bias is not None:
+        logits = logits + bias
+    keep = np.ones(logits.shape, bool)
+    if mask is not None:
+        keep = keep & mask
+    if is_causal:
+        keep = keep & np.tril(np.ones(logits.shape[-2:], bool))
+    logits = np.where(keep, logits, -0.7 * np.finfo(logits.dtype).max)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    return np.einsum("bnts,bsnh->btnh", w, v).astype(q.dtype)
+
+
+def _jax_attention(q, k, v, bias=None, mask=None, *, scale=None, is_causal=False):
+    """jax.nn.dot_product_attention's formula with the softmax in the inputs' precision
+    (jax's own always takes the softmax in float32, 1e-7 off a float64 result)."""
+    import jax
+    import jax.numpy as jnp
+    N, K = q.shape[-2], k.shape[-2]
+    k = jnp.repeat(k, N // K, axis=-2)
+    v = jnp.repeat(v, N // K, axis=-2)
+    s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    logits = jnp.einsum("btnh,bsnh->bnts", q, k) * s
+    if bias is not None:
+        logits = logits + bias
+    keep = jnp.ones(logits.shape, bool)
+    if mask is not None:
+        keep = keep & mask
+    if is_causal:
+        keep = keep & jnp.tril(jnp.ones(logits.shape[-2:], bool))
+    logits = jnp.where(keep, logits, -0.7 * jnp.finfo(logits.dtype).max)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), v)
+
+
+def _np_standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
+    if mean is None:
+        mean = np.mean(x, axis=axis, keepdims=True)
+    if variance is None:
+        variance = np.mean(x * x, axis=axis, keepdims=True) - mean * mean
+    return ((x - mean) / np.sqrt(variance + epsilon)).astype(x.dtype)
+
+
+def _np_elu(x, alpha=1.0):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)
+
+
+def _np_glu(x, axis=-1):
+    a, b = np.split(x, 2, axis=axis)
+    return a * _np_sigmoid(b)
+
+
+def _np_relu6(x):
+    return np.minimum(np.maximum(x, 0), 6)
+
+
+def _np_log1mexp(x):
+    return np.log(-np.expm1(-x))
+
+
+NN_REF.update({
+    "relu6": _np_relu6,
+    "elu": _np_elu,
+    "celu": lambda x, alpha=1.0: (np.maximum(x, 0) + alpha * np.expm1(np.minimum(x, 0) / alpha)
+                                  ).astype(x.dtype),
+    "selu": lambda x: (_SELU[1] * _np_elu(x, _SELU[0])).astype(x.dtype),
+    "leaky_relu": lambda x, negative_slope=0.01: np.where(x >= 0, x, negative_slope * x
+                                                          ).astype(x.dtype),
+    "swish": lambda x: x * _np_sigmoid(x),
+    "glu": _np_glu,
+    "mish": lambda x: x * np.tanh(_np_softplus(x)),
+    "soft_sign": lambda x: x / (np.abs(x) + 1),
+    "hard_sigmoid": lambda x: _np_relu6(x + 3) / 6,
+    "hard_silu": lambda x: x * _np_relu6(x + 3) / 6,
+    "hard_swish": lambda x: x * _np_relu6(x + 3) / 6,
+    "hard_tanh": lambda x: np.clip(x, -1, 1),
+    "squareplus": lambda x, b=4: ((x + np.sqrt(x * x + b)) / 2).astype(x.dtype),
+    "log1mexp": _np_log1mexp,
+    "standardize": _np_standardize,
+    "dot_product_attention": _np_attention,
+    "initializers.zeros": lambda key, shape, dtype=np.float32: np.zeros(shape, dtype),
+    "initializers.ones": lambda key, shape, dtype=np.float32: np.ones(shape, dtype),
+    "initializers.constant": lambda value, dtype=np.float32: (
+        lambda key, shape, dtype=dtype: np.full(shape, value, dtype)),
+})
+JAX_NN_OVERRIDE["dot_product_attention"] = _jax_attention
+
+ZEROS_KINKS = [[0.0, -0.5, 6.0, -3.0], [3.0, 1.0, -1.0, 0.25]]   # relu6/hard_*/hard_tanh kinks
+for _name in ("relu6", "elu", "celu", "selu", "leaky_relu", "swish", "mish", "soft_sign",
+              "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh"):
+    _f = f"nn.{_name}"
+    _d(_f, lambda f, x: f(x), [A(S, "wide")], "wide")
+    _d(_f, lambda f, x: f(x), [A(value=ZEROS_KINKS)], "kinks",
+       nondiff=_name not in ("swish", "mish"))
+_d("nn.elu", lambda f, x: f(x, alpha=0.5), [A(S)], "alpha")
+_d("nn.celu", lambda f, x: f(x, alpha=2.0), [A(S)], "alpha")
+_d("nn.leaky_relu", lambda f, x: f(x, negative_slope=0.2), [A(S)], "slope")
+_d("nn.swish", lambda f, x: f(x), [A("")], "0d")
+_d("nn.glu", lambda f, x: f(x), [A(S)], "last_axis")
+_d("nn.glu", lambda f, x: f(x, axis=0), [A("4x3")], "axis0")
+_d("nn.squareplus", lambda f, x: f(x), [A(S, "wide")], "wide")
+_d("nn.squareplus", lambda f, x: f(x, b=1.0), [A(S)], "b1")
+_d("nn.log1mexp", lambda f, x: f(x), [A(S, "pos")], "pos")
+_d("nn.log1mexp", lambda f, x: f(x), [A(value=[[0.05, 0.68, 0.7], [2.0, 30.0, 0.1]])],
+   "both_branches")
+_d("nn.standardize", lambda f, x: f(x), [A(S)], "last_axis")
+_d("nn.standardize", lambda f, x: f(x, axis=0, epsilon=0.1), [A("4x3")], "axis0_eps")
+_d("nn.standardize", lambda f, x, m, v: f(x, mean=m, variance=v), [A(S), A("3x1"),
+                                                                    A("3x1", "pos")],
+   "given_moments")
+_Q, _KV, _KV1 = "1x2x2x2", "1x3x2x2", "1x3x1x2"     # [B, T, N, H], [B, S, K, H]
+_d("nn.dot_product_attention", lambda f, q, k, v: f(q, k, v), [A(_Q), A(_KV), A(_KV)],
+   "plain")
+_d("nn.dot_product_attention", lambda f, q, k, v, b: f(q, k, v, bias=b, is_causal=True),
+   [A(_Q), A(_KV), A(_KV), A("1x2x2x3")], "causal_bias")
+_d("nn.dot_product_attention", lambda f, q, k, v, m: f(q, k, v, mask=m, scale=0.7),
+   [A(_Q), A(_KV1), A(_KV1), C(np.array([[[[True, False, True], [False, True, True]]]]))],
+   "mask_grouped_heads")
+_v("nn.initializers.zeros", lambda f, x: f(None, x.shape, x.dtype) + x, [A("2x3")], "2x3")
+_v("nn.initializers.zeros", lambda f, x: f(None, 4, x.dtype) * x, [A("")], "int_shape")
+_v("nn.initializers.ones", lambda f, x: f(None, x.shape, x.dtype) + x, [A("2x3")], "2x3")
+_v("nn.initializers.ones", lambda f, x: f(None, (3, 1), x.dtype) * x, [A("")], "3x1")
+_v("nn.initializers.constant", lambda f, x: f(0.5)(None, x.shape, x.dtype) + x, [A("2x3")],
+   "half")
+_v("nn.initializers.constant", lambda f, x: f(-2.0, x.dtype)(None, (2, 2)) * x, [A("")],
+   "dtype_at_factory")
+
+
+def _scipy_ref(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    """scipy's function `name` (dotted) under `call`, cast to the float inputs' type."""
+    import scipy.special
+    import scipy.stats
+
+    fn: Any = scipy
+    for part in name.split("."):
+        fn = getattr(fn, part)
+
+    def ref(*xs: Any) -> Any:
+        out = call(fn, *xs)
+        dt = np.result_type(*[x for x in xs if np.asarray(x).dtype.kind == "f"])
+        return np.asarray(out).astype(dt) if np.asarray(out).dtype.kind == "f" else out
+
+    return ref
+
+
+def _sp(func: str, call: Callable[..., Any], args: Sequence[A | C], label: str,
+        **kw: Any) -> None:
+    kw.setdefault("ref", _scipy_ref(func.split(".", 1)[1], call))
+    _d(func, call, args, label, **kw)
+
+
+_UNIT_P = lambda x: 0.5 + 0.45 * x  # noqa: E731 - a probability from a "unit" draw
+for _name in ("erf", "erfc", "expit"):
+    _sp(f"scipy.special.{_name}", lambda f, x: f(x), [A(S)], "real")
+    _sp(f"scipy.special.{_name}", lambda f, x: f(x), [A(value=[[-6.0, -1.5, 0.0],
+                                                               [0.5, 3.0, 9.0]])], "tails")
+_sp("scipy.special.erfinv", lambda f, x: f(x), [A(S, "unit")], "unit")
+_sp("scipy.special.erfinv", lambda f, x: f(x), [A(value=[[0.0, -0.95, 1e-4], [0.6, 0.95, -0.3]])],
+    "tails")
+_sp("scipy.special.gammaln", lambda f, x: f(x), [A(S, "pos")], "pos")
+_sp("scipy.special.gammaln", lambda f, x: f(x), [A(value=[[-2.5, -0.3, 1.0], [2.0, 15.5, 40.25]])],
+    "negative_large")
+_sp("scipy.special.digamma", lambda f, x: f(x), [A(S, "pos")], "pos")
+_sp("scipy.special.digamma", lambda f, x: f(x), [A(value=[[-1.5, -0.7, 0.1], [1.4616, 13.0, 25.5]])],
+    "negative_large")
+_sp("scipy.special.xlogy", lambda f, x, y: f(x, y), [A(S), A(S, "pos")], "real_pos")
+_sp("scipy.special.xlogy", lambda f, x, y: f(x, y), [A(value=[[0.0, 1.5], [0.0, -2.0]]),
+                                                      A(value=[[0.5, 2.0], [1.0, 3.0]])],
+    "x_zero")
+_sp("scipy.special.xlog1py", lambda f, x, y: f(x, y), [A(S), A(S, "unit")], "real_unit")
+_sp("scipy.special.xlog1py", lambda f, x, y: f(x, y), [A(value=[[0.0, 1.5], [0.0, -2.0]]),
+                                                        A(value=[[0.5, -0.5], [-0.25, 3.0]])],
+    "x_zero")
+_sp("scipy.special.logit", lambda f, x: f(_UNIT_P(x)), [A(S, "unit")], "unit")
+_sp("scipy.special.logit", lambda f, x: f(_UNIT_P(x)), [A("", "unit")], "0d")
+_sp("scipy.special.logsumexp", lambda f, x: f(x), [A(S, "wide")], "all")
+_sp("scipy.special.logsumexp", lambda f, x: f(x, axis=0, keepdims=True), [A(S)], "axis0_keep")
+_sp("scipy.special.logsumexp", lambda f, x, b: f(x, axis=1, b=b), [A(S), A(S, "pos")],
+    "b_pos")
+_sp("scipy.special.logsumexp",
+    lambda f, x, b: (lambda r: r[0] * r[1])(f(x, axis=1, b=b, return_sign=True)),
+    [A(S), A(value=[[1.0, -0.5, 2.0, 0.25], [-1.0, -2.0, 0.5, 0.3], [0.7, 0.2, -0.1, 1.5]])],
+    "b_signed_return_sign")
+
+_sp("scipy.stats.norm.logpdf", lambda f, x: f(x), [A(S, "wide")], "standard")
+_sp("scipy.stats.norm.logpdf", lambda f, x, m, s: f(x, m, s), [A(S), A("4"), A("3x1", "pos")],
+    "loc_scale")
+_sp("scipy.stats.norm.pdf", lambda f, x: f(x), [A(S)], "standard")
+_sp("scipy.stats.norm.pdf", lambda f, x, m, s: f(x, m, s), [A(S), A(""), A("", "pos")],
+    "loc_scale")
+_sp("scipy.stats.norm.cdf", lambda f, x: f(x), [A(S, "wide")], "wide")
+_sp("scipy.stats.norm.cdf", lambda f, x, m, s: f(x, m, s), [A(S), A("4"), A("", "pos")],
+    "loc_scale")
+_sp("scipy.stats.norm.logcdf", lambda f, x: f(x), [A(S, "wide")], "wide")
+_sp("scipy.stats.norm.logcdf", lambda f, x: f(x),
+    [A(value=[[-40.0, -12.0, -9.9], [0.5, 4.0, 12.0]])], "tails")
+_sp("scipy.stats.norm.logcdf", lambda f, x, m, s: f(x, m, s), [A(S), A(""), A("", "pos")],
+    "loc_scale")
+_sp("scipy.stats.norm.ppf", lambda f, x: f(_UNIT_P(x)), [A(S, "unit")], "unit")
+def _exp(x: Any) -> Any:
+    """exp in the module of x (numpy, jax or ours), for calls that transform an input."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np.exp(x)
+    if type(x).__module__.startswith("jax"):
+        import jax.numpy as jnp
+        return jnp.exp(x)
+    from mlir_autodiff import numpy as anp
+    return anp.exp(x)
+
+
+# small tail probabilities as exp(x): finite differences stay inside (0, 1)
+_sp("scipy.stats.norm.ppf", lambda f, x, m, s: f(_exp(x), m, s),
+    [A(value=[[-23.0, -7.0], [-0.7, -0.05]]), A(""), A("", "pos")], "tails_loc_scale")
+
+
+def _spd_inputs(batch: tuple[int, ...], n: int, fixed_mean: bool = False
+                ) -> Callable[[np.random.Generator], list[np.ndarray]]:
+    def draw(rng: np.random.Generator) -> list[np.ndarray]:
+        r32 = lambda a: np.asarray(a, np.float32).astype(np.float64)  # noqa: E731
+        m = rng.standard_normal((n, n))
+        return [r32(rng.standard_normal(batch + (n,))), r32(rng.standard_normal(n)),
+                r32(m @ m.T / n + np.eye(n))]
+    return draw
+
+
+for _name in ("logpdf", "pdf"):
+    _sp(f"scipy.stats.multivariate_normal.{_name}", lambda f, x, m, c: f(x, m, c),
+        [A("3x2"), A("2"), A("2x2")], "batch_n2",
+        ref=_scipy_ref(f"stats.multivariate_normal.{_name}",
+                       lambda f, x, m, c: f(x, m, (c + c.T) / 2)),
+        inputs=_spd_inputs((3,), 2))
+    _sp(f"scipy.stats.multivariate_normal.{_name}", lambda f, x, m, c: f(x, m, c),
+        [A("3"), C(A("3")), A("3x3")], "single_n3",
+        ref=_scipy_ref(f"stats.multivariate_normal.{_name}",
+                       lambda f, x, m, c: f(x, m, (c + c.T) / 2)),
+        inputs=_spd_inputs((), 3))
+
+_K01 = C(np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 1]], np.int32))
+for _name in ("logpmf", "pmf"):
+    _sp(f"scipy.stats.bernoulli.{_name}", lambda f, k, x: f(k, _UNIT_P(x)), [_K01, A(S, "unit")],
+        "int_k")
+    _sp(f"scipy.stats.bernoulli.{_name}", lambda f, k, x: f(k, _UNIT_P(x), 1),
+        [C(np.array([1.0, 2.0, 2.0, 1.0])), A("4", "unit")], "float_k_loc")
+_v("scipy.stats.bernoulli.logpmf", lambda f, k, x: f(k, x),
+   [[-1, 2, 0, 1], A(value=[0.3, 0.6, 0.25, 0.8])], "outside_support",
+   ref=_scipy_ref("stats.bernoulli.logpmf", lambda f, k, x: f(k, x)))
+
+
+def _np_categorical(k: np.ndarray, p: np.ndarray) -> np.ndarray:
+    p = np.broadcast_to(p, np.broadcast_shapes(k.shape, p.shape[:-1]) + p.shape[-1:])
+    k = np.broadcast_to(k, p.shape[:-1])
+    inside = (k >= 0) & (k < p.shape[-1])
+    picked = np.take_along_axis(p, np.clip(k, 0, p.shape[-1] - 1)[..., None], -1)[..., 0]
+    return np.where(inside, np.log(np.where(inside, picked, 1.0)), -np.inf)
+
+
+def _jax_categorical(k: Any, p: Any) -> Any:
+    import jax.numpy as jnp
+    p = jnp.broadcast_to(p, jnp.broadcast_shapes(k.shape, p.shape[:-1]) + p.shape[-1:])
+    picked = jnp.take_along_axis(p, jnp.clip(k, 0, p.shape[-1] - 1)[..., None], -1)[..., 0]
+    return jnp.log(picked)
+
+
+_norm_rows = lambda x: x / x.sum(-1, keepdims=True)  # noqa: E731
+for _name, _post, _jpost in (("logpmf", lambda v: v, lambda v: v),
+                              ("pmf", np.exp, lambda v: __import__("jax").numpy.exp(v))):
+    _d(f"scipy.stats.categorical.{_name}", lambda f, k, x: f(k, _norm_rows(x)),
+       [C(np.array([0, 3, 2], np.int32)), A(S, "pos")], "rows",
+       ref=lambda k, x, post=_post: post(_np_categorical(k, _norm_rows(x))).astype(x.dtype),
+       jref=lambda k, x, jpost=_jpost: jpost(_jax_categorical(k, _norm_rows(x))))
+    _d(f"scipy.stats.categorical.{_name}", lambda f, k, x: f(k, _norm_rows(x)),
+       [C(np.array([[1, 0], [2, 2]], np.int32)), A("3", "pos")], "shared_p",
+       ref=lambda k, x, post=_post: post(_np_categorical(k, _norm_rows(x))).astype(x.dtype),
+       jref=lambda k, x, jpost=_jpost: jpost(_jax_categorical(k, _norm_rows(x))))
+_v("scipy.stats.categorical.logpmf", lambda f, k, x: f(k, x), [[-1, 3, 1], A("3", "pos")],
+   "outside_support", ref=lambda k, x: _np_categorical(k, x).astype(x.dtype))
+
+
+
+# ---- linalg (issue 20 item 4)
+# numpy.linalg and scipy.linalg: matrices well conditioned by construction (x + 3I,
+# x x^T + 3I), symmetric inputs built inside the call (numpy reads one triangle,
+# jax symmetrizes), eigen/singular vectors compared squared (their signs are free).
+_I3 = np.eye(3)
+_d("numpy.linalg.solve", lambda f, a, b: f(a + 3 * _I3, b), [A("3x3"), A("3")], "vector_rhs")
+_d("numpy.linalg.solve", lambda f, a, b: f(a + 3 * _I3, b), [A("2x3x3"), A("2x3x2")],
+   "batched_matrix_rhs")
+_d("numpy.linalg.inv", lambda f, a: f(a + 3 * _I3), [A("3x3")], "3x3")
+_d("numpy.linalg.inv", lambda f, a: f(a), [A(value=[[2.0, 1.0], [0.5, -1.5]])], "pivoting")
+_d("numpy.linalg.det", lambda f, a: f(a), [A("3x3")], "3x3")
+_d("numpy.linalg.det", lambda f, a: f(a), [A("2x2x2")], "batched")
+_d("numpy.linalg.slogdet", lambda f, a: f(a)[1], [A("3x3")], "logabsdet")
+_d("numpy.linalg.slogdet", lambda f, a: f(a)[0] * f(a)[1], [A("4x4")], "sign_times_logabsdet")
+_d("numpy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "spd")
+_d("numpy.linalg.cholesky", lambda f, a: f(a + 2 * np.eye(4)), [A(value=np.tril(
+    [[1.0, 0, 0, 0], [0.3, 1.2, 0, 0], [-0.2, 0.4, 0.9, 0], [0.1, -0.3, 0.2, 1.1]]))],
+   "lower_triangle_read", jref=lambda a: _jax_lower_cholesky(a + 2 * np.eye(4)))
+_d("numpy.linalg.qr", lambda f, a: f(a)[0], [A("4x3")], "reduced_q")
+_d("numpy.linalg.qr", lambda f, a: f(a)[1], [A("3x3")], "square_r")
+_d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[0], [A("3x3")], "eigenvalues")
+_d("numpy.linalg.eigh", lambda f, a: f(a + a.T)[1] ** 2, [A("3x3")], "eigenvectors_squared")
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a), [A("3x3")], "lower",
+   jref=lambda a: _jax_eigvalsh_of(a, "L"))
+_d("numpy.linalg.eigvalsh", lambda f, a: f(a, UPLO="U"), [A("3x3")], "upper",
+   jref=lambda a: _jax_eigvalsh_of(a, "U"))
+_d("numpy.linalg.svd", lambda f, a: f(a, compute_uv=False), [A("4x3")], "values")
+_d("numpy.linalg.svd", lambda f, a: f(a, full_matrices=False)[0] ** 2, [A("3x4")],
+   "u_squared_wide")
+_d("numpy.linalg.norm", lambda f, x: f(x), [A("3x4")], "fro_default")
+_d("numpy.linalg.norm", lambda f, x: f(x, 3, axis=1), [A("3x4")], "vector_p3_axis1")
+_d("numpy.linalg.norm", lambda f, x: f(x, np.inf), [A("2x3")], "matrix_inf")
+_d("numpy.linalg.norm", lambda f, x: f(x, -1, axis=(2, 0), keepdims=True), [A("3x2x2")],
+   "matrix_minus1_keepdims")
+_d("scipy.linalg.solve_triangular", lambda f, a, b: f(a + 3 * _I3, b, lower=True),
+   [A("3x3"), A("3x2")], "lower")
+_d("scipy.linalg.solve_triangular",
+   lambda f, a, b: f(a, b, trans=1, unit_diagonal=True), [A("3x3"), A("3")], "upper_trans_unit")
+_d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3), [A("3x3")], "upper")
+_d("scipy.linalg.cholesky", lambda f, a: f(a @ a.T + 3 * _I3, lower=True), [A("3x3")], "lower")
+
+
+def _jax_eigvalsh_of(a: Any, uplo: str) -> Any:
+    """numpy reads one triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    t = jnp.tril(a) if uplo == "L" else jnp.triu(a)
+    return jnp.linalg.eigvalsh(t + t.T - jnp.diag(jnp.diag(t)))
+
+
+def _jax_lower_cholesky(a: Any) -> Any:
+    """numpy reads the lower triangle; jax symmetrizes: give jax the matrix numpy reads."""
+    import jax.numpy as jnp
+
+    return jnp.linalg.cholesky(jnp.tril(a) + jnp.tril(a, -1).T)
+
+
+def _np_cho_factor(a: np.ndarray, lower: bool) -> np.ndarray:
+    """scipy's factor with its unused triangle (arbitrary data) zeroed."""
+    import scipy.linalg
+
+    c, _ = scipy.linalg.cho_factor(a @ a.T + 3 * _I3, lower=lower)
+    return np.tril(c) if lower else np.triu(c)
+
+
+def _jax_cho_factor(a: Any, lower: bool) -> Any:
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    c, _ = jsl.cho_factor(a @ a.T + 3 * _I3, lower=lower)
+    return jnp.tril(c) if lower else jnp.triu(c)
+
+
+for _low in (True, False):
+    _d("scipy.linalg.cho_factor", lambda f, a, lo=_low: f(a @ a.T + 3 * _I3, lower=lo)[0],
+       [A("3x3")], "lower" if _low else "upper",
+       ref=lambda a, lo=_low: _np_cho_factor(a, lo),
+       jref=lambda a, lo=_low: _jax_cho_factor(a, lo))
+_d("scipy.linalg.cho_solve", lambda f, c, b: f((c + 3 * _I3, True), b), [A("3x3"), A("3x2")],
+   "lower")
+_d("scipy.linalg.cho_solve", lambda f, c, b: f((c + 3 * _I3, False), b), [A("3x3"), A("3")],
+   "upper")
+
+
 CASES: list[Case] = DIFF + VALUE

@@ -75,6 +75,8 @@ def _module_name(path: pathlib.Path) -> tuple[str, str]:
     """(unit, dotted name of the package holding `path`) of a source file."""
     if path.parent == PACKAGE:
         return path.stem, "mlir_autodiff"
+    if path.parent.parent == PACKAGE:   # a front-end subpackage (scipy/): one unit
+        return path.parent.name, f"mlir_autodiff.{path.parent.name}"
     for name, folder in COMPILER.items():
         if folder in path.parents:
             rel = path.parent.relative_to(folder).parts
@@ -112,25 +114,28 @@ def imports_of(path: pathlib.Path, text: str | None = None) -> list[Import]:
     return out
 
 
-FRONT_END = sorted(PACKAGE.glob("*.py"))
+#: The package's modules and the modules of its front-end subpackages (scipy/).
+FRONT_END = sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("*/*.py"))
 COMPILER_FILES = sorted(f for folder in COMPILER.values() for f in folder.rglob("*.py"))
 
 
 def test_every_module_has_a_layer() -> None:
-    modules = {p.stem for p in FRONT_END} | set(COMPILER)
+    modules = {_module_name(p)[0] for p in FRONT_END} | set(COMPILER)
     assert set(LAYERS) == modules, (
         f"modules without a layer in __init__.py: {sorted(modules - set(LAYERS))}; "
         f"listed but missing: {sorted(set(LAYERS) - modules)}")
     assert {LAYERS[c] for c in COMPILER} == {0}
 
 
-@pytest.mark.parametrize("path", FRONT_END, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", FRONT_END, ids=lambda p: (
+    p.stem if p.parent == PACKAGE else f"{p.parent.name}.{p.stem}"))
 def test_imports_go_down(path: pathlib.Path) -> None:
     """A front-end module imports only modules of lower layers (none of its own)."""
+    unit = _module_name(path)[0]
     bad = [f"{path.name}:{i.line}: {i.target} (layer {LAYERS[i.unit]}"
            f"{', inside a function' if i.local else ''})"
-           for i in imports_of(path) if LAYERS[i.unit] >= LAYERS[path.stem]]
-    assert not bad, (f"{path.stem} (layer {LAYERS[path.stem]}) imports from its own or a "
+           for i in imports_of(path) if LAYERS[i.unit] >= LAYERS[unit]]
+    assert not bad, (f"{unit} (layer {LAYERS[unit]}) imports from its own or a "
                      f"higher layer: {bad}")
 
 
