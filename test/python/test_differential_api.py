@@ -57,6 +57,16 @@ except ImportError:  # pragma: no cover - jax is an optional oracle
 F64_TRANSFORMS = ("jit", "grad", "jvp", "vjp", "vmap", "jacfwd", "jacrev", "hessian",
                   "vmap_grad")
 F32_TRANSFORMS = ("jit", "grad", "jvp", "vjp", "vmap")
+
+
+def _transforms(case: dc.Case) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(dtype, transforms) of a case: composites run float32 under jit only (their
+    derivatives in float32 are their primitives'), the loop algorithms not at all."""
+    if case.no_f32:
+        return (("float64", F64_TRANSFORMS),)
+    if case.f32_jit_only:
+        return (("float64", F64_TRANSFORMS), ("float32", ("jit",)))
+    return (("float64", F64_TRANSFORMS), ("float32", F32_TRANSFORMS))
 BATCH = 2
 
 # --------------------------------------------------------------------------- known defects
@@ -221,7 +231,7 @@ def test_every_public_function_has_rows() -> None:
 def test_case_count() -> None:
     n_diff = len(dc.DIFF)
     n_value = len(dc.VALUE)
-    cells = n_diff * (len(F64_TRANSFORMS) + len(F32_TRANSFORMS)) + sum(
+    cells = sum(len(t) for c in dc.DIFF for _, t in _transforms(c)) + sum(
         len(_value_dtypes(c)) for c in dc.VALUE)
     funcs = len({c.func for c in dc.CASES})
     print(f"\ndifferential API harness: {n_diff} differentiable op cases x "
@@ -519,7 +529,7 @@ def compiled(case_id: str) -> dict[str, Compiled]:
     case = CASE_BY_ID[case_id]
     runs = {"float64": Compiled(case, "float64"), "float32": Compiled(case, "float32")}
     parts = []
-    for dt, transforms in (("float64", F64_TRANSFORMS), ("float32", F32_TRANSFORMS)):
+    for dt, transforms in _transforms(case):
         together = tuple(t for t in transforms if not _is_known(case, dt, t))
         if together:
             parts.append((runs[dt], together))
@@ -689,7 +699,7 @@ def _known_reason(case_id: str, dtype: str, transform: str) -> str | None:
 def _cells() -> list[Any]:
     params = []
     for case in dc.DIFF:
-        for dtype, transforms in (("float64", F64_TRANSFORMS), ("float32", F32_TRANSFORMS)):
+        for dtype, transforms in _transforms(case):
             for tr in transforms:
                 reason = _known_reason(case.id, dtype, tr)
                 marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []

@@ -213,3 +213,18 @@ def test_derivatives_jax_leaves_undefined() -> None:
 def test_bad_arguments_raise_clear_errors(call, message) -> None:
     with pytest.raises(ValueError, match=message):
         ad.jit(call)(A43)
+
+
+def test_float32_value_and_gradient_match_float64() -> None:
+    # the differential table runs these loop algorithms in float64 only (each compile
+    # is the cost); here their float32 paths, values and reverse mode at once (the
+    # loss's `eye(3)` is float64, as in numpy, so only the Cholesky terms promote)
+    args32 = tuple(x.astype(np.float32) for x in (A43, M, B))
+    val, g = ad.jit(ad.value_and_grad(lambda *x: _loss(anp, asl, *x), argnums=(0, 1, 2)))(
+        *args32)
+    jval, jg = jax.value_and_grad(lambda *x: _loss(jnp, jsl, *x), argnums=(0, 1, 2))(
+        *(x.astype(np.float64) for x in args32))
+    _close(val, jval, tol=1e-4, what="float32 value")
+    for got, want, name in zip(g, jg, ("a43", "m", "b")):
+        assert got.dtype == np.float32
+        _close(got, want, tol=2e-3, what=f"float32 grad wrt {name}")
