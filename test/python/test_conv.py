@@ -276,3 +276,17 @@ def test_eager_dilations_and_negative_padding_match_jax() -> None:
     np.testing.assert_allclose(lax.reduce_window(x, 0.0, anp.add, **rw),
                                jax.lax.reduce_window(x, 0.0, jax.lax.add, **rw), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_small_cnn_trains_on_the_digits_to_98_percent() -> None:
+    # issue 20's acceptance line: conv-pool-conv-pool-dense on the bundled digits
+    # (examples/cnn_digits.py, `./dev demo cnn`), test accuracy >= 98%
+    pytest.importorskip("sklearn", reason="the digits data set ships with scikit-learn")
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cnn_digits.py"
+    spec = importlib.util.spec_from_file_location("cnn_digits", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.train(epochs=30, verbose=False) >= 0.98
