@@ -66,12 +66,13 @@ from .ad_cleanup import fold_stop_gradients, strip_bookkeeping
 from .ad_modes import ForwardAD, ReverseAD
 from .ad_support import (
     Builder,
+    FunctionTable,
     function_type,
     is_float,
     is_known_zero,
+    lower_each,
     op_name,
     residual_operands,
-    sym_name,
     unique_name,
     walk_ops,
 )
@@ -134,12 +135,8 @@ class ADDriver:
     def fail(self, where: Any, msg: str) -> PassFailure:
         return fail(where, f"{self.pass_name}: {msg}")
 
-    def functions(self) -> dict[str, ir.Operation]:
-        out = {}
-        for op in self.body.operations:
-            if op_name(op) == "func.func":
-                out[sym_name(op)] = op.operation
-        return out
+    def functions(self) -> FunctionTable:
+        return FunctionTable(self.module)
 
     def lookup(self, name: str, at: Any) -> ir.Operation:
         fn = self.functions().get(name)
@@ -155,7 +152,8 @@ class ADDriver:
         return fn
 
     def unique_name(self, base: str) -> str:
-        return unique_name(self.functions(), base)
+        # any symbol's name is taken, not only the functions'
+        return unique_name(self.functions().symbols, base)
 
     def clone_function(self, fn: ir.Operation, name: str) -> ir.Operation:
         new = fn.clone(ip=ir.InsertionPoint(self.body))
@@ -171,11 +169,7 @@ class ADDriver:
 
     def lower_all(self, root: ir.Operation, kinds: Sequence[str]) -> None:
         """Lower every op of `kinds` under `root`, one at a time (the IR changes)."""
-        while True:
-            found = [o for o in walk_ops(root) if op_name(o) in kinds]
-            if not found:
-                return
-            self.lower(found[0])
+        lower_each(root, kinds, self.lower)
 
     def prepare(self, name: str, at: Any) -> ir.Operation:
         """Lower autodiff ops inside @name and its callees before differentiating it."""

@@ -86,8 +86,10 @@ from .ad_cleanup import fold_stop_gradients
 from .ad_driver import ADDriver, register_inner_lowerer
 from .ad_support import (
     Builder,
+    FunctionTable,
     captured_values,
     is_tensor,
+    lower_each,
     op_name,
     sym_name,
     unique_name,
@@ -126,9 +128,8 @@ class VmapDriver:
     def fail(self, where: Any, msg: str) -> PassFailure:
         return fail(where, f"{PASS}: {msg}")
 
-    def functions(self) -> dict[str, ir.Operation]:
-        return {sym_name(op): op.operation for op in self.body.operations
-                if op_name(op) == "func.func"}
+    def functions(self) -> FunctionTable:
+        return FunctionTable(self.module)
 
     def lookup(self, name: str, at: Any) -> ir.Operation:
         fn = self.functions().get(name)
@@ -143,7 +144,8 @@ class VmapDriver:
         return fn
 
     def unique_name(self, base: str) -> str:
-        return unique_name(self.functions(), base)
+        # any symbol's name is taken, not only the functions'
+        return unique_name(self.functions().symbols, base)
 
     def ad_driver(self) -> Any:
         if self._ad is None:
@@ -172,11 +174,7 @@ class VmapDriver:
 
     def lower_all(self, root: ir.Operation) -> None:
         """Lower every autodiff.vmap under `root`, one at a time (the IR changes)."""
-        while True:
-            found = [o for o in walk_ops(root) if op_name(o) == VMAP]
-            if not found:
-                return
-            self.lower(found[0])
+        lower_each(root, (VMAP,), self.lower)
 
     # -- batched functions ---------------------------------------------------------------
 

@@ -24,9 +24,10 @@ depend on) the front end.
 # table and checks every import), so there is no import circle:
 #
 #   layer 0  dialects, transforms        the compiler, own packages: no front-end imports
-#   layer 1  argspec, cuda_driver, errors, pytree, rng_state, tracebacks  argument specs; the
-#                                        CUDA driver query; exceptions; pytrees; the generator
-#                                        state; filtered tracebacks
+#   layer 1  argspec, cuda_driver, errors, index_items, pytree, rng_state, tracebacks  argument
+#                                        specs; the CUDA driver query; exceptions; an index's
+#                                        items per dimension; pytrees; the generator state;
+#                                        filtered tracebacks
 #   layer 2  signatures, native_call, tree_util, eager  specs read from MLIR; calling
 #                                        compiled code (no MLIR); jax.tree_util's API over
 #                                        pytree; eager arrays (ndarrays with `.at`)

@@ -67,7 +67,7 @@ from .native_build import (
     lower_main,
     missing_tool,
 )
-from .runtime import COMPILE_LOCK, CompiledModule
+from .runtime import COMPILE_LOCK, CompiledModule, default_opt_level
 from .tracebacks import api_boundary
 from .tracing import (
     FunctionTrace,
@@ -693,7 +693,8 @@ class _Executable:
         if missing is not None:
             compile_cache._warn_once(f"{missing}; compiling without the cache")
             return None
-        return cache.key(text, device="cpu", threads=self.threads, donated=donated)
+        return cache.key(text, device="cpu", threads=self.threads, donated=donated,
+                         opt_level=default_opt_level())
 
     def _from_cache(self, cache: compile_cache.Cache, key: str) -> bool:
         """Load this version from the persistent cache; False on a miss."""
@@ -732,7 +733,8 @@ class _Executable:
         meta = {"main": info, "remap": self.remap,
                 "in_place": {str(a): r for a, r in self.in_place.items()},
                 "returned_donated": self.returned_donated}
-        target = Target("cpu", cpu="native", threads=self.threads)
+        target = Target("cpu", cpu="native", threads=self.threads,
+                        opt_level=default_opt_level())
         compile_cache.store_in_background(
             cache, key, self.fname, meta,
             lambda path: _build_in_background(inp, target, path))

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UnsupportedError
+from .index_items import expand_ellipsis
 
 
 class Array(np.ndarray):
@@ -178,21 +179,7 @@ def _items(shape: tuple[int, ...], idx: Any) -> list[Any] | None:
             if arr.dtype.kind not in "iu":
                 raise TypeError(f"indices must be integers, got an array of dtype {arr.dtype}")
             arrays[k] = arr.astype(np.int64)
-    if builtins.sum(1 for i in items if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    n_real = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
-    if n_real > len(shape):
-        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
-                         f"but {n_real} were indexed")
-    out: list[Any] = []
-    for k, it in enumerate(items):
-        if it is Ellipsis:
-            out.extend([slice(None)] * (len(shape) - n_real))
-        else:
-            out.append(arrays.get(k, it))
-    if Ellipsis not in items:
-        out.extend([slice(None)] * (len(shape) - n_real))
-    return out
+    return expand_ellipsis([arrays.get(k, it) for k, it in enumerate(items)], len(shape))
 
 
 def _array_dims(items: list[Any]) -> list[tuple[int, int]]:

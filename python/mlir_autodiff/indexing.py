@@ -38,6 +38,7 @@ import numpy as np
 
 from . import primitives as P
 from .errors import UnsupportedError
+from .index_items import expand_ellipsis
 from .tracing import Tracer, as_tracer, format_site
 
 _I64 = np.dtype(np.int64)
@@ -88,21 +89,8 @@ class _Advanced:
     """
 
     def __init__(self, shape: tuple[int, ...], idx: Any, basic_index: Any) -> None:
-        items = list(idx) if isinstance(idx, tuple) else [idx]
-        n_ell = builtins.sum(1 for i in items if i is Ellipsis)
-        if n_ell > 1:
-            raise IndexError(f"an index can only have a single ellipsis ('...') (at "
-                             f"{format_site()})")
-        n_real = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
-        if n_real > len(shape):
-            raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
-                             f"but {n_real} were indexed (at {format_site()})")
-        fill = [slice(None)] * (len(shape) - n_real)
-        if n_ell:
-            k = items.index(Ellipsis)
-            items = items[:k] + fill + items[k + 1:]
-        else:
-            items = items + fill
+        items = expand_ellipsis(list(idx) if isinstance(idx, tuple) else [idx], len(shape),
+                                format_site())
         basic: list[Any] = []
         adv: list[tuple[int, int, Tracer]] = []  # (item position, operand dim, indices)
         dim = 0

@@ -83,6 +83,7 @@ from .errors import (
     UnsupportedError,
 )
 from .errors import UnsupportedNumpyFunctionError as _UnsupportedNumpyFunctionError
+from .index_items import expand_ellipsis as _expand_ellipsis
 from .tracing import (
     BFLOAT16,
     Tracer,
@@ -1308,20 +1309,7 @@ class _Index:
     def __init__(self, shape: tuple[int, ...], idx: Any) -> None:
         if not isinstance(idx, tuple):
             idx = (idx,)
-        items = [self._check(i) for i in idx]
-        n_ell = builtins.sum(1 for i in items if i is Ellipsis)
-        if n_ell > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        n_real = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
-        if n_real > len(shape):
-            raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
-                             f"but {n_real} were indexed (at {format_site()})")
-        fill = [slice(None)] * (len(shape) - n_real)
-        if n_ell:
-            k = items.index(Ellipsis)
-            items = items[:k] + fill + items[k + 1:]
-        else:
-            items = items + fill
+        items = _expand_ellipsis([self._check(i) for i in idx], len(shape), format_site())
         self.offsets: list[int] = []
         self.sizes: list[int] = []
         self.strides: list[int] = []

@@ -79,6 +79,22 @@ from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
 #: not take it, so they run in parallel. Re-entrant: a compile may nest another.
 COMPILE_LOCK = threading.RLock()
 
+#: LLVM's optimization level for JIT-compiled CPU code when the caller names none:
+#: the environment variable AUTODIFF_OPT_LEVEL (0-3, default 3; XLA's
+#: --xla_backend_optimization_level). Lower levels compile faster and run slower;
+#: the MLIR schedules (tiling, vectorization) are the same at every level.
+OPT_LEVEL_ENV = "AUTODIFF_OPT_LEVEL"
+
+
+def default_opt_level() -> int:
+    """AUTODIFF_OPT_LEVEL, read at each compilation (a bad value raises ValueError)."""
+    raw = os.environ.get(OPT_LEVEL_ENV, "").strip()
+    if not raw:
+        return 3
+    if raw not in ("0", "1", "2", "3"):
+        raise ValueError(f"{OPT_LEVEL_ENV}={raw!r}: expected 0, 1, 2 or 3")
+    return int(raw)
+
 
 def shared_libs() -> list[str]:
     """Runtime libraries the JIT-compiled code may call (memref copies, printing)."""
@@ -128,7 +144,7 @@ class CompiledModule:
     locations) into `context` (default: a fresh one), so the caller's IR is
     untouched. `pipeline` overrides the lowering pipeline (textual, as
     autodiff-opt accepts it, or a list of pipeline elements); `opt_level` is
-    LLVM's (0-3). `source_name` names text input in locations (default "-").
+    LLVM's (0-3; default `default_opt_level()`). `source_name` names text input in locations (default "-").
 
     Raises `ir.MLIRError` (with the diagnostics) if the module does not
     parse or the pipeline fails, `PipelineError` for a malformed pipeline,
@@ -138,8 +154,10 @@ class CompiledModule:
 
     def __init__(self, module: ir.Module | str, *,
                  pipeline: str | Sequence[PipelineElement] = "autodiff-lower-to-cpu",
-                 opt_level: int = 3, context: ir.Context | None = None,
+                 opt_level: int | None = None, context: ir.Context | None = None,
                  source_name: str | None = None):
+        if opt_level is None:
+            opt_level = default_opt_level()
         with COMPILE_LOCK:
             self._compile(module, pipeline, opt_level, context, source_name)
         self._functions: dict[str, CompiledFunction] = {}

@@ -156,6 +156,9 @@ def test_every_key_change_misses(tmp_path, monkeypatch):
     assert misses(_sq, x.astype(np.float64)) == 1       # dtype
     assert misses(_sq, x, threads=2) == 1               # threads
     assert misses(_sq, x.copy(), donate_argnums=0) == 1  # donation
+    monkeypatch.setenv("AUTODIFF_OPT_LEVEL", "1")
+    assert misses(_sq, x) == 1                          # LLVM optimization level
+    monkeypatch.delenv("AUTODIFF_OPT_LEVEL")
     assert misses(lambda v: anp.sin(v) * v + 0.0 * v, x) == 1  # another body
 
     # Locations are not part of the key: the same body written elsewhere hits.
@@ -171,7 +174,7 @@ def test_every_key_change_misses(tmp_path, monkeypatch):
     # So does an edited source file of the package (its fingerprint changes).
     monkeypatch.setattr(compile_cache, "source_fingerprint", lambda: "edited")
     assert misses(_sq, x) == 1
-    assert len(_entries(tmp_path / "cache")) == 8
+    assert len(_entries(tmp_path / "cache")) == 9
 
 
 @pytest.fixture(scope="module")
@@ -409,3 +412,10 @@ def test_background_builds_run_their_tools_at_a_lower_priority() -> None:
         for p in (fg, bg):
             p.kill()
             p.communicate()
+
+
+@pytest.mark.parametrize("bad", ["4", "-1", "fast", "O2"])
+def test_a_bad_opt_level_is_a_clear_error(monkeypatch, bad):
+    monkeypatch.setenv("AUTODIFF_OPT_LEVEL", bad)
+    with pytest.raises(ValueError, match=r"AUTODIFF_OPT_LEVEL=.*expected 0, 1, 2 or 3"):
+        ad.jit(_sq)(np.ones(3))

@@ -183,7 +183,8 @@ def recording():
 
 def compile_text(text: str, pipeline: str = PIPELINE) -> CompiledModule:
     with recording() as fired:
-        cm = CompiledModule(transform(text, pipeline))
+        # LLVM -O0: the cells check the rules, not LLVM's optimizer (faster to compile)
+        cm = CompiledModule(transform(text, pipeline), opt_level=0)
     FIRED.update(fired)  # only once the module compiled
     return cm
 
