@@ -316,4 +316,31 @@ return %s, %t : tensor<2xf64>, tensor<2x2xf64>""", ["tensor<2xf64>", "tensor<2x2
   scf.yield %y1, %w : f64, {T3}
 }
 return %r#0, %r#1 : f64, {T3}""", ["f64", T3], [0, -1]),
+    # -- rank-reducing slices at per-lane offsets, a while forwarding fewer values than it carries
+    Case("slice_gather_keeps_unit_dim", [T34, "i:3 index", "i:4 index"], """
+%s = tensor.extract_slice %a[%b, %c] [1, 1] [1, 1] : {T34} to tensor<1xf64>
+return %s : tensor<1xf64>""", ["tensor<1xf64>"], [-1, 0, 0]),
+    Case("insert_slice_scatter", [T34, "tensor<2xf64>", "i:3 index", "i:3 index"], """
+%r = tensor.insert_slice %b into %a[%c, %d] [1, 2] [1, 1] : tensor<2xf64> into {T34}
+return %r : {T34}""", [T34], [-1, -1, 0, -1]),
+    Case("scf_while_forwards_fewer", [T3], """
+%one = arith.constant 1.0 : f64
+%two = arith.constant 2.0 : f64
+%r = scf.while (%x = %a, %m = %two) : ({T3}, f64) -> {T3} {
+  %c = arith.cmpf ogt, %m, %one : f64
+  scf.condition(%c) %x : {T3}
+} do {
+^bb0(%x: {T3}):
+  %half = arith.constant dense<0.5> : {T3}
+  %h = arith.mulf %x, %half : {T3}
+  %z = arith.constant dense<0.0> : tensor<f64>
+  %s = linalg.reduce ins(%x : {T3}) outs(%z : tensor<f64>) dimensions = [0]
+    (%in: f64, %acc: f64) {
+      %t = arith.addf %in, %acc : f64
+      linalg.yield %t : f64
+    }
+  %m2 = tensor.extract %s[] : tensor<f64>
+  scf.yield %h, %m2 : {T3}, f64
+}
+return %r : {T3}""", [T3], [0]),
 ]
