@@ -266,3 +266,23 @@ func.func @while_forwards_reordered(%x: tensor<8x3xf32>) -> tensor<8x3xf32> {
   %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8x3xf32>) -> tensor<8x3xf32>
   return %0 : tensor<8x3xf32>
 }
+
+// -----
+
+/// Check that scf.execute_region capturing a batched value is inlined, its ops batched.
+// CHECK-LABEL: func.func private @f_batched_8_b(
+// CHECK-SAME: %[[X:.*]]: tensor<8xf32>)
+// CHECK-NOT: scf.execute_region
+// CHECK: linalg.generic {{.*}} ins(%[[X]] : tensor<8xf32>)
+// CHECK: math.cos
+func.func @f(%x: f32) -> f32 {
+  %r = scf.execute_region -> f32 {
+    %c = math.cos %x : f32
+    scf.yield %c : f32
+  }
+  return %r : f32
+}
+func.func @execute_region(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

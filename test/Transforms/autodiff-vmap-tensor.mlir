@@ -338,3 +338,27 @@ func.func @slice_scatter(%d: tensor<3x4xf32>, %s: tensor<8x2xf32>, %o: tensor<8x
   %0 = "autodiff.vmap"(%d, %s, %o) {fn = @f, in_axes = array<i64: -1, 0, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3x4xf32>, tensor<8x2xf32>, tensor<8xindex>) -> tensor<8x3x4xf32>
   return %0 : tensor<8x3x4xf32>
 }
+
+// -----
+
+/// Check that tensor.pad with a batched padding value pads the broadcast source and reads the
+/// padding value at the lane, the region's first index argument.
+// CHECK-LABEL: func.func private @f_batched_8_ub(
+// CHECK-SAME: %[[A:.*]]: tensor<3xf32>, %[[V:.*]]: tensor<8xf32>)
+// CHECK: %[[AB:.*]] = linalg.broadcast ins(%[[A]] : tensor<3xf32>)
+// CHECK: tensor.pad %[[AB]] low[0, 2] high[0, 1] {
+// CHECK: ^bb0(%[[L:.*]]: index, %{{.*}}: index):
+// CHECK: %[[P:.*]] = tensor.extract %[[V]][%[[L]]] : tensor<8xf32>
+// CHECK: tensor.yield %[[P]] : f32
+// CHECK: } : tensor<8x3xf32> to tensor<8x6xf32>
+func.func @f(%a: tensor<3xf32>, %v: f32) -> tensor<6xf32> {
+  %r = tensor.pad %a low[2] high[1] {
+  ^bb0(%i: index):
+    tensor.yield %v : f32
+  } : tensor<3xf32> to tensor<6xf32>
+  return %r : tensor<6xf32>
+}
+func.func @pad_batched_value(%a: tensor<3xf32>, %v: tensor<8xf32>) -> tensor<8x6xf32> {
+  %0 = "autodiff.vmap"(%a, %v) {fn = @f, in_axes = array<i64: -1, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3xf32>, tensor<8xf32>) -> tensor<8x6xf32>
+  return %0 : tensor<8x6xf32>
+}

@@ -343,4 +343,20 @@ return %r : {T34}""", [T34], [-1, -1, 0, -1]),
   scf.yield %h, %m2 : {T3}, f64
 }
 return %r : {T3}""", [T3], [0]),
+    # -- a batched padding value (read at the lane), an execute_region capturing batched values
+    Case("pad_batched_value", [T3, "f64"], """
+%v = tensor.pad %a low[2] high[1] {
+^bb0(%i: index):
+  %w = math.sin %b : f64
+  tensor.yield %w : f64
+} : {T3} to tensor<6xf64>
+return %v : tensor<6xf64>""", ["tensor<6xf64>"], [-1, 0]),
+    Case("execute_region", [T3, "f64"], """
+%r = scf.execute_region -> {T3} {
+  %e = tensor.empty() : {T3}
+  %f = linalg.fill ins(%b : f64) outs(%e : {T3}) -> {T3}
+  %m = arith.mulf %a, %f : {T3}
+  scf.yield %m : {T3}
+}
+return %r : {T3}""", [T3], [-1, 0]),
 ]

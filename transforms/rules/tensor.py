@@ -622,10 +622,11 @@ def _pad_vjp(b, op, cts):
 
 
 def _pad_batch(b, op, vals, batched):
+    """The pad of the batched source, one more (unpadded) leading dimension; a batched
+    padding value is read at the lane, the region's first index argument."""
     if any(batched[1:]):
         raise b.fail(op, "cannot batch 'tensor.pad' with batched low/high sizes")
-    if b.bt.captures_batched(op):
-        raise b.fail(op, "cannot batch 'tensor.pad' with a batched padding value")
+    vals = [b.ensure_batched(vals[0], batched[0]), *vals[1:]]
     attrs = attrs_of(op)
     attrs["static_low"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_low"))
     attrs["static_high"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_high"))
@@ -633,7 +634,8 @@ def _pad_batch(b, op, vals, batched):
                               operands=vals, attributes=attrs, regions=1, loc=b.loc, ip=b.ip)
     old = op.regions[0].blocks[0]
     block = new.regions[0].blocks.append(*([ir.IndexType.get()] * (len(old.arguments) + 1)))
-    b.bt.lane_body(old, block, list(block.arguments)[1:], shift_index=False)
+    b.bt.lane_body(old, block, list(block.arguments)[1:], shift_index=False,
+                   lane_arg=block.arguments[0])
     return [(new.result, True)]
 
 
