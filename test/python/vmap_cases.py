@@ -359,4 +359,12 @@ return %v : tensor<6xf64>""", ["tensor<6xf64>"], [-1, 0]),
   scf.yield %m : {T3}
 }
 return %r : {T3}""", [T3], [-1, 0]),
+    # -- a reshape whose (static) result type fixes the shape operand, batched or not
+    Case("reshape_batched_shape", [T34, "i:1 index"], """
+%c2 = arith.constant 2 : index
+%c6 = arith.constant 6 : index
+%n = arith.addi %c6, %b : index
+%s = tensor.from_elements %c2, %n : tensor<2xindex>
+%r = tensor.reshape %a(%s) : ({T34}, tensor<2xindex>) -> tensor<2x6xf64>
+return %r : tensor<2x6xf64>""", ["tensor<2x6xf64>"], [-1, 0]),
 ]

@@ -511,10 +511,18 @@ def _prod(xs: Sequence[int]) -> int:
 
 
 def _reshape_batch(b, op, vals, batched):
-    if batched[1]:
-        raise b.fail(op, "cannot batch 'tensor.reshape' with a batched shape operand")
+    """The per-lane shape is the static result type's (a shape operand that differs
+    per lane from it would be undefined behaviour), so a batched shape is not read."""
     out = op.results[0].type
+    if batched[1] and not out.has_static_shape:
+        raise b.fail(op, "cannot batch 'tensor.reshape' with a batched shape operand and "
+                         f"the dynamic result type {out}")
     b.static(out, "'tensor.reshape'")
+    if not batched[0]:
+        st = op.operands[1].type
+        shape = b.create("arith.constant", [], [st], {"value": ir.DenseElementsAttr.get(
+            np.array(list(out.shape), np.int64), type=st.element_type)}).result
+        return [(b.create("tensor.reshape", [vals[0], shape], [out]).result, False)]
     return [(reshape_batched(b, vals[0], out), True)]
 
 
