@@ -367,4 +367,20 @@ return %r : {T3}""", [T3], [-1, 0]),
 %s = tensor.from_elements %c2, %n : tensor<2xindex>
 %r = tensor.reshape %a(%s) : ({T34}, tensor<2xindex>) -> tensor<2x6xf64>
 return %r : tensor<2x6xf64>""", ["tensor<2x6xf64>"], [-1, 0]),
+    Case("scf_while_forwards_reordered", ["p f64", T3], """
+%lim = arith.constant 6.0 : f64
+%c0 = arith.constant 0 : i64
+%c1 = arith.constant 1 : i64
+%r:3 = scf.while (%x = %a, %v = %b, %n = %c0) : (f64, {T3}, i64) -> (i64, {T3}, f64) {
+  %c = arith.cmpf olt, %x, %lim : f64
+  scf.condition(%c) %n, %v, %x : i64, {T3}, f64
+} do {
+^bb0(%n: i64, %v: {T3}, %x: f64):
+  %two = arith.constant 2.0 : f64
+  %y = arith.mulf %x, %two : f64
+  %w = math.sin %v : {T3}
+  %n1 = arith.addi %n, %c1 : i64
+  scf.yield %y, %w, %n1 : f64, {T3}, i64
+}
+return %r#0, %r#1, %r#2 : i64, {T3}, f64""", ["i64", T3, "f64"], [0, -1]),
 ]
