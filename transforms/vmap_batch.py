@@ -121,17 +121,19 @@ class BatchTrace:
         return c
 
     def lane_body(self, src: ir.Block, dst: ir.Block, args: Sequence[ir.Value], *,
-                  shift_index: bool, terminator: str | None = None) -> None:
+                  shift_index: bool, terminator: str | None = None,
+                  lane_arg: ir.Value | None = None) -> None:
         """Clone a linalg-style body into `dst`, where it runs once per (lane, element).
 
         Block arguments map to `args`; `linalg.index d` becomes `d + 1` when the
         batch loop was prepended; outer batched scalars become `tensor.extract`
-        at the lane (`linalg.index 0`), outer batched tensors may only be read by
-        `tensor.extract`, which gains the lane index.
+        at the lane (`linalg.index 0`, or `lane_arg` in a region that gets its
+        indices as arguments, as tensor.pad's), outer batched tensors may only
+        be read by `tensor.extract`, which gains the lane index.
         """
         local: dict[ir.Value, ir.Value] = dict(zip(src.arguments, args))
         loc = dst.owner.location if dst.owner is not None else ir.Location.unknown()
-        lane: list[ir.Value] = []
+        lane: list[ir.Value] = [] if lane_arg is None else [lane_arg]
 
         def lane_index() -> ir.Value:
             if not lane:

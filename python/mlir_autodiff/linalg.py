@@ -510,9 +510,7 @@ def _svd_tall(a: Any) -> tuple[Any, Any, Any]:
 
         def body(state: Any) -> Any:
             g, v, off, k = state
-            # the carry starts from `off` (not a constant): under vmap every carry of
-            # the inner loop is then batched from the start
-            g, v, off = lax.fori_loop(0, npairs, sweep, (g, v, off * 0))
+            g, v, off = lax.fori_loop(0, npairs, sweep, (g, v, anp.zeros((), a.dtype)))
             return g, v, off, k + 1
 
         init = (a, anp.eye(n, dtype=a.dtype), anp.ones((), a.dtype), anp.asarray(0))

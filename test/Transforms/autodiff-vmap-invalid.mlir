@@ -175,3 +175,17 @@ func.func @caller(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
   %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+/// Check that insert_slice at a batched size (each lane's slice of another shape) is refused at
+/// the op; batched offsets alone are batched (a loop over the lanes).
+func.func @f(%s: tensor<?xf32>, %d: tensor<4xf32>, %n: index) -> tensor<4xf32> {
+  // expected-error @+1 {{autodiff-vmap: cannot batch 'tensor.insert_slice' with batched sizes or strides}}
+  %0 = tensor.insert_slice %s into %d[0] [%n] [1] : tensor<?xf32> into tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func @caller(%s: tensor<?xf32>, %d: tensor<4xf32>, %n: tensor<8xindex>) -> tensor<8x4xf32> {
+  %0 = "autodiff.vmap"(%s, %d, %n) {fn = @f, in_axes = array<i64: -1, -1, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<?xf32>, tensor<4xf32>, tensor<8xindex>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}

@@ -195,3 +195,94 @@ func.func @while_before_computes(%x: tensor<8xf32>) -> tensor<8xf32> {
   return %0 : tensor<8xf32>
 }
 
+
+// -----
+
+/// Check that scf.while whose before region forwards fewer values than it carries (the canonical
+/// form once a result is unused) batches every carry: the unforwarded carry %m becomes batched in
+/// the after region (a sum over the batched %a), so the condition is batched, the loop masked, and
+/// the carried values travel beside the forwarded one to the after region (the clean-up merges
+/// the forwarded %a with the carried one).
+// CHECK-LABEL: func.func private @f_batched_8_b(
+// CHECK-SAME: %[[X:.*]]: tensor<8x3xf32>)
+// CHECK: scf.while (%{{.*}} = %[[X]], %{{.*}} = %{{.*}}) : (tensor<8x3xf32>, tensor<8xf32>) -> (tensor<8x3xf32>, tensor<8xf32>, tensor<8xi1>)
+// CHECK: arith.cmpf ogt
+// CHECK: } do {
+// CHECK: ^bb0(%{{.*}}: tensor<8x3xf32>, %{{.*}}: tensor<8xf32>, %{{.*}}: tensor<8xi1>):
+// CHECK: arith.select
+// CHECK: arith.select
+// CHECK: scf.yield %{{.*}}, %{{.*}} : tensor<8x3xf32>, tensor<8xf32>
+func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %one = arith.constant 1.0 : f32
+  %two = arith.constant 2.0 : f32
+  %r = scf.while (%a = %x, %m = %two) : (tensor<3xf32>, f32) -> tensor<3xf32> {
+    %c = arith.cmpf ogt, %m, %one : f32
+    scf.condition(%c) %a : tensor<3xf32>
+  } do {
+  ^bb0(%a: tensor<3xf32>):
+    %half = arith.constant dense<0.5> : tensor<3xf32>
+    %h = arith.mulf %a, %half : tensor<3xf32>
+    %z = arith.constant dense<0.0> : tensor<f32>
+    %s = linalg.reduce ins(%a : tensor<3xf32>) outs(%z : tensor<f32>) dimensions = [0]
+      (%in: f32, %acc: f32) {
+        %t = arith.addf %in, %acc : f32
+        linalg.yield %t : f32
+      }
+    %m2 = tensor.extract %s[] : tensor<f32>
+    scf.yield %h, %m2 : tensor<3xf32>, f32
+  }
+  return %r : tensor<3xf32>
+}
+func.func @while_forwards_fewer(%x: tensor<8x3xf32>) -> tensor<8x3xf32> {
+  %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  return %0 : tensor<8x3xf32>
+}
+
+// -----
+
+/// Check that scf.while whose before region forwards its carries in another order batches the
+/// carries by what the after region yields for each: the counter %k stays an unbatched i64 (the
+/// batched %a is forwarded at its position), the condition unbatched, the loop unmasked.
+// CHECK-LABEL: func.func private @f_batched_8_b(
+// CHECK: scf.while (%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) : (tensor<8x3xf32>, i64) -> ({{.*}})
+// CHECK-NOT: tensor<8xi
+// CHECK: return
+func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %c0 = arith.constant 0 : i64
+  %c1 = arith.constant 1 : i64
+  %c3 = arith.constant 3 : i64
+  %r:2 = scf.while (%a = %x, %k = %c0) : (tensor<3xf32>, i64) -> (i64, tensor<3xf32>) {
+    %c = arith.cmpi slt, %k, %c3 : i64
+    scf.condition(%c) %k, %a : i64, tensor<3xf32>
+  } do {
+  ^bb0(%k: i64, %a: tensor<3xf32>):
+    %s = math.sin %a : tensor<3xf32>
+    %k1 = arith.addi %k, %c1 : i64
+    scf.yield %s, %k1 : tensor<3xf32>, i64
+  }
+  return %r#1 : tensor<3xf32>
+}
+func.func @while_forwards_reordered(%x: tensor<8x3xf32>) -> tensor<8x3xf32> {
+  %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8x3xf32>) -> tensor<8x3xf32>
+  return %0 : tensor<8x3xf32>
+}
+
+// -----
+
+/// Check that scf.execute_region capturing a batched value is inlined, its ops batched.
+// CHECK-LABEL: func.func private @f_batched_8_b(
+// CHECK-SAME: %[[X:.*]]: tensor<8xf32>)
+// CHECK-NOT: scf.execute_region
+// CHECK: linalg.generic {{.*}} ins(%[[X]] : tensor<8xf32>)
+// CHECK: math.cos
+func.func @f(%x: f32) -> f32 {
+  %r = scf.execute_region -> f32 {
+    %c = math.cos %x : f32
+    scf.yield %c : f32
+  }
+  return %r : f32
+}
+func.func @execute_region(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

@@ -296,3 +296,69 @@ func.func @slice_gather(%t: tensor<3x4xf32>, %o: tensor<8xindex>) -> tensor<8x2x
   %0 = "autodiff.vmap"(%t, %o) {fn = @f, in_axes = array<i64: -1, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3x4xf32>, tensor<8xindex>) -> tensor<8x2xf32>
   return %0 : tensor<8x2xf32>
 }
+
+// -----
+
+/// Check that a rank-reducing extract_slice at a batched offset that keeps a unit dimension (its
+/// sizes are all 1, its result tensor<1xf32>) is a gather: lane l's one element is t[2, o_l].
+// CHECK-LABEL: func.func private @f_batched_8_ub(
+// CHECK-SAME: %[[T:.*]]: tensor<3x4xf32>, %[[O:.*]]: tensor<8xindex>)
+// CHECK: %[[C2:.*]] = arith.constant 2 : index
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]} ins(%[[O]] : tensor<8xindex>) outs(%{{.*}} : tensor<8x1xf32>)
+// CHECK: ^bb0(%[[OL:.*]]: index, %{{.*}}: f32):
+// CHECK: tensor.extract %[[T]][%[[C2]], %[[OL]]] : tensor<3x4xf32>
+func.func @f(%t: tensor<3x4xf32>, %o: index) -> tensor<1xf32> {
+  %s = tensor.extract_slice %t[2, %o] [1, 1] [1, 1] : tensor<3x4xf32> to tensor<1xf32>
+  return %s : tensor<1xf32>
+}
+func.func @slice_gather_unit_kept(%t: tensor<3x4xf32>, %o: tensor<8xindex>) -> tensor<8x1xf32> {
+  %0 = "autodiff.vmap"(%t, %o) {fn = @f, in_axes = array<i64: -1, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3x4xf32>, tensor<8xindex>) -> tensor<8x1xf32>
+  return %0 : tensor<8x1xf32>
+}
+
+// -----
+
+/// Check that insert_slice at a batched offset is a loop over the lanes: lane l inserts its row of
+/// the batched source at its own offset into row l of the (broadcast) destination, with the lane
+/// dimension dropped from both.
+// CHECK-LABEL: func.func private @f_batched_8_ubb(
+// CHECK-SAME: %[[D:.*]]: tensor<3x4xf32>, %[[S:.*]]: tensor<8x2xf32>, %[[O:.*]]: tensor<8xindex>)
+// CHECK: %[[DB:.*]] = linalg.broadcast ins(%[[D]] : tensor<3x4xf32>) outs(%{{.*}} : tensor<8x3x4xf32>) dimensions = [0]
+// CHECK: %[[R:.*]] = scf.for %[[L:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %[[DB]]) -> (tensor<8x3x4xf32>)
+// CHECK: %[[SL:.*]] = tensor.extract_slice %[[S]][%[[L]], 0] [1, 2] [1, 1] : tensor<8x2xf32> to tensor<2xf32>
+// CHECK: %[[OL:.*]] = tensor.extract %[[O]][%[[L]]] : tensor<8xindex>
+// CHECK: %[[NEW:.*]] = tensor.insert_slice %[[SL]] into %[[ACC]][%[[L]], 1, %[[OL]]] [1, 1, 2] [1, 1, 1] : tensor<2xf32> into tensor<8x3x4xf32>
+// CHECK: scf.yield %[[NEW]] : tensor<8x3x4xf32>
+// CHECK: return %[[R]] : tensor<8x3x4xf32>
+func.func @f(%d: tensor<3x4xf32>, %s: tensor<2xf32>, %o: index) -> tensor<3x4xf32> {
+  %r = tensor.insert_slice %s into %d[1, %o] [1, 2] [1, 1] : tensor<2xf32> into tensor<3x4xf32>
+  return %r : tensor<3x4xf32>
+}
+func.func @slice_scatter(%d: tensor<3x4xf32>, %s: tensor<8x2xf32>, %o: tensor<8xindex>) -> tensor<8x3x4xf32> {
+  %0 = "autodiff.vmap"(%d, %s, %o) {fn = @f, in_axes = array<i64: -1, 0, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3x4xf32>, tensor<8x2xf32>, tensor<8xindex>) -> tensor<8x3x4xf32>
+  return %0 : tensor<8x3x4xf32>
+}
+
+// -----
+
+/// Check that tensor.pad with a batched padding value pads the broadcast source and reads the
+/// padding value at the lane, the region's first index argument.
+// CHECK-LABEL: func.func private @f_batched_8_ub(
+// CHECK-SAME: %[[A:.*]]: tensor<3xf32>, %[[V:.*]]: tensor<8xf32>)
+// CHECK: %[[AB:.*]] = linalg.broadcast ins(%[[A]] : tensor<3xf32>)
+// CHECK: tensor.pad %[[AB]] low[0, 2] high[0, 1] {
+// CHECK: ^bb0(%[[L:.*]]: index, %{{.*}}: index):
+// CHECK: %[[P:.*]] = tensor.extract %[[V]][%[[L]]] : tensor<8xf32>
+// CHECK: tensor.yield %[[P]] : f32
+// CHECK: } : tensor<8x3xf32> to tensor<8x6xf32>
+func.func @f(%a: tensor<3xf32>, %v: f32) -> tensor<6xf32> {
+  %r = tensor.pad %a low[2] high[1] {
+  ^bb0(%i: index):
+    tensor.yield %v : f32
+  } : tensor<3xf32> to tensor<6xf32>
+  return %r : tensor<6xf32>
+}
+func.func @pad_batched_value(%a: tensor<3xf32>, %v: tensor<8xf32>) -> tensor<8x6xf32> {
+  %0 = "autodiff.vmap"(%a, %v) {fn = @f, in_axes = array<i64: -1, 0>, out_axes = array<i64: 0>, randomness = "error"} : (tensor<3xf32>, tensor<8xf32>) -> tensor<8x6xf32>
+  return %0 : tensor<8x6xf32>
+}

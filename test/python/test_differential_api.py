@@ -87,11 +87,6 @@ _REV = "{grad,vjp,jacrev,hessian,vmap_grad}"        # the cells that run reverse
 _TIE = "{grad,jvp,vjp,jacfwd,jacrev,vmap_grad}"     # first derivatives (Hessian is 0)
 _ALL = "{grad,jvp,vjp,jacfwd,jacrev,hessian,vmap_grad}"
 KNOWN_DEFECTS: dict[str, str] = {
-    # The Hessian (vmap of jvp of vjp) of a linalg function over a stack of matrices (the
-    # 2-d loops under an inner vmap): autodiff-vmap "cannot batch a rank-reducing
-    # 'tensor.extract_slice' that keeps unit dimensions at batched offsets"
-    **{f"numpy.linalg.{c}/float64/hessian": "autodiff-vmap: rank-reducing extract_slice"
-       for c in ("solve[batched_matrix_rhs]", "det[batched]")},
 }
 
 # --------------------------------------------------------------------------- API coverage

@@ -72,14 +72,7 @@ KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
 
 #: (case id, check) -> the clear diagnostic of what is not supported yet (rows of
 #: the README's "Not supported yet" table); the cell asserts it.
-UNSUPPORTED: dict[tuple[str, str], str] = {
-    # --autodiff-vmap alone has no rule for scf.execute_region (the differentiation
-    # passes inline it first, so vmap after them works): README `vmap-execute-region`.
-    ("c_execute_region", "vmap"): r"autodiff-vmap: no batching rule for 'scf\.execute_region'",
-    # README `vmap-pad-value`.
-    ("x_pad_active_value", "vmap"): (r"autodiff-vmap: cannot batch 'tensor\.pad' with a "
-                                     r"batched padding value"),
-}
+UNSUPPORTED: dict[tuple[str, str], str] = {}
 
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES), "duplicate case ids"

@@ -86,36 +86,6 @@ func.func @main(%x: tensor<5xf64>, %k: tensor<3xf64>, %c: tensor<3xf64>) -> (ten
 }
 """
 
-_PAD_VALUE = """
-func.func @f(%a: tensor<3xf64>, %b: f64) -> tensor<6xf64> {
-  %v = tensor.pad %a low[2] high[1] {
-  ^bb0(%i: index):
-    tensor.yield %b : f64
-  } : tensor<3xf64> to tensor<6xf64>
-  return %v : tensor<6xf64>
-}
-func.func @main(%a: tensor<2x3xf64>, %b: tensor<2xf64>) -> tensor<2x6xf64> {
-  %r = "autodiff.vmap"(%a, %b) {fn = @f, in_axes = array<i64: 0, 0>, out_axes = array<i64: 0>,
-                                randomness = "error"} : (tensor<2x3xf64>, tensor<2xf64>) -> tensor<2x6xf64>
-  return %r : tensor<2x6xf64>
-}
-"""
-
-_EXECUTE_REGION = """
-func.func @f(%a: f64) -> f64 {
-  %r = scf.execute_region -> f64 {
-    %s = math.cos %a : f64
-    scf.yield %s : f64
-  }
-  return %r : f64
-}
-func.func @main(%a: tensor<3xf64>) -> tensor<3xf64> {
-  %r = "autodiff.vmap"(%a) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
-                            randomness = "error"} : (tensor<3xf64>) -> tensor<3xf64>
-  return %r : tensor<3xf64>
-}
-"""
-
 _NO_RULE = """
 func.func @f(%x: tensor<3xf64>) -> tensor<3xf64> {
   %e = tensor.empty() : tensor<3xf64>
@@ -150,12 +120,6 @@ UNSUPPORTED = {
     "vjp-mixed-index": (_opt(_MIXED_INDEX, "--autodiff-vjp"),
                         r"<stdin>:\d+:\d+: error: autodiff-vjp: reverse mode of 'linalg\.generic' "
                         r"does not support the indexing expression 'd0 \+ d1'"),
-    "vmap-pad-value": (_opt(_PAD_VALUE, "--autodiff-vmap"),
-                       r"<stdin>:\d+:\d+: error: autodiff-vmap: cannot batch 'tensor\.pad' with a "
-                       r"batched padding value"),
-    "vmap-execute-region": (_opt(_EXECUTE_REGION, "--autodiff-vmap"),
-                            r"<stdin>:\d+:\d+: error: autodiff-vmap: no batching rule for "
-                            r"'scf\.execute_region'"),
     "rules-linalg-conv": (_opt(_NO_RULE, "--autodiff-jvp"),
                           r"<stdin>:\d+:\d+: error: autodiff-jvp: no forward rule for "
                           r"'linalg\.softmax'"),

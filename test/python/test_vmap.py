@@ -388,3 +388,60 @@ def test_vmap_of_pullback_is_the_jacobian() -> None:
     text = ad.lower(jitted, x).as_text("capture")
     assert text.count('"autodiff.vmap"') == 1
     _close(jitted(x), jax.jacrev(lambda v: jnp.tanh(v[:3] * v[1:]))(x))
+
+
+# --------------------------------------------------------------------------- loops and slices
+
+def _vmap_regressions(xp, lax, vm):
+    """Programs whose batching once failed, for our API and jax's (one compilation):
+    a fori_loop whose carry starts from a constant nested in a while_loop (the while
+    forwards fewer values than it carries); a gather and a scatter at traced indices
+    batched by an outer vmap over an inner one of size 1 (rank-reducing slices that keep
+    a unit dimension, at per-lane offsets)."""
+    def jacobi_like(a):
+        def body(s):
+            g, off = lax.fori_loop(0, 2, lambda i, c: (c[0] * 0.5, xp.maximum(c[1], xp.sum(c[0]))),
+                                   (s[0], xp.zeros((), a.dtype)))
+            return g, off, s[2] + 1
+        return lax.while_loop(lambda s: (s[1] > 1) & (s[2] < 5), body,
+                              (a, xp.ones((), a.dtype) * 2, xp.asarray(0)))[0]
+
+    def allf(a, idx, xs, u):
+        gather = vm(lambda i: vm(lambda x: x[i] * x[0])(xs))(idx)
+        scatter = vm(lambda i, v: vm(lambda x: x.at[i].set(v * x[1]))(xs))(idx, u)
+        return vm(jacobi_like)(a), gather, scatter
+    return allf
+
+
+def _vmap_regression_args():
+    rng = np.random.default_rng(8)
+    return (rng.uniform(0.5, 2.0, (3, 4)), np.array([2, 0, 3]), rng.standard_normal((1, 4)),
+            rng.standard_normal(3))
+
+
+def _numpy_regressions(a, idx, xs, u):
+    def jacobi_like(r):
+        g, off, k = r, 2.0, 0
+        while off > 1 and k < 5:
+            c0, c1 = g, 0.0
+            for _ in range(2):
+                c0, c1 = c0 * 0.5, max(c1, c0.sum())
+            g, off, k = c0, c1, k + 1
+        return g
+
+    def set_at(x, i, v):
+        y = x.copy()
+        y[i] = v * x[1]
+        return y
+
+    gather = np.array([[x[i] * x[0] for x in xs] for i in idx])
+    scatter = np.array([[set_at(x, i, v) for x in xs] for i, v in zip(idx, u)])
+    return np.stack([jacobi_like(r) for r in a]), gather, scatter
+
+
+def test_loops_and_traced_slices_match_loops_and_jax() -> None:
+    args = _vmap_regression_args()
+    got = ad.jit(_vmap_regressions(anp, ad.lax, vmap))(*args)
+    for g, w in zip(got, _numpy_regressions(*args)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    _close(got, _vmap_regressions(jnp, jax.lax, jax.vmap)(*args))

@@ -316,4 +316,71 @@ return %s, %t : tensor<2xf64>, tensor<2x2xf64>""", ["tensor<2xf64>", "tensor<2x2
   scf.yield %y1, %w : f64, {T3}
 }
 return %r#0, %r#1 : f64, {T3}""", ["f64", T3], [0, -1]),
+    # -- rank-reducing slices at per-lane offsets, a while forwarding fewer values than it carries
+    Case("slice_gather_keeps_unit_dim", [T34, "i:3 index", "i:4 index"], """
+%s = tensor.extract_slice %a[%b, %c] [1, 1] [1, 1] : {T34} to tensor<1xf64>
+return %s : tensor<1xf64>""", ["tensor<1xf64>"], [-1, 0, 0]),
+    Case("insert_slice_scatter", [T34, "tensor<2xf64>", "i:3 index", "i:3 index"], """
+%r = tensor.insert_slice %b into %a[%c, %d] [1, 2] [1, 1] : tensor<2xf64> into {T34}
+return %r : {T34}""", [T34], [-1, -1, 0, -1]),
+    Case("scf_while_forwards_fewer", [T3], """
+%one = arith.constant 1.0 : f64
+%two = arith.constant 2.0 : f64
+%r = scf.while (%x = %a, %m = %two) : ({T3}, f64) -> {T3} {
+  %c = arith.cmpf ogt, %m, %one : f64
+  scf.condition(%c) %x : {T3}
+} do {
+^bb0(%x: {T3}):
+  %half = arith.constant dense<0.5> : {T3}
+  %h = arith.mulf %x, %half : {T3}
+  %z = arith.constant dense<0.0> : tensor<f64>
+  %s = linalg.reduce ins(%x : {T3}) outs(%z : tensor<f64>) dimensions = [0]
+    (%in: f64, %acc: f64) {
+      %t = arith.addf %in, %acc : f64
+      linalg.yield %t : f64
+    }
+  %m2 = tensor.extract %s[] : tensor<f64>
+  scf.yield %h, %m2 : {T3}, f64
+}
+return %r : {T3}""", [T3], [0]),
+    # -- a batched padding value (read at the lane), an execute_region capturing batched values
+    Case("pad_batched_value", [T3, "f64"], """
+%v = tensor.pad %a low[2] high[1] {
+^bb0(%i: index):
+  %w = math.sin %b : f64
+  tensor.yield %w : f64
+} : {T3} to tensor<6xf64>
+return %v : tensor<6xf64>""", ["tensor<6xf64>"], [-1, 0]),
+    Case("execute_region", [T3, "f64"], """
+%r = scf.execute_region -> {T3} {
+  %e = tensor.empty() : {T3}
+  %f = linalg.fill ins(%b : f64) outs(%e : {T3}) -> {T3}
+  %m = arith.mulf %a, %f : {T3}
+  scf.yield %m : {T3}
+}
+return %r : {T3}""", [T3], [-1, 0]),
+    # -- a reshape whose (static) result type fixes the shape operand, batched or not
+    Case("reshape_batched_shape", [T34, "i:1 index"], """
+%c2 = arith.constant 2 : index
+%c6 = arith.constant 6 : index
+%n = arith.addi %c6, %b : index
+%s = tensor.from_elements %c2, %n : tensor<2xindex>
+%r = tensor.reshape %a(%s) : ({T34}, tensor<2xindex>) -> tensor<2x6xf64>
+return %r : tensor<2x6xf64>""", ["tensor<2x6xf64>"], [-1, 0]),
+    Case("scf_while_forwards_reordered", ["p f64", T3], """
+%lim = arith.constant 6.0 : f64
+%c0 = arith.constant 0 : i64
+%c1 = arith.constant 1 : i64
+%r:3 = scf.while (%x = %a, %v = %b, %n = %c0) : (f64, {T3}, i64) -> (i64, {T3}, f64) {
+  %c = arith.cmpf olt, %x, %lim : f64
+  scf.condition(%c) %n, %v, %x : i64, {T3}, f64
+} do {
+^bb0(%n: i64, %v: {T3}, %x: f64):
+  %two = arith.constant 2.0 : f64
+  %y = arith.mulf %x, %two : f64
+  %w = math.sin %v : {T3}
+  %n1 = arith.addi %n, %c1 : i64
+  scf.yield %y, %w, %n1 : f64, {T3}, i64
+}
+return %r#0, %r#1, %r#2 : i64, {T3}, f64""", ["i64", T3, "f64"], [0, -1]),
 ]

@@ -140,7 +140,9 @@ def terminator(block: ir.Block) -> ir.Operation:
 def fixpoint(flags: list[bool], step: Callable[[list[bool]], list[bool]]) -> list[bool]:
     """Iterate `flags |= step(flags)` until nothing changes (carries only become batched)."""
     while True:
-        new = [f or g for f, g in zip(flags, step(flags))]
+        nxt = step(flags)
+        assert len(nxt) == len(flags), "fixpoint: a step changed the number of carries"
+        new = [f or g for f, g in zip(flags, nxt)]
         if new == flags:
             return flags
         flags = new

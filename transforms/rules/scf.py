@@ -27,8 +27,8 @@ costs its elements, not trip x size).
 
 Batching: `scf.for` stays one loop whose carried values that depend on
 batched ones get the batch dimension; an `scf.if` with a batched predicate
-runs both branches and selects per lane. `scf.execute_region` has no
-batching rule (the differentiation passes inline it).
+runs both branches and selects per lane. A single-block `scf.execute_region`
+is inlined, in every mode (`--autodiff-vmap` lifts several blocks first).
 """
 
 from __future__ import annotations
@@ -644,5 +644,13 @@ def _execute_region_augment(ad: Any, op: ir.Operation) -> None:
         old.replace_all_uses_with(new)
     op.erase()
 
+def _execute_region_batch(b, op, vals, batched):
+    """The region's ops batched in place of the op; its results are what it yields."""
+    if len(op.regions[0].blocks) != 1:
+        raise b.fail(op, "cannot batch 'scf.execute_region' with several blocks")
+    return b.bt.batch_block(op.regions[0].blocks[0], b.ip, [])
+
+
 defjvp_rule("scf.execute_region", _execute_region_jvp2)
 FORWARD_AUGMENT["scf.execute_region"] = _execute_region_augment
+defbatch("scf.execute_region", _execute_region_batch)

@@ -240,12 +240,16 @@ def _while_batch(b, op, vals, batched):
         return b.bt.is_tainted(cond_op.operands[0], tainted)
 
     def step(flags: list[bool]) -> list[bool]:
+        # `flags` are the carried values' (the before region's arguments and the
+        # after region's yields); the before region may forward other values, in
+        # another number and order (canonicalization drops unused results), which
+        # are the after region's arguments.
         if cond_batched(flags):
             return [True] * len(flags)
         tb = b.bt.taint(before, {a for a, f in zip(bargs, flags) if f})
         fwd_flags = [b.bt.is_tainted(v, tb) for v in fwd]
         ta = b.bt.taint(after, {a for a, f in zip(aargs, fwd_flags) if f})
-        return [f or b.bt.is_tainted(y, ta) for f, y in zip(fwd_flags, ayields)]
+        return [b.bt.is_tainted(y, ta) for y in ayields]
 
     carry = fixpoint(list(batched), step)
     masked = cond_batched(carry)

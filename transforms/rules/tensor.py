@@ -235,12 +235,31 @@ def _batch_slice_attrs(op: ir.Operation, size: int) -> dict[str, ir.Attribute]:
     return attrs
 
 
+def kept_dims(sizes: Sequence[int], shape: Sequence[int]) -> list[int] | None:
+    """The slice dimensions a rank-reducing slice of `sizes` keeps in a result of `shape`.
+
+    Matched greedily from the front, as MLIR infers the dropped dimensions: a size
+    equal to the next result dimension is kept, any other must be 1 and is dropped.
+    Which of several unit dimensions counts as kept does not change the slice's
+    elements (a unit dimension is read at its offset only). None: no such match.
+    """
+    kept, r = [], 0
+    for d, n in enumerate(sizes):
+        if r < len(shape) and n == shape[r]:
+            kept.append(d)
+            r += 1
+        elif n != 1:
+            return None
+    return kept if r == len(shape) else None
+
+
 def _slice_gather(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
                   batched: list[bool]) -> list[Batched]:
     """extract_slice at batched offsets: a gather, one generic over (lane, result element).
 
     Element (l, i...) reads `src[(l,) offset_l + i * stride]`; sizes and strides
-    must be static, and a rank-reducing slice may only drop its unit dimensions.
+    must be static. A rank-reducing slice reads its dropped (unit) dimensions at
+    their offsets (`kept_dims`).
     """
     seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
     if seg[2] or seg[3]:
@@ -251,10 +270,10 @@ def _slice_gather(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
     sizes = _static_array(op, "static_sizes")
     strides = _static_array(op, "static_strides")
     t = op.results[0].type
-    kept = [d for d, n in enumerate(sizes) if n != 1 or t.rank == len(sizes)]
-    if [sizes[d] for d in kept] != list(t.shape):
-        raise b.fail(op, "cannot batch a rank-reducing 'tensor.extract_slice' that keeps unit "
-                         "dimensions at batched offsets")
+    kept = kept_dims(sizes, list(t.shape))
+    if kept is None:
+        raise b.fail(op, f"cannot batch 'tensor.extract_slice': its result type {t} is not "
+                         f"its sizes {sizes} with unit dimensions dropped")
     off_vals = list(zip(vals[1:1 + seg[1]], batched[1:1 + seg[1]]))
     ins = [v for v, f in off_vals if f]
     n = t.rank + 1
@@ -291,9 +310,49 @@ def _extract_slice_batch(b, op, vals, batched):
     return [(new.result, True)]
 
 
+def _insert_slice_scatter(b: BatchBuilder, op: ir.Operation, vals: list[ir.Value],
+                          batched: list[bool]) -> list[Batched]:
+    """insert_slice at batched offsets: one insert_slice per lane (an `scf.for` over
+    the lanes), lane l writing its source at its offsets into row l of the batched
+    destination (rows are disjoint, so the order does not matter)."""
+    seg = _segments(op)
+    n_off = seg[2]
+    if any(batched[2 + n_off:]):
+        raise b.fail(op, "cannot batch 'tensor.insert_slice' with batched sizes or strides "
+                         "(each lane's slice would have another shape)")
+    src_t = op.operands[0].type
+    b.static(src_t, "the source of 'tensor.insert_slice' at batched offsets")
+    dest = b.ensure_batched(vals[1], batched[1])
+    dyn = ir.ShapedType.get_dynamic_size()
+    idx_t = ir.IndexType.get()
+    loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [dest], loc=b.loc, ip=b.ip)
+    lb = Builder(ir.InsertionPoint(loop.body), b.loc)
+    lane = loop.induction_variable
+    src = vals[0]
+    if batched[0]:
+        r = src_t.rank
+        src = lb.create("tensor.extract_slice", [src, lane], [src_t], {
+            "static_offsets": ir.DenseI64ArrayAttr.get([dyn] + [0] * r),
+            "static_sizes": ir.DenseI64ArrayAttr.get([1, *src_t.shape]),
+            "static_strides": ir.DenseI64ArrayAttr.get([1] * (r + 1)),
+            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0]),
+        }).result
+    offs = [lb.create("tensor.extract", [v, lane], [idx_t]).result if f else v
+            for v, f in zip(vals[2:2 + n_off], batched[2:2 + n_off])]
+    acc = loop.inner_iter_args[0]
+    attrs = _batch_slice_attrs(op, 1)
+    attrs["static_offsets"] = ir.DenseI64ArrayAttr.get([dyn] + _static_array(op,
+                                                                              "static_offsets"))
+    attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([1, 1, 1 + n_off, *seg[3:]])
+    new = lb.create("tensor.insert_slice", [src, acc, lane, *offs, *vals[2 + n_off:]],
+                    [acc.type], attrs).result
+    scf.YieldOp([new], loc=b.loc, ip=ir.InsertionPoint(loop.body))
+    return [(loop.results[0], True)]
+
+
 def _insert_slice_batch(b, op, vals, batched):
     if any(batched[2:]):
-        raise b.fail(op, "cannot batch 'tensor.insert_slice' with batched offsets or sizes")
+        return _insert_slice_scatter(b, op, vals, batched)
     src, dest = b.ensure_batched(vals[0], batched[0]), b.ensure_batched(vals[1], batched[1])
     new = b.create("tensor.insert_slice", [src, dest, *vals[2:]], [dest.type],
                    _batch_slice_attrs(op, b.size))
@@ -452,10 +511,18 @@ def _prod(xs: Sequence[int]) -> int:
 
 
 def _reshape_batch(b, op, vals, batched):
-    if batched[1]:
-        raise b.fail(op, "cannot batch 'tensor.reshape' with a batched shape operand")
+    """The per-lane shape is the static result type's (a shape operand that differs
+    per lane from it would be undefined behaviour), so a batched shape is not read."""
     out = op.results[0].type
+    if batched[1] and not out.has_static_shape:
+        raise b.fail(op, "cannot batch 'tensor.reshape' with a batched shape operand and "
+                         f"the dynamic result type {out}")
     b.static(out, "'tensor.reshape'")
+    if not batched[0]:
+        st = op.operands[1].type
+        shape = b.create("arith.constant", [], [st], {"value": ir.DenseElementsAttr.get(
+            np.array(list(out.shape), np.int64), type=st.element_type)}).result
+        return [(b.create("tensor.reshape", [vals[0], shape], [out]).result, False)]
     return [(reshape_batched(b, vals[0], out), True)]
 
 
@@ -563,10 +630,11 @@ def _pad_vjp(b, op, cts):
 
 
 def _pad_batch(b, op, vals, batched):
+    """The pad of the batched source, one more (unpadded) leading dimension; a batched
+    padding value is read at the lane, the region's first index argument."""
     if any(batched[1:]):
         raise b.fail(op, "cannot batch 'tensor.pad' with batched low/high sizes")
-    if b.bt.captures_batched(op):
-        raise b.fail(op, "cannot batch 'tensor.pad' with a batched padding value")
+    vals = [b.ensure_batched(vals[0], batched[0]), *vals[1:]]
     attrs = attrs_of(op)
     attrs["static_low"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_low"))
     attrs["static_high"] = ir.DenseI64ArrayAttr.get([0] + _static_array(op, "static_high"))
@@ -574,7 +642,8 @@ def _pad_batch(b, op, vals, batched):
                               operands=vals, attributes=attrs, regions=1, loc=b.loc, ip=b.ip)
     old = op.regions[0].blocks[0]
     block = new.regions[0].blocks.append(*([ir.IndexType.get()] * (len(old.arguments) + 1)))
-    b.bt.lane_body(old, block, list(block.arguments)[1:], shift_index=False)
+    b.bt.lane_body(old, block, list(block.arguments)[1:], shift_index=False,
+                   lane_arg=block.arguments[0])
     return [(new.result, True)]
 
 
