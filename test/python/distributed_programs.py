@@ -3,10 +3,12 @@
     mpiexec -n N python distributed_programs.py <case> <out-dir>
 
 `collectives`: every collective of mlir_autodiff.distributed in one
-shard_map (one compilation), 20 steps of data-parallel SGD (gradients of
-each process's rows, psum'd) and the error of a gradient through psum; each
-process saves its results to <out-dir>/rank<r>.npz, and the test compares
-them with numpy and jax.
+shard_map (one compilation), jvp/vjp/vmap through each of them (one jit,
+`transforms`), 20 steps of data-parallel SGD twice (gradients of each
+process's rows, psum'd; and `grad` of the psum'd loss outside the
+shard_map) and a gradient through psum inside the body; each process saves
+its results to <out-dir>/rank<r>.npz, and the test compares them with
+numpy, finite differences and jax.
 `raise`: process 1 raises while process 0 waits in a psum.
 `mesh-mismatch`: a mesh whose size is not the number of processes.
 `shape-mismatch`: the processes call shard_map with different shapes.
@@ -79,13 +81,109 @@ def collectives(out_dir: str) -> None:
     out = g(args["x"], args["z"], args["w"], args["k"])
     results = {k: np.asarray(v) for k, v in out.items()}
     results["dp_w"] = data_parallel_sgd(mesh, args)
-    try:  # not yet supported: a clear error naming the op and the line
-        ad.shard_map(lambda xb: ad.grad(lambda v: ad.lax.psum(v.sum(), "x"))(xb), mesh,
-                     in_specs=P("x"), out_specs=P("x"))(args["x"])
-        results["grad_psum_error"] = np.array("")
-    except Exception as err:  # noqa: BLE001
-        results["grad_psum_error"] = np.array(f"{type(err).__name__}: {err}")
+    # grad inside the body differentiates each process's program: psum's transpose is
+    # psum, so d/dv psum(sum(v)) is the number of processes (as in pmap)
+    results["grad_inside"] = np.asarray(ad.shard_map(
+        lambda xb: ad.grad(lambda v: ad.lax.psum(v.sum(), "x"))(xb), mesh,
+        in_specs=P("x"), out_specs=P("x"))(args["x"]))
+    results.update(transforms(mesh, n))
+    results["dp_w_grad_outside"] = data_parallel_sgd_grad_outside(mesh, args)
     np.savez(os.path.join(out_dir, f"rank{r}.npz"), **results)
+
+
+#: (collective, the global argument's shape for n processes, in_spec, out_spec)
+def ad_cases(n: int) -> dict[str, tuple]:
+    perm = permutation(n)
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    return {
+        "psum": (lambda v: ad.lax.psum(v, "x"), (2 * n, 3), P()),
+        "pmean": (lambda v: ad.lax.pmean(v, "x"), (2 * n, 3), P()),
+        "pmax": (lambda v: ad.lax.pmax(v, "x"), (2 * n, 3), P()),
+        "pmin": (lambda v: ad.lax.pmin(v, "x"), (2 * n, 3), P()),
+        "all_gather": (lambda v: ad.lax.all_gather(v, "x"), (2 * n, 3), P()),
+        "all_gather_tiled1": (lambda v: ad.lax.all_gather(v, "x", axis=1, tiled=True),
+                              (2 * n, 3), P()),
+        "psum_scatter": (lambda v: ad.lax.psum_scatter(v, "x"), (n * n, 2), P("x")),
+        "psum_scatter_tiled": (lambda v: ad.lax.psum_scatter(v, "x", tiled=True),
+                               (n * n, 2), P("x")),
+        "ppermute": (lambda v: ad.lax.ppermute(v, "x", perm), (2 * n, 3), P("x")),
+        "ppermute_ring": (lambda v: ad.lax.ppermute(v, "x", ring), (2 * n, 3), P("x")),
+        "axis_index": (lambda v: v * (ad.lax.axis_index("x") + 1.0), (2 * n, 3), P("x")),
+    }
+
+
+def ad_inputs(n: int) -> dict[str, dict[str, np.ndarray]]:
+    """Points, tangents and cotangents of the transform checks (f64; the lanes of
+    the vmap check are `x` and `x + t`)."""
+    rng = np.random.default_rng(2323)
+    cases = ad_cases(n)
+    xs = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    ts = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    return {"x": xs, "t": ts}
+
+
+def transforms(mesh, n: int) -> dict[str, np.ndarray]:
+    """jvp, vjp and vmap through every collective, in one jit: each collective sits
+    between two nonlinear functions in a shard_map over the global argument, and
+    the results hold F(x + eps t), F(x - eps t), jvp(F)(x; t), vjp(F)(x; ct), vmap(F)
+    over two points and F at each of them."""
+    cases = ad_cases(n)
+
+    def F(xs):
+        out = {}
+        for k, (coll, _, spec) in cases.items():
+            body = lambda v, coll=coll: anp.tanh(coll(anp.sin(v)))  # noqa: E731
+            out[k] = ad.shard_map(body, mesh, in_specs=P("x"), out_specs=spec)(xs[k])
+        return out
+
+    def everything(xs, ts, cts, eps):
+        plus = F({k: xs[k] + eps * ts[k] for k in xs})
+        minus = F({k: xs[k] - eps * ts[k] for k in xs})
+        _, tangent = ad.jvp(F, (xs,), (ts,))
+        _, pull = ad.vjp(F, xs)
+        (cot,) = pull(cts)
+        lanes = {k: anp.stack([xs[k], xs[k] + ts[k]]) for k in xs}
+        batched = ad.vmap(F)(lanes)
+        return plus, minus, tangent, cot, batched, F(lanes_at(lanes, 0)), F(lanes_at(lanes, 1))
+
+    def lanes_at(lanes, i):
+        return {k: v[i] for k, v in lanes.items()}
+
+    a = ad_inputs(n)
+    shapes = out_shapes(cases, n)
+    rng = np.random.default_rng(77)
+    cts = {k: rng.standard_normal(shapes[k]) for k in cases}
+    plus, minus, tangent, cot, batched, lane0, lane1 = ad.jit(everything)(
+        a["x"], a["t"], cts, 1e-6)
+    out = {}
+    for k in cases:
+        out[f"ad_{k}_plus"] = np.asarray(plus[k])
+        out[f"ad_{k}_minus"] = np.asarray(minus[k])
+        out[f"ad_{k}_jvp"] = np.asarray(tangent[k])
+        out[f"ad_{k}_vjp"] = np.asarray(cot[k])
+        out[f"ad_{k}_ct"] = cts[k]
+        out[f"ad_{k}_vmap"] = np.asarray(batched[k])
+        out[f"ad_{k}_loop"] = np.stack([np.asarray(lane0[k]), np.asarray(lane1[k])])
+    return out
+
+
+def out_shapes(cases, n: int) -> dict[str, tuple[int, ...]]:
+    """The global output shape of each case."""
+    shapes = {}
+    for k, (_, shape, spec) in cases.items():
+        if k == "all_gather":
+            shapes[k] = (n, 2, 3)
+        elif k == "all_gather_tiled1":
+            shapes[k] = (2, 3 * n)
+        elif k == "psum_scatter":
+            shapes[k] = (2 * n,)
+        elif k == "psum_scatter_tiled":
+            shapes[k] = (n, 2)
+        elif spec == P():
+            shapes[k] = (shape[0] // n,) + shape[1:]
+        else:
+            shapes[k] = shape
+    return shapes
 
 
 def sgd_loss(w, xb, yb):
@@ -101,6 +199,22 @@ def data_parallel_sgd(mesh, args, steps=20, lr=0.01):
 
     g = ad.shard_map(grads, mesh, in_specs=(P(), P("x"), P("x")), out_specs=P())
     st = ad.jit(lambda w, X, y: w - lr * g(w, X, y))
+    w = args["w0"]
+    for _ in range(steps):
+        w = st(w, args["X"], args["y"])
+    return w
+
+
+def data_parallel_sgd_grad_outside(mesh, args, steps=20, lr=0.01):
+    """The same SGD with `grad` outside the shard_map: the loss is the psum of each
+    process's rows' loss, and the gradient of the replicated `w` is assembled by the
+    shard_map's boundary (the mean of the processes' copies)."""
+
+    def loss(w, X, y):
+        return ad.shard_map(lambda w, xb, yb: ad.lax.psum(sgd_loss(w, xb, yb), "x"), mesh,
+                            in_specs=(P(), P("x"), P("x")), out_specs=P())(w, X, y)
+
+    st = ad.jit(lambda w, X, y: w - lr * ad.grad(loss)(w, X, y))
     w = args["w0"]
     for _ in range(steps):
         w = st(w, args["X"], args["y"])

@@ -90,15 +90,19 @@ def test_collectives_match_numpy(n, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     want = expected(n)
     dp_w = full_batch_sgd(programs.inputs(n))
+    ad_in = programs.ad_inputs(n)
     for r in range(n):
         got = np.load(tmp_path / f"rank{r}.npz")
-        # data-parallel training equals full-batch training (jax, f64)
+        # data-parallel training equals full-batch training (jax, f64), with the
+        # gradients psum'd inside the body and with grad outside the shard_map
         np.testing.assert_allclose(got["dp_w"], dp_w, rtol=0, atol=1e-10)
-        assert "autodiff-vjp: no reverse rule for 'shard.all_reduce'" in \
-            str(got["grad_psum_error"])
-        assert 'distributed_programs.py":' in str(got["grad_psum_error"])
-        assert sorted(set(got.files) - {"dp_w", "grad_psum_error"}) == sorted(want), \
-            (r, got.files)
+        np.testing.assert_allclose(got["dp_w_grad_outside"], dp_w, rtol=0, atol=1e-10)
+        # grad inside the body: each process's program, psum transposing to psum
+        np.testing.assert_array_equal(got["grad_inside"], np.full((2 * n, 3), float(n)))
+        check_transforms(got, ad_in, r)
+        extra = {"dp_w", "dp_w_grad_outside", "grad_inside"}
+        ad_keys = {k for k in got.files if k.startswith("ad_")}
+        assert sorted(set(got.files) - extra - ad_keys) == sorted(want), (r, got.files)
         for name, w in want.items():
             g = got[name]
             assert g.shape == np.shape(w) and g.dtype == np.asarray(w).dtype, \
@@ -109,6 +113,25 @@ def test_collectives_match_numpy(n, tmp_path):
                 np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-13, err_msg=f"{r} {name}")
             else:
                 np.testing.assert_array_equal(g, w, err_msg=f"{r} {name}")
+
+
+def check_transforms(got, ad_in, r: int) -> None:
+    """jvp through each collective against central differences (f64, eps 1e-6), vjp
+    by the transpose identity <ct, jvp(t)> = <vjp(ct), t>, vmap against the loop."""
+    cases = [k[3:-4] for k in got.files if k.startswith("ad_") and k.endswith("_jvp")]
+    assert len(cases) == 11, cases
+    for k in cases:
+        jvp = got[f"ad_{k}_jvp"]
+        fd = (got[f"ad_{k}_plus"] - got[f"ad_{k}_minus"]) / 2e-6
+        assert np.abs(jvp).max() > 0.1, (r, k)
+        np.testing.assert_allclose(jvp, fd, rtol=1e-6, atol=1e-8, err_msg=f"{r} {k} jvp")
+        vjp, ct, t = got[f"ad_{k}_vjp"], got[f"ad_{k}_ct"], ad_in["t"][k]
+        assert vjp.shape == t.shape, (r, k)
+        lhs, rhs = np.vdot(ct, jvp), np.vdot(vjp, t)
+        assert abs(lhs - rhs) <= 1e-12 * (1 + abs(lhs)), (r, k, lhs, rhs)
+        np.testing.assert_allclose(got[f"ad_{k}_vmap"], got[f"ad_{k}_loop"], rtol=1e-14,
+                                   atol=1e-14, err_msg=f"{r} {k} vmap")
+        assert not np.array_equal(got[f"ad_{k}_vmap"][0], got[f"ad_{k}_vmap"][1]), (r, k)
 
 
 @needs_mpi
