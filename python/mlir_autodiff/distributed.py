@@ -26,10 +26,10 @@ mesh axes by name.
 
 How it compiles: the traced function holds a `shard.grid` for the mesh and
 `shard` collectives (`shard.all_reduce`, `shard.all_gather`,
-`shard.reduce_scatter`, `shard.process_linear_index`); a permutation is a
-helper of `mpi.send`/`mpi.recv` ops. `--autodiff-lower-to-cpu-mpi` (see
-transforms/shard_to_mpi.py) turns them into `mpi` ops and those into calls
-of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
+`shard.reduce_scatter`, `shard.shift`, `shard.process_linear_index`); a
+permutation is rotating shifts (lowered to `mpi.send`/`mpi.recv` ops).
+`--autodiff-lower-to-cpu-mpi` (see transforms/shard_to_mpi.py) turns them
+into `mpi` ops and those into calls of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
 `initialize` loaded.
 
 Inside `jit` (or any trace), `shard_map` emits its body into the enclosing
@@ -37,9 +37,14 @@ function, and `jit` compiles modules holding a `shard.grid` with that
 pipeline. Called on arrays, it compiles per argument signature and checks,
 on every call, that all processes pass the same shapes and dtypes.
 
-Current limits: 1-D meshes; derivatives and batching through the
-collectives are not implemented (the passes report the shard op they cannot
-differentiate; `grad` of a function *inside* the body is fine).
+Derivatives and batching go through the collectives (the rules are in
+transforms/rules/shard.py, the semantics in docs/distributed.md): `grad` of a
+function calling `shard_map` is the gradient of the global function (the
+replicated arguments average their cotangents over the processes, see
+`_replicated`); `grad` inside the body is each process's derivative, with
+psum transposing to psum (as with pmap).
+
+Current limits: 1-D meshes.
 """
 
 from __future__ import annotations
@@ -667,8 +672,7 @@ class _ShardMapped:
         if entry is None:
             with COMPILE_LOCK:
                 module, out_tree = self._trace(args)
-                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them
-                # (they do not differentiate through collectives yet).
+                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them.
                 run_pipeline(module, ",".join(_transform_passes(module)
                                               + ["canonicalize", "cse", "symbol-dce"]))
                 cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
