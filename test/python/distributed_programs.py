@@ -125,8 +125,9 @@ def ad_inputs(n: int) -> dict[str, dict[str, np.ndarray]]:
 def transforms(mesh, n: int) -> dict[str, np.ndarray]:
     """jvp, vjp and vmap through every collective, in one jit: each collective sits
     between two nonlinear functions in a shard_map over the global argument, and
-    the results hold F(x + eps t), F(x - eps t), jvp(F)(x; t), vjp(F)(x; ct), vmap(F)
-    over two points and F at each of them."""
+    the results hold jvp(F)(x; t), vjp(F)(x; ct), vmap(F) over x + eps t, x - eps t,
+    x and x + t (the central difference's points and two lanes to compare with F's
+    unbatched values, the loop), and F at x and x + t."""
     cases = ad_cases(n)
 
     def F(xs):
@@ -137,33 +138,26 @@ def transforms(mesh, n: int) -> dict[str, np.ndarray]:
         return out
 
     def everything(xs, ts, cts, eps):
-        plus = F({k: xs[k] + eps * ts[k] for k in xs})
-        minus = F({k: xs[k] - eps * ts[k] for k in xs})
-        _, tangent = ad.jvp(F, (xs,), (ts,))
+        y, tangent = ad.jvp(F, (xs,), (ts,))
         _, pull = ad.vjp(F, xs)
         (cot,) = pull(cts)
-        lanes = {k: anp.stack([xs[k], xs[k] + ts[k]]) for k in xs}
-        batched = ad.vmap(F)(lanes)
-        return plus, minus, tangent, cot, batched, F(lanes_at(lanes, 0)), F(lanes_at(lanes, 1))
-
-    def lanes_at(lanes, i):
-        return {k: v[i] for k, v in lanes.items()}
+        # vmap over four points: the two of the central difference, x and x + t
+        lanes = {k: anp.stack([xs[k] + eps * ts[k], xs[k] - eps * ts[k], xs[k],
+                               xs[k] + ts[k]]) for k in xs}
+        return y, tangent, cot, ad.vmap(F)(lanes), F({k: xs[k] + ts[k] for k in xs})
 
     a = ad_inputs(n)
     shapes = out_shapes(cases, n)
     rng = np.random.default_rng(77)
     cts = {k: rng.standard_normal(shapes[k]) for k in cases}
-    plus, minus, tangent, cot, batched, lane0, lane1 = ad.jit(everything)(
-        a["x"], a["t"], cts, 1e-6)
+    y, tangent, cot, batched, last = ad.jit(everything)(a["x"], a["t"], cts, 1e-6)
     out = {}
     for k in cases:
-        out[f"ad_{k}_plus"] = np.asarray(plus[k])
-        out[f"ad_{k}_minus"] = np.asarray(minus[k])
         out[f"ad_{k}_jvp"] = np.asarray(tangent[k])
         out[f"ad_{k}_vjp"] = np.asarray(cot[k])
         out[f"ad_{k}_ct"] = cts[k]
         out[f"ad_{k}_vmap"] = np.asarray(batched[k])
-        out[f"ad_{k}_loop"] = np.stack([np.asarray(lane0[k]), np.asarray(lane1[k])])
+        out[f"ad_{k}_loop"] = np.stack([np.asarray(y[k]), np.asarray(last[k])])
     return out
 
 
