@@ -100,6 +100,8 @@ def ad_cases(n: int) -> dict[str, tuple]:
         "pmean": (lambda v: ad.lax.pmean(v, "x"), (2 * n, 3), P()),
         "pmax": (lambda v: ad.lax.pmax(v, "x"), (2 * n, 3), P()),
         "pmin": (lambda v: ad.lax.pmin(v, "x"), (2 * n, 3), P()),
+        # every process holds the maximum: one process's tangent, not their sum
+        "pmax_tied": (lambda v: ad.lax.pmax(ad.lax.psum(v, "x"), "x"), (2 * n, 3), P()),
         "all_gather": (lambda v: ad.lax.all_gather(v, "x"), (2 * n, 3), P()),
         "all_gather_tiled1": (lambda v: ad.lax.all_gather(v, "x", axis=1, tiled=True),
                               (2 * n, 3), P()),

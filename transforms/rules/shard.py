@@ -72,9 +72,12 @@ def _winner(b, op: ir.Operation) -> ir.Value:
     me = b.create("arith.sitofp", [i64], [et]).result
     mine = b.fill(b.empty(x.type), me)
     big = b.constant(x.type, float(2 ** 31))
-    cand = b.select(b.cmpf("oeq", x, m), mine, big)
+    is_best = b.cmpf("oeq", x, m)
+    cand = b.select(is_best, mine, big)
     win = _all_reduce(b, op, cand, "min")
-    return b.cmpf("oeq", cand, win)
+    # (where no process holds the result, a NaN, no process wins)
+    won = b.cmpf("oeq", cand, win)
+    return b.create("arith.andi", [won, is_best], [won.type]).result
 
 
 def _check_differentiable(op: ir.Operation) -> str:
