@@ -176,6 +176,23 @@ def test_data_parallel_mlp_example_equals_full_batch_training():
 # -- in-process: tracing and errors (no MPI) --------------------------------------
 
 
+def test_benchmark_without_torch_says_why(tmp_path):
+    """benchmarks/distributed_dp.py: an interpreter without torch gives the torch
+    column "-" and the reason, not an error."""
+    import importlib.util
+
+    path = HERE.parents[1] / "benchmarks" / "distributed_dp.py"
+    spec = importlib.util.spec_from_file_location("distributed_dp", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    no_torch = tmp_path / "python"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")
+    no_torch.chmod(0o755)
+    args = bench.argparse.Namespace(torch_python=str(no_torch), timeout=30)
+    assert bench.run_torch(2, args, str(tmp_path / "out")) == (
+        None, f"torch with gloo is not installed for {no_torch}")
+
+
 def test_collectives_map_over_pytrees():
     mesh = ad.Mesh((2,), ("x",))
     g = ad.shard_map(lambda t: ad.lax.psum(t, "x"), mesh, in_specs=P(), out_specs=P())
