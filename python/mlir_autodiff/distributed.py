@@ -55,6 +55,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -177,6 +178,10 @@ def _abort_on_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
             sys.stderr.write(f"[process {process_index()}] aborting all "
                              f"{process_count()} processes after the error above\n")
             sys.stderr.flush()
+            # mpiexec forwards the output asynchronously; an immediate abort tore the
+            # job down before the message arrived (seen on a loaded machine, where
+            # the test read only a half-printed traceback of another process)
+            time.sleep(0.5)
             _library().MPI_Abort(_MPI_COMM_WORLD, 1)
 
     return hook

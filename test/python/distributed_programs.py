@@ -88,6 +88,7 @@ def collectives(out_dir: str) -> None:
         in_specs=P("x"), out_specs=P("x"))(args["x"]))
     results.update(transforms(mesh, n))
     results["dp_w_grad_outside"] = data_parallel_sgd_grad_outside(mesh, args)
+    results["hvp_checkpoint"] = hvp_through_checkpoint(mesh, args)
     np.savez(os.path.join(out_dir, f"rank{r}.npz"), **results)
 
 
@@ -208,6 +209,19 @@ def data_parallel_sgd_grad_outside(mesh, args, steps=20, lr=0.01):
     for _ in range(steps):
         w = st(w, args["X"], args["y"])
     return w
+
+
+def hvp_through_checkpoint(mesh, args):
+    """A Hessian-vector product (jvp of grad) of the psum'd loss, its body under
+    `ad.checkpoint` (recomputed, collectives included, in the backward pass)."""
+
+    def loss(w, X, y):
+        body = ad.checkpoint(lambda w, xb, yb: ad.lax.psum(sgd_loss(w, xb, yb), "x"))
+        return ad.shard_map(body, mesh, in_specs=(P(), P("x"), P("x")), out_specs=P())(
+            w, X, y)
+
+    hvp = ad.jit(lambda w, X, y, v: ad.jvp(lambda u: ad.grad(loss)(u, X, y), (w,), (v,))[1])
+    return np.asarray(hvp(args["w0"], args["X"], args["y"], np.ones_like(args["w0"])))
 
 
 def raise_on_one(out_dir: str) -> None:

@@ -67,6 +67,20 @@ def expected(n: int) -> dict[str, np.ndarray]:
     return out
 
 
+def full_batch_hvp(a: dict[str, np.ndarray]) -> np.ndarray:
+    """jax's Hessian-vector product of the full-batch loss at w0 along ones."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+
+    def loss(w):
+        return jnp.sum((jnp.tanh(a["X"] @ w) - a["y"]) ** 2)
+
+    w = jnp.asarray(a["w0"])
+    return np.asarray(jax.jvp(jax.grad(loss), (w,), (jnp.ones_like(w),))[1])
+
+
 def full_batch_sgd(a: dict[str, np.ndarray], steps: int = 20, lr: float = 0.01) -> np.ndarray:
     """The same SGD as programs.data_parallel_sgd, on the whole batch, with jax."""
     import jax
@@ -90,6 +104,7 @@ def test_collectives_match_numpy(n, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     want = expected(n)
     dp_w = full_batch_sgd(programs.inputs(n))
+    hvp = full_batch_hvp(programs.inputs(n))
     ad_in = programs.ad_inputs(n)
     for r in range(n):
         got = np.load(tmp_path / f"rank{r}.npz")
@@ -99,8 +114,10 @@ def test_collectives_match_numpy(n, tmp_path):
         np.testing.assert_allclose(got["dp_w_grad_outside"], dp_w, rtol=0, atol=1e-10)
         # grad inside the body: each process's program, psum transposing to psum
         np.testing.assert_array_equal(got["grad_inside"], np.full((2 * n, 3), float(n)))
+        # second order through the collectives, under checkpoint
+        np.testing.assert_allclose(got["hvp_checkpoint"], hvp, rtol=1e-12, atol=1e-12)
         check_transforms(got, ad_in, r)
-        extra = {"dp_w", "dp_w_grad_outside", "grad_inside"}
+        extra = {"dp_w", "dp_w_grad_outside", "grad_inside", "hvp_checkpoint"}
         ad_keys = {k for k in got.files if k.startswith("ad_")}
         assert sorted(set(got.files) - extra - ad_keys) == sorted(want), (r, got.files)
         for name, w in want.items():
