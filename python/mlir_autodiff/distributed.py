@@ -480,24 +480,33 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
     process, the copies' cotangents sum to the axis size times the global
     gradient, so each process takes their mean, the global gradient itself.
     Emitted as a private identity function with a custom VJP (`@..._bwd` is a
-    `shard.all_reduce` divided by the number of processes), so forward mode and
-    batching see the identity."""
-    if not np.issubdtype(np.dtype(x.aval.dtype), np.floating) or ctx.mesh.size == 1:
-        return x
+    `shard.all_reduce` divided by the number of processes, in f32 for 16-bit
+    floats), so forward mode and batching see the identity."""
     t = x.value.type
     elem = str(t.element_type)
+    # 16-bit floats are averaged in f32 (MPI has no datatype for them here)
+    wide = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64"}.get(elem)
+    if wide is None or ctx.mesh.size == 1:
+        return x
     shape = list(x.shape)
     sig = "x".join(str(s) for s in shape) + "x" + elem
     name = f"{HELPER_PREFIX}replicated_{ctx.grid}_{sig}"
     ty = str(t)
+    wty = "tensor<" + "".join(f"{s}x" for s in shape) + wide + ">"
     module = x.trace.module.operation
     scale = f"{1.0 / ctx.mesh.size:.17e}"
+    widen = (f"    %w = arith.extf %ct : {ty} to {wty}\n" if wide != elem
+             else f"    %w = tensor.cast %ct : {ty} to {wty}\n")
+    narrow = (f"    %r = arith.truncf %m : {wty} to {ty}\n" if wide != elem
+              else f"    %r = tensor.cast %m : {wty} to {ty}\n")
     add_helper(module, f"{name}_bwd", (
         f"  func.func private @{name}_bwd(%ct: {ty}) -> {ty} {{\n"
-        f"    %s = shard.all_reduce %ct on @{ctx.grid} grid_axes = [0] reduction = sum"
-        f" : {ty} -> {ty}\n"
-        f"    %k = arith.constant dense<{scale}> : {ty}\n"
-        f"    %r = arith.mulf %s, %k : {ty}\n"
+        + widen +
+        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = [0] reduction = sum"
+        f" : {wty} -> {wty}\n"
+        f"    %k = arith.constant dense<{scale}> : {wty}\n"
+        f"    %m = arith.mulf %s, %k : {wty}\n"
+        + narrow +
         f"    return %r : {ty}\n  }}\n"))
     add_helper(module, f"{name}_fwd", (
         f"  func.func private @{name}_fwd(%x: {ty}) -> {ty} {{\n"

@@ -146,12 +146,19 @@ def transforms(mesh, n: int) -> dict[str, np.ndarray]:
                                xs[k] + ts[k]]) for k in xs}
         return y, tangent, cot, ad.vmap(F)(lanes), F({k: xs[k] + ts[k] for k in xs})
 
+    def half(h):
+        """A bfloat16 argument: its cotangent is averaged in f32 (MPI has no bf16)."""
+        loss = ad.shard_map(lambda v: ad.lax.psum((v * v).sum().astype(anp.float32), "x"),
+                            mesh, in_specs=P("x"), out_specs=P())
+        return ad.grad(loss)(h)
+
     a = ad_inputs(n)
     shapes = out_shapes(cases, n)
     rng = np.random.default_rng(77)
     cts = {k: rng.standard_normal(shapes[k]) for k in cases}
     y, tangent, cot, batched, last = ad.jit(everything)(a["x"], a["t"], cts, 1e-6)
-    out = {}
+    out = {"grad_bf16": np.asarray(ad.jit(half)(
+        np.arange(2 * n, dtype=np.float32).astype(anp.bfloat16))).astype(np.float32)}
     for k in cases:
         out[f"ad_{k}_jvp"] = np.asarray(tangent[k])
         out[f"ad_{k}_vjp"] = np.asarray(cot[k])

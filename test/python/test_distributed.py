@@ -117,7 +117,9 @@ def test_collectives_match_numpy(n, tmp_path):
         # second order through the collectives, under checkpoint
         np.testing.assert_allclose(got["hvp_checkpoint"], hvp, rtol=1e-12, atol=1e-12)
         check_transforms(got, ad_in, r)
-        extra = {"dp_w", "dp_w_grad_outside", "grad_inside", "hvp_checkpoint"}
+        # a bfloat16 argument of shard_map under grad: d sum(v^2) = 2 v (exact here)
+        np.testing.assert_array_equal(got["grad_bf16"], 2 * np.arange(2 * n, dtype=np.float32))
+        extra = {"dp_w", "dp_w_grad_outside", "grad_inside", "hvp_checkpoint", "grad_bf16"}
         ad_keys = {k for k in got.files if k.startswith("ad_")}
         assert sorted(set(got.files) - extra - ad_keys) == sorted(want), (r, got.files)
         for name, w in want.items():
