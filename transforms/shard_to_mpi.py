@@ -14,9 +14,11 @@ does lower:
   `shard.all_reduce` with `bitwise_or` combines them -- exact, -0.0 and NaN
   payloads included;
 - `shard.reduce_scatter`: `shard.all_reduce`, then the process's block;
-- `shard.shift` (rotate) and `ppermute` (a permutation of the processes):
-  blocking `mpi.send`/`mpi.recv` pairs, ordered along each cycle of the
-  permutation so that no two processes wait on each other;
+- `shard.shift` (rotate; the front end's `ppermute` is traced as such shifts,
+  which the derivative rules of transforms/rules/shard.py transpose): blocking
+  `mpi.send`/`mpi.recv` pairs, ordered along each cycle of the permutation so
+  that no two processes wait on each other (`permutation_helper` takes any
+  permutation);
 - `shard.all_reduce` of a tensor of rank != 1 is done on its flattened
   tensor: MLIR 22's mpi-to-LLVM lowering passes the size of a memref's
   first dimension as the element count (a 2x3 all_reduce reduced 2 numbers).

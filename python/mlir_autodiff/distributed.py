@@ -26,10 +26,10 @@ mesh axes by name.
 
 How it compiles: the traced function holds a `shard.grid` for the mesh and
 `shard` collectives (`shard.all_reduce`, `shard.all_gather`,
-`shard.reduce_scatter`, `shard.process_linear_index`); a permutation is a
-helper of `mpi.send`/`mpi.recv` ops. `--autodiff-lower-to-cpu-mpi` (see
-transforms/shard_to_mpi.py) turns them into `mpi` ops and those into calls
-of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
+`shard.reduce_scatter`, `shard.shift`, `shard.process_linear_index`); a
+permutation is rotating shifts (lowered to `mpi.send`/`mpi.recv` ops).
+`--autodiff-lower-to-cpu-mpi` (see transforms/shard_to_mpi.py) turns them
+into `mpi` ops and those into calls of the MPI library (MPICH ABI), which the JIT resolves in the `libmpi` that
 `initialize` loaded.
 
 Inside `jit` (or any trace), `shard_map` emits its body into the enclosing
@@ -37,9 +37,14 @@ function, and `jit` compiles modules holding a `shard.grid` with that
 pipeline. Called on arrays, it compiles per argument signature and checks,
 on every call, that all processes pass the same shapes and dtypes.
 
-Current limits: 1-D meshes; derivatives and batching through the
-collectives are not implemented (the passes report the shard op they cannot
-differentiate; `grad` of a function *inside* the body is fine).
+Derivatives and batching go through the collectives (the rules are in
+transforms/rules/shard.py, the semantics in docs/distributed.md): `grad` of a
+function calling `shard_map` is the gradient of the global function (the
+replicated arguments average their cotangents over the processes, see
+`_replicated`); `grad` inside the body is each process's derivative, with
+psum transposing to psum (as with pmap).
+
+Current limits: 1-D meshes.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -76,7 +82,6 @@ from .transforms.shard_to_mpi import (
     HELPER_PREFIX,
     MPI_ELEMENT_TYPES,
     add_helper,
-    permutation_helper,
 )
 
 # -------------------------------------------------------------------- the MPI library
@@ -173,6 +178,10 @@ def _abort_on_uncaught(previous: Callable[..., Any]) -> Callable[..., Any]:
             sys.stderr.write(f"[process {process_index()}] aborting all "
                              f"{process_count()} processes after the error above\n")
             sys.stderr.flush()
+            # mpiexec forwards the output asynchronously; an immediate abort tore the
+            # job down before the message arrived (seen on a loaded machine, where
+            # the test read only a half-printed traceback of another process)
+            time.sleep(0.5)
             _library().MPI_Abort(_MPI_COMM_WORLD, 1)
 
     return hook
@@ -395,7 +404,13 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
 def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
     `perm` lists (source, destination) index pairs, each source and each
-    destination at most once; a process no pair sends to gets zeros."""
+    destination at most once; a process no pair sends to gets zeros.
+
+    In the IR it is one rotating `shard.shift` per distinct distance
+    (destination - source mod the axis size), each process keeping the shifted
+    value whose distance its own source is at: a ring shift is one shift, and
+    the derivative rules transpose each shift to the opposite one (the inverse
+    permutation)."""
     def one(v: Any) -> Tracer:
         def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
             pairs = [(int(s), int(d)) for s, d in perm]
@@ -410,16 +425,28 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                 raise TypeError(f"ppermute: {t.aval.str_short()} is not supported (element "
                                 f"types: {', '.join(sorted(MPI_ELEMENT_TYPES))}) "
                                 f"(at {format_site()})")
-            shape = list(t.shape)
-            tag = "_".join(f"{s}to{d}" for s, d in sorted(pairs)) or "none"
-            sig = "x".join(str(s) for s in shape) + "x" + elem
-            name = f"{HELPER_PREFIX}ppermute_{ctx.grid}_{tag}_{sig}"
-            module = t.trace.module.operation
-            add_helper(module, name, permutation_helper(name, ctx.grid, pairs, shape, elem))
-            trace = require_trace("ppermute")
-            with trace.emitting():
-                call = func.CallOp([t.value.type], ir.FlatSymbolRefAttr.get(name), [t.value])
-            return trace.wrap(call.results[0], t.aval)
+            by_distance: dict[int, list[int]] = {}
+            for s, d in pairs:
+                by_distance.setdefault((d - s) % n, []).append(d)
+            out: Any = None
+            me = None
+            for k, dests in sorted(by_distance.items()):
+                moved = t if k == 0 else _shard_op(
+                    "shard.shift", ctx, t, gaxis, t.shape,
+                    shift_axis=ir.IntegerAttr.get(ir.IndexType.get(), gaxis),
+                    offset=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
+                    rotate=ir.UnitAttr.get())
+                if len(dests) == n:
+                    out = moved
+                    continue
+                if me is None:
+                    me = _axis_position(ctx)
+                receives = np.zeros(n, bool)
+                receives[dests] = True
+                keep = anp.asarray(receives)[me]
+                out = anp.where(keep, moved, anp.zeros_like(t) if out is None else out)
+            return require_trace("ppermute").lift(
+                anp.zeros_like(t) if out is None else out)
 
         return _emit("ppermute", v, axis_name, build)
 
@@ -443,6 +470,57 @@ def _axis_position(ctx: _MeshContext) -> Tracer:
 
 
 # -------------------------------------------------------------------- shard_map
+
+def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
+    """`x`, a global argument every process holds a copy of, as the body's input:
+    the identity, whose reverse mode averages the cotangent over the processes.
+
+    The passes differentiate each process's program with the collectives'
+    transposes (psum's is psum): seeded with the same output cotangent on every
+    process, the copies' cotangents sum to the axis size times the global
+    gradient, so each process takes their mean, the global gradient itself.
+    Emitted as a private identity function with a custom VJP (`@..._bwd` is a
+    `shard.all_reduce` divided by the number of processes, in f32 for 16-bit
+    floats), so forward mode and batching see the identity."""
+    t = x.value.type
+    elem = str(t.element_type)
+    # 16-bit floats are averaged in f32 (MPI has no datatype for them here)
+    wide = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64"}.get(elem)
+    if wide is None or ctx.mesh.size == 1:
+        return x
+    shape = list(x.shape)
+    sig = "x".join(str(s) for s in shape) + "x" + elem
+    name = f"{HELPER_PREFIX}replicated_{ctx.grid}_{sig}"
+    ty = str(t)
+    wty = "tensor<" + "".join(f"{s}x" for s in shape) + wide + ">"
+    module = x.trace.module.operation
+    scale = f"{1.0 / ctx.mesh.size:.17e}"
+    widen = (f"    %w = arith.extf %ct : {ty} to {wty}\n" if wide != elem
+             else f"    %w = tensor.cast %ct : {ty} to {wty}\n")
+    narrow = (f"    %r = arith.truncf %m : {wty} to {ty}\n" if wide != elem
+              else f"    %r = tensor.cast %m : {wty} to {ty}\n")
+    add_helper(module, f"{name}_bwd", (
+        f"  func.func private @{name}_bwd(%ct: {ty}) -> {ty} {{\n"
+        + widen +
+        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = [0] reduction = sum"
+        f" : {wty} -> {wty}\n"
+        f"    %k = arith.constant dense<{scale}> : {wty}\n"
+        f"    %m = arith.mulf %s, %k : {wty}\n"
+        + narrow +
+        f"    return %r : {ty}\n  }}\n"))
+    add_helper(module, f"{name}_fwd", (
+        f"  func.func private @{name}_fwd(%x: {ty}) -> {ty} {{\n"
+        f"    return %x : {ty}\n  }}\n"))
+    add_helper(module, name, (
+        f"  func.func private @{name}(%x: {ty}) -> {ty} attributes {{"
+        f"autodiff.custom_vjp = {{fwd = @{name}_fwd, bwd = @{name}_bwd}}}} {{\n"
+        f"    return %x : {ty}\n  }}\n"))
+    trace = require_trace("shard_map")
+    with trace.emitting():
+        call = func.CallOp([t], ir.FlatSymbolRefAttr.get(name), [x.value])
+    return trace.wrap(call.results[0], x.aval)
+
+
 
 def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, str]:
     """Dimension -> mesh axis name of PartitionSpec `spec` (None: replicated)."""
@@ -544,7 +622,8 @@ class _ShardMapped:
         return module, out_tree
 
     def _body(self, trace: FunctionTrace, grid: str, leaves: Sequence[Tracer],
-              tree: pytree.TreeDef, leaf_specs: list[Any]) -> tuple[list[Tracer], Any]:
+              tree: pytree.TreeDef, leaf_specs: list[Any], inline: bool = False
+              ) -> tuple[list[Tracer], Any]:
         """Emit into `trace`: the blocks of the global `leaves`, the body on them, and the
         outputs assembled per out_specs. Returns the output leaves and their tree."""
         mesh = self.mesh
@@ -561,6 +640,8 @@ class _ShardMapped:
                             f"shard_map: dimension {d} of argument {x.aval.str_short()} is "
                             f"split over mesh axis {name!r} of size "
                             f"{mesh.axis_size(name)}, which does not divide it")
+                if inline:  # (differentiable from outside: see _replicated)
+                    x = _replicated(ctx, x)
                 local.append(_local_block(ctx, x, dims))
             out = self.f(*pytree.tree_unflatten(tree, local))
             out_leaves, out_tree = pytree.tree_flatten(out)
@@ -584,7 +665,7 @@ class _ShardMapped:
         grid = _grid_symbol(trace.module, self.mesh)
         tracers = [trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
                    for x in leaves]
-        outs, out_tree = self._body(trace, grid, tracers, tree, leaf_specs)
+        outs, out_tree = self._body(trace, grid, tracers, tree, leaf_specs, inline=True)
         return pytree.tree_unflatten(out_tree, outs)
 
     def __call__(self, *args: Any) -> Any:
@@ -605,8 +686,7 @@ class _ShardMapped:
         if entry is None:
             with COMPILE_LOCK:
                 module, out_tree = self._trace(args)
-                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them
-                # (they do not differentiate through collectives yet).
+                # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them.
                 run_pipeline(module, ",".join(_transform_passes(module)
                                               + ["canonicalize", "cse", "symbol-dce"]))
                 cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",

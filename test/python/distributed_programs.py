@@ -3,10 +3,12 @@
     mpiexec -n N python distributed_programs.py <case> <out-dir>
 
 `collectives`: every collective of mlir_autodiff.distributed in one
-shard_map (one compilation), 20 steps of data-parallel SGD (gradients of
-each process's rows, psum'd) and the error of a gradient through psum; each
-process saves its results to <out-dir>/rank<r>.npz, and the test compares
-them with numpy and jax.
+shard_map (one compilation), jvp/vjp/vmap through each of them (one jit,
+`transforms`), 20 steps of data-parallel SGD twice (gradients of each
+process's rows, psum'd; and `grad` of the psum'd loss outside the
+shard_map) and a gradient through psum inside the body; each process saves
+its results to <out-dir>/rank<r>.npz, and the test compares them with
+numpy, finite differences and jax.
 `raise`: process 1 raises while process 0 waits in a psum.
 `mesh-mismatch`: a mesh whose size is not the number of processes.
 `shape-mismatch`: the processes call shard_map with different shapes.
@@ -79,13 +81,106 @@ def collectives(out_dir: str) -> None:
     out = g(args["x"], args["z"], args["w"], args["k"])
     results = {k: np.asarray(v) for k, v in out.items()}
     results["dp_w"] = data_parallel_sgd(mesh, args)
-    try:  # not yet supported: a clear error naming the op and the line
-        ad.shard_map(lambda xb: ad.grad(lambda v: ad.lax.psum(v.sum(), "x"))(xb), mesh,
-                     in_specs=P("x"), out_specs=P("x"))(args["x"])
-        results["grad_psum_error"] = np.array("")
-    except Exception as err:  # noqa: BLE001
-        results["grad_psum_error"] = np.array(f"{type(err).__name__}: {err}")
+    # grad inside the body differentiates each process's program: psum's transpose is
+    # psum, so d/dv psum(sum(v)) is the number of processes (as in pmap)
+    results["grad_inside"] = np.asarray(ad.shard_map(
+        lambda xb: ad.grad(lambda v: ad.lax.psum(v.sum(), "x"))(xb), mesh,
+        in_specs=P("x"), out_specs=P("x"))(args["x"]))
+    results.update(transforms(mesh, n))
+    results["dp_w_grad_outside"] = data_parallel_sgd_grad_outside(mesh, args)
+    results["hvp_checkpoint"] = hvp_through_checkpoint(mesh, args)
     np.savez(os.path.join(out_dir, f"rank{r}.npz"), **results)
+
+
+def ad_cases(n: int) -> dict[str, tuple]:
+    """name -> (the collective, the global argument's shape (split over the
+    processes by rows), the shard_map's out_spec) of the transform checks."""
+    perm = permutation(n)
+    return {
+        "psum": (lambda v: ad.lax.psum(v, "x"), (2 * n, 3), P()),
+        "pmean": (lambda v: ad.lax.pmean(v, "x"), (2 * n, 3), P()),
+        "pmax": (lambda v: ad.lax.pmax(v, "x"), (2 * n, 3), P()),
+        "pmin": (lambda v: ad.lax.pmin(v, "x"), (2 * n, 3), P()),
+        # every process holds the maximum: one process's tangent, not their sum
+        "pmax_tied": (lambda v: ad.lax.pmax(ad.lax.psum(v, "x"), "x"), (2 * n, 3), P()),
+        # (tiled, along axis 1: the rules read the axis attribute)
+        "all_gather": (lambda v: ad.lax.all_gather(v, "x", axis=1, tiled=True), (2 * n, 3),
+                       P()),
+        "psum_scatter": (lambda v: ad.lax.psum_scatter(v, "x"), (n * n, 2), P("x")),
+        "ppermute": (lambda v: ad.lax.ppermute(v, "x", perm), (2 * n, 3), P("x")),
+        "axis_index": (lambda v: v * (ad.lax.axis_index("x") + 1.0), (2 * n, 3), P("x")),
+    }
+
+
+def ad_inputs(n: int) -> dict[str, dict[str, np.ndarray]]:
+    """Points, tangents and cotangents of the transform checks (f64; the lanes of
+    the vmap check are `x` and `x + t`)."""
+    rng = np.random.default_rng(2323)
+    cases = ad_cases(n)
+    xs = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    ts = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    return {"x": xs, "t": ts}
+
+
+def transforms(mesh, n: int) -> dict[str, np.ndarray]:
+    """jvp, vjp and vmap through every collective, in one jit: each collective sits
+    between two nonlinear functions in a shard_map over the global argument, and
+    the results hold jvp(F)(x; t), vjp(F)(x; ct), vmap(F) over x + eps t, x - eps t,
+    x and x + t (the central difference's points and two lanes to compare with F's
+    unbatched values, the loop), and F at x and x + t."""
+    cases = ad_cases(n)
+
+    def F(xs):
+        out = {}
+        for k, (coll, _, spec) in cases.items():
+            body = lambda v, coll=coll: anp.tanh(coll(anp.sin(v)))  # noqa: E731
+            out[k] = ad.shard_map(body, mesh, in_specs=P("x"), out_specs=spec)(xs[k])
+        return out
+
+    def everything(xs, ts, cts, eps):
+        y, tangent = ad.jvp(F, (xs,), (ts,))
+        _, pull = ad.vjp(F, xs)
+        (cot,) = pull(cts)
+        # vmap over four points: the two of the central difference, x and x + t
+        lanes = {k: anp.stack([xs[k] + eps * ts[k], xs[k] - eps * ts[k], xs[k],
+                               xs[k] + ts[k]]) for k in xs}
+        return y, tangent, cot, ad.vmap(F)(lanes), F({k: xs[k] + ts[k] for k in xs})
+
+    def half(h):
+        """A bfloat16 argument: its cotangent is averaged in f32 (MPI has no bf16)."""
+        loss = ad.shard_map(lambda v: ad.lax.psum((v * v).sum().astype(anp.float32), "x"),
+                            mesh, in_specs=P("x"), out_specs=P())
+        return ad.grad(loss)(h)
+
+    a = ad_inputs(n)
+    shapes = out_shapes(cases, n)
+    rng = np.random.default_rng(77)
+    cts = {k: rng.standard_normal(shapes[k]) for k in cases}
+    y, tangent, cot, batched, last = ad.jit(everything)(a["x"], a["t"], cts, 1e-6)
+    out = {"grad_bf16": np.asarray(ad.jit(half)(
+        np.arange(2 * n, dtype=np.float32).astype(anp.bfloat16))).astype(np.float32)}
+    for k in cases:
+        out[f"ad_{k}_jvp"] = np.asarray(tangent[k])
+        out[f"ad_{k}_vjp"] = np.asarray(cot[k])
+        out[f"ad_{k}_ct"] = cts[k]
+        out[f"ad_{k}_vmap"] = np.asarray(batched[k])
+        out[f"ad_{k}_loop"] = np.stack([np.asarray(y[k]), np.asarray(last[k])])
+    return out
+
+
+def out_shapes(cases, n: int) -> dict[str, tuple[int, ...]]:
+    """The global output shape of each case."""
+    shapes = {}
+    for k, (_, shape, spec) in cases.items():
+        if k == "all_gather":
+            shapes[k] = (2, 3 * n)
+        elif k == "psum_scatter":
+            shapes[k] = (2 * n,)
+        elif spec == P():
+            shapes[k] = (shape[0] // n,) + shape[1:]
+        else:
+            shapes[k] = shape
+    return shapes
 
 
 def sgd_loss(w, xb, yb):
@@ -105,6 +200,35 @@ def data_parallel_sgd(mesh, args, steps=20, lr=0.01):
     for _ in range(steps):
         w = st(w, args["X"], args["y"])
     return w
+
+
+def data_parallel_sgd_grad_outside(mesh, args, steps=20, lr=0.01):
+    """The same SGD with `grad` outside the shard_map: the loss is the psum of each
+    process's rows' loss, and the gradient of the replicated `w` is assembled by the
+    shard_map's boundary (the mean of the processes' copies)."""
+
+    def loss(w, X, y):
+        return ad.shard_map(lambda w, xb, yb: ad.lax.psum(sgd_loss(w, xb, yb), "x"), mesh,
+                            in_specs=(P(), P("x"), P("x")), out_specs=P())(w, X, y)
+
+    st = ad.jit(lambda w, X, y: w - lr * ad.grad(loss)(w, X, y))
+    w = args["w0"]
+    for _ in range(steps):
+        w = st(w, args["X"], args["y"])
+    return w
+
+
+def hvp_through_checkpoint(mesh, args):
+    """A Hessian-vector product (jvp of grad) of the psum'd loss, its body under
+    `ad.checkpoint` (recomputed, collectives included, in the backward pass)."""
+
+    def loss(w, X, y):
+        body = ad.checkpoint(lambda w, xb, yb: ad.lax.psum(sgd_loss(w, xb, yb), "x"))
+        return ad.shard_map(body, mesh, in_specs=(P(), P("x"), P("x")), out_specs=P())(
+            w, X, y)
+
+    hvp = ad.jit(lambda w, X, y, v: ad.jvp(lambda u: ad.grad(loss)(u, X, y), (w,), (v,))[1])
+    return np.asarray(hvp(args["w0"], args["X"], args["y"], np.ones_like(args["w0"])))
 
 
 def raise_on_one(out_dir: str) -> None:

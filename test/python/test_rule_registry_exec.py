@@ -397,8 +397,8 @@ def random_module() -> CompiledModule:
     return compile_text(RANDOM_VMAP)
 
 
-#: Batched modules the CPU back end cannot run (8-bit float types have no LLVM
-#: lowering here): they are only transformed, and their check reads the IR the
+#: Modules the in-process CPU back end cannot run (8-bit float types have no LLVM
+#: lowering here; shard collectives need several MPI processes): they are only transformed, and their check reads the IR the
 #: batching rules produced (name -> module, pipeline, regexes the output must match).
 TRANSFORM_ONLY = {
     "scaling_conversions": ("""
@@ -419,6 +419,42 @@ func.func @main(%a: tensor<3x4xf32>) -> tensor<3x4xf32> {
         r"outs\(%\w+ : tensor<3x4xf8E4M3FN>\)[^\n]*\n[^\n]*\n *%\w+ = arith\.scaling_truncf",
         r"ins\(%\w+, %\w+ : tensor<3x4xf8E4M3FN>, tensor<4xf8E8M0FNU>\) "
         r"outs\(%\w+ : tensor<3x4xf32>\)[^\n]*\n[^\n]*\n *%\w+ = arith\.scaling_extf")),
+    # The shard dialect's collectives run only across MPI processes
+    # (test_distributed.py checks their derivatives and batching numerically under
+    # mpiexec); here their rules transform one function of each of them.
+    "shard_collectives": ("""
+shard.grid @g(shape = 2)
+func.func private @f(%x: tensor<4xf64>) -> tensor<4xf64> {
+  %s = shard.all_reduce %x on @g grid_axes = [0] reduction = sum : tensor<4xf64> -> tensor<4xf64>
+  %m = shard.all_reduce %s on @g grid_axes = [0] reduction = max : tensor<4xf64> -> tensor<4xf64>
+  %a = shard.all_gather %m on @g grid_axes = [0] gather_axis = 0 : tensor<4xf64> -> tensor<8xf64>
+  %r = shard.reduce_scatter %a on @g grid_axes = [0] reduction = sum scatter_axis = 0
+      : tensor<8xf64> -> tensor<4xf64>
+  %h = shard.shift %r on @g grid_axes = [0] shift_axis = 0 offset = 1 rotate
+      : tensor<4xf64> -> tensor<4xf64>
+  return %h : tensor<4xf64>
+}
+func.func @jvp(%x: tensor<4xf64>, %t: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>) {
+  %0:2 = "autodiff.jvp"(%x, %t) {fn = @f} : (tensor<4xf64>, tensor<4xf64>)
+      -> (tensor<4xf64>, tensor<4xf64>)
+  return %0#0, %0#1 : tensor<4xf64>, tensor<4xf64>
+}
+func.func @vjp(%x: tensor<4xf64>, %c: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>) {
+  %0:2 = "autodiff.vjp"(%x, %c) {fn = @f} : (tensor<4xf64>, tensor<4xf64>)
+      -> (tensor<4xf64>, tensor<4xf64>)
+  return %0#0, %0#1 : tensor<4xf64>, tensor<4xf64>
+}
+func.func @main(%x: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %r = "autodiff.vmap"(%x) {fn = @f, in_axes = array<i64: 0>, out_axes = array<i64: 0>,
+                            randomness = "error"} : (tensor<3x4xf64>) -> tensor<3x4xf64>
+  return %r : tensor<3x4xf64>
+}""", "autodiff-jvp,autodiff-vjp,autodiff-vmap", (
+        r"shard\.all_gather %\w+ on @g grid_axes = \[0\] gather_axis = 1 : "
+        r"tensor<3x4xf64> -> tensor<3x8xf64>",
+        r"shard\.reduce_scatter %\w+ on @g grid_axes = \[0\] scatter_axis = 1 : "
+        r"tensor<3x8xf64> -> tensor<3x4xf64>",
+        r"shard\.shift %\w+ on @g grid_axes = \[0\] shift_axis = 0 offset = 1 rotate : "
+        r"tensor<3x4xf64>")),
 }
 
 

@@ -14,6 +14,8 @@ Each dialect module registers, side by side, an op's forward-mode rule
     scf.py                scf.for, scf.if, scf.execute_region
     scf_while.py          scf.while
     func.py               func.call
+    shard.py              the shard dialect's collectives (all_reduce, all_gather,
+                          reduce_scatter, shift)
     autodiff.py           the autodiff dialect's own ops (stop_gradient, checkpoint,
                           random, philox)
 

@@ -146,6 +146,7 @@ def load_all() -> None:
         math,
         scf,
         scf_while,
+        shard,
         tensor,
     )
 
