@@ -3,8 +3,8 @@ against jax's own, and the eager-array indexing by a traced index that jax
 programs use (`jnp.asarray(table)[t]` inside `jit`).
 
 Initial parameters come from each library's own keyed stream, so stax is
-compared on the same parameters (jax's, converted to numpy): the shapes that
-`init_fun` reports, the network's value and its gradient (one `jit` each). The
+compared on the shapes that `init_fun` reports and, on the same numpy
+parameters, the networks' value and gradient (one `jit` each side). The
 optimizers run three steps of every optimizer and schedule on a pytree in one
 `jit` on each side and agree to 1e-12 relative.
 """
@@ -159,16 +159,29 @@ def test_stax_networks_match_jax() -> None:
     inputs = (rng.randn(2, 4, 4, 1), rng.randn(2, 1, 5, 4))
     shapes = ((-1, 4, 4, 1), (-1, 1, 5, 4))
     ours_nets, jax_nets = _networks(stax), _networks(jstax)
+    # each side's initializers are traced (not run) for the shapes they give, and
+    # both sides then use the same numpy parameters
+    traced: dict[str, list] = {}
+
+    def init_all(nets, side, key):
+        inits = [net[0](key, shape) for net, shape in zip(nets, shapes)]
+        traced[side] = [(tuple(int(d) for d in o), [tuple(x.shape) for x in ad.tree_leaves(p)],
+                         p) for o, p in inits]
+        return [p for _, p in inits]
+
+    ad.lower(lambda k: init_all(ours_nets, "ours", k), random.key(0))
+    jax.eval_shape(lambda k: init_all(jax_nets, "jax", k), jax.random.key(0))
     params = []
-    for (init, _), (jinit, _), shape in zip(ours_nets, jax_nets, shapes):
-        out_shape, p = ad.jit(init, static_argnums=1)(random.key(0), shape)
-        jout_shape, jp = jax.jit(jinit, static_argnums=1)(jax.random.key(0), shape)
+    for (out_shape, leaf_shapes, p), (jout_shape, jleaf_shapes, jp) in zip(traced["ours"],
+                                                                          traced["jax"]):
         # the batch dimension (-1) aside: jax's pooling shape arithmetic turns it into 0
-        assert out_shape[0] == -1 and tuple(out_shape[1:]) == tuple(jout_shape[1:])
-        assert [np.shape(x) for x in ad.tree_leaves(p)] == [
-            np.shape(x) for x in jax.tree_util.tree_leaves(jp)]
-        assert ad.tree_structure(p) == ad.tree_structure(jax.tree_util.tree_map(np.asarray, jp))
-        params.append(jax.tree_util.tree_map(np.asarray, jp))
+        assert out_shape[0] == -1 and out_shape[1:] == jout_shape[1:]
+        assert leaf_shapes == jleaf_shapes
+        leaves, tree = jax.tree_util.tree_flatten(jp)
+        assert ad.tree_structure(p) == ad.tree_structure(jax.tree_util.tree_unflatten(
+            tree, [0] * len(leaves)))
+        params.append(jax.tree_util.tree_unflatten(tree, [rng.randn(*x.shape) * 0.5
+                                                          for x in leaves]))
 
     def loss(apply_a, apply_b, key, params, x, y):   # the key: Dropout (in test mode)
         return ((apply_a(params[0], x) ** 2).sum()
