@@ -57,6 +57,11 @@ def test_eager_array_indexed_by_a_traced_index_gathers() -> None:
                                    jax.vmap(lambda s: jtable[s])(jnp.asarray([4, 0, 2]))))(w, 3)
     for k, (a, b) in enumerate(zip(ours, theirs)):
         _close(a, b, f"result {k}")
+    # a traced index among basic ones, and the operators with a traced operand
+    got = ad.jit(lambda t: (table[1:, t], table * t, t * table[0]))(2)
+    _close(got[0], table_np[1:, 2], "table[1:, t]")
+    _close(got[1], table_np * 2, "table * t")
+    _close(got[2], 2 * table_np[0], "t * table[0]")
     # a static index keeps numpy's indexing (a constant, not a gather)
     assert ad.jit(lambda x: x + table[1])(w).shape == (3,)
 
