@@ -54,7 +54,8 @@ depend on) the front end.
 #   layer 12 custom                      custom_vjp, custom_jvp
 #   layer 13 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
 #                                        algebra (factorizations with custom_jvp rules)
-#   layer 14 linalg_numpy, scipy         numpy.linalg's and scipy.linalg's names
+#   layer 14 linalg_numpy, scipy, example_libraries  numpy.linalg's and scipy.linalg's
+#                                        names; jax.example_libraries' stax and optimizers
 #   layer 15 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from typing import Any
 _EXPORTS: dict[str, str | None] = {
     "aot": None,
     "errors": None,
+    "example_libraries": None,
     "lax": None,
     "distributed": None,
     "Mesh": "distributed",

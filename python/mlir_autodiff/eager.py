@@ -63,6 +63,15 @@ class Array(np.ndarray):
         # would leave theirs unsorted). Array results come back as Arrays.
         return wrap(func(*_plain(args), **_plain(kwargs)))
 
+    def __getitem__(self, idx: Any) -> Any:
+        # Inside a trace, an index holding a traced value (`table[i]` with a traced
+        # `i`, as jax arrays allow) gathers from this array as a traced constant.
+        if traced_getitem is not None:
+            out = traced_getitem(self, idx)
+            if out is not None:
+                return out
+        return super().__getitem__(idx)
+
     @property
     def at(self) -> _IndexUpdateHelper:
         """Functional updates: `x.at[idx].set(v)`, `.add(v)`, `.get()`..."""
@@ -297,6 +306,10 @@ class _Divide:
 
 _DIVIDE: Callable[..., Any] = _Divide()
 
+
+#: Set by numpy.py: (x, idx) -> the traced `x[idx]` of the constant `x` when `idx`
+#: holds a traced value (inside a trace), else None.
+traced_getitem: Callable[[np.ndarray, Any], Any] | None = None
 
 #: Set by numpy.py: (x, idx) -> the traced `x.at[idx]` of the constant `x` while a
 #: trace is active (its index or values may be traced), else None.

@@ -1472,7 +1472,19 @@ def _traced_at(x: np.ndarray, idx: Any) -> _IndexUpdateRef | None:
     return None if current_trace() is None else _IndexUpdateRef(P.constant_like(x), idx)
 
 
+def _traced_getitem(x: np.ndarray, idx: Any) -> Tracer | None:
+    """`x[idx]` of an eager array whose index holds a traced value: a traced gather
+    from the constant `x` (None, numpy's indexing, for any other index)."""
+    if current_trace() is None:
+        return None
+    items = idx if isinstance(idx, tuple) else (idx,)
+    if not builtins.any(isinstance(i, Tracer) for i in items):
+        return None
+    return P.constant_like(x)[idx]
+
+
 _eager.traced_at = _traced_at
+_eager.traced_getitem = _traced_getitem
 
 
 # --------------------------------------------------------------------------- linear algebra
