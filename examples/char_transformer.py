@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import time
-from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -129,7 +128,7 @@ def train(steps=100, batch=16, lr=1e-2, seed=0, dtype=np.float32, context=32, d_
 
     # Two compiled functions, the model's value and gradient and the optimizer's
     # step (jitted apart they compile in about half the time of one fused step).
-    loss_and_grad = ad.jit(ad.value_and_grad(partial(loss, heads=cfg.heads)))
+    loss_and_grad = ad.jit(ad.value_and_grad(loss), static_argnums=3)  # heads: an int
 
     @ad.jit
     def update(grads, state, params):
@@ -139,7 +138,7 @@ def train(steps=100, batch=16, lr=1e-2, seed=0, dtype=np.float32, context=32, d_
     losses = []
     start = time.perf_counter()
     for i in range(steps):
-        value, grads = loss_and_grad(params, xs[i], ys[i])
+        value, grads = loss_and_grad(params, xs[i], ys[i], cfg.heads)
         params, state = update(grads, state, params)
         losses.append(float(value))
         if verbose and (i % 10 == 0 or i == steps - 1):
