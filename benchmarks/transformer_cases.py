@@ -50,7 +50,7 @@ def _inputs(batch: int, context: int, d_model: int, heads: int):
                              heads=heads)
         params = program.init_params(cfg, rng, np.float32)
         xs, ys = program.batches(data, context, batch, 1, rng)
-        return params, xs[0], ys[0], heads
+        return params, xs[0], ys[0]
     return make
 
 
@@ -68,12 +68,16 @@ def _output(result: Any) -> np.ndarray:
     return np.concatenate([np.asarray(a, np.float64).ravel() for a in _leaves(result)])
 
 
-def _step_fn(value_and_grad: Any, loss: Any) -> Any:
-    def train_step(params, tokens, targets, heads):
-        value, grads = value_and_grad(functools.partial(loss, heads=heads))(
-            params, tokens, targets)
-        return value, {k: _sgd(params[k], grads[k]) for k in params}
-    return train_step
+def _functions(value_and_grad: Any, loss: Any, heads: int) -> tuple[Any, Any]:
+    """`(loss, train_step)` of (params, tokens, targets), the head count fixed."""
+    def loss_fn(params, tokens, targets):
+        return loss(params, tokens, targets, heads)
+
+    def train_step(params, tokens, targets):
+        value, grads = value_and_grad(loss_fn)(params, tokens, targets)
+        return value, _sgd(params, grads)
+
+    return loss_fn, train_step
 
 
 def _sgd(p: Any, g: Any) -> Any:
@@ -84,34 +88,24 @@ def _sgd(p: Any, g: Any) -> Any:
     return p - LR * g
 
 
-def _ours(step: bool):
+def _ours(step: bool, heads: int):
     def build(inputs):
         import mlir_autodiff as ad
 
-        program = _program("ours")
-        params, tokens, targets, heads = inputs
-        if step:
-            fn = ours_jit(_step_fn(ad.value_and_grad, program.loss), static_argnums=(3,))
-        else:
-            fn = ours_jit(program.loss, static_argnums=(3,))
-        return lambda: fn(params, tokens, targets, heads)
+        fn = ours_jit(_functions(ad.value_and_grad, _program("ours").loss, heads)[step])
+        params, tokens, targets = inputs
+        return lambda: fn(params, tokens, targets)
 
     return build
 
 
-def _jax(step: bool):
+def _jax(step: bool, heads: int):
     def build(inputs):
         import jax
 
-        program = _program("jax")
-        params, tokens, targets, heads = inputs
-        if step:
-            fn = jax.jit(_step_fn(jax.value_and_grad, program.loss), static_argnums=(3,))
-        else:
-            fn = jax.jit(program.loss, static_argnums=(3,))
-        params = jax.device_put(params)
-        tokens, targets = jax.device_put(tokens), jax.device_put(targets)
-        return lambda: jax.block_until_ready(fn(params, tokens, targets, heads))
+        fn = jax.jit(_functions(jax.value_and_grad, _program("jax").loss, heads)[step])
+        params, tokens, targets = (jax.device_put(a) for a in inputs)
+        return lambda: jax.block_until_ready(fn(params, tokens, targets))
 
     return build
 
@@ -123,9 +117,9 @@ def register_cases(Case: Any, register: Any) -> None:
         size = f"b{batch} t{context} d{d_model} h{heads} 2 layers"
         inputs = _inputs(batch, context, d_model, heads)
         register(Case(name="transformer loss (f)", size=size, inputs=inputs,
-                      ours=_ours(False), jax=_jax(False), rtol=1e-4, atol=1e-5,
+                      ours=_ours(False, heads), jax=_jax(False, heads), rtol=1e-4, atol=1e-5,
                       quick=False, full=True, output=_output))
         register(Case(name="transformer train step (value_and_grad)", size=size,
-                      inputs=inputs, ours=_ours(True), jax=_jax(True), rtol=1e-3, atol=1e-5,
+                      inputs=inputs, ours=_ours(True, heads), jax=_jax(True, heads), rtol=1e-3, atol=1e-5,
                       quick=False, full=True, primal="transformer loss (f)",
                       output=_output))
