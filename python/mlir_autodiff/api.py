@@ -1049,19 +1049,73 @@ def function_name(fun: Callable[..., Any]) -> str:
     return getattr(fun, "__name__", "fn")
 
 
-def traced_or_jitted(transform: Callable[..., Any]) -> Callable[..., Any]:
+#: Leaf types a transform passes through unchanged when it does not transform the
+#: argument (exact types: numpy scalars are arrays and stay traced).
+_STATIC_LEAF_TYPES = (bool, int, float, complex, str)
+
+
+def is_static_value(x: Any) -> bool:
+    """Whether `x` is a plain Python value (a number, a string, None, or a hashable
+    container of them) that jax's transforms hand to the function as it is when they
+    do not transform that argument, e.g. `grad(f)(x, 4)` or `vmap(f, (0, None))(x, 4)`:
+    `f` sees the int 4, usable as a shape or a loop bound."""
+    leaves = pytree.tree_leaves(x)
+    if not all(type(leaf) in _STATIC_LEAF_TYPES for leaf in leaves):
+        return False
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def static_positions(args: Sequence[Any], transformed: Any) -> tuple[int, ...]:
+    """The positional arguments outside `transformed` (a collection of positions)
+    that are passed through unchanged (`is_static_value`)."""
+    return tuple(i for i, a in enumerate(args) if i not in transformed and is_static_value(a))
+
+
+def bind_static(fun: Callable[..., Any], args: Sequence[Any], static: Sequence[int]
+                ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """`(bound, rest)`: `bound(*rest)` calls `fun(*args)` with the `static` positions'
+    values fixed (closed over, never traced) and the others taken from `rest`."""
+    fixed = {i: args[i] for i in static}
+    n = len(args)
+
+    def bound(*rest: Any) -> Any:
+        it = iter(rest)
+        return fun(*[fixed[i] if i in fixed else next(it) for i in range(n)])
+
+    bound.__name__ = function_name(fun)
+    return bound, tuple(a for i, a in enumerate(args) if i not in fixed)
+
+
+def traced_or_jitted(transform: Callable[..., Any],
+                     static: Callable[[tuple[Any, ...]], Sequence[int]] | None = None
+                     ) -> Callable[..., Any]:
     """Run a transform's body inside the active trace, or else under a cached `jit`.
 
     This is how `grad`, `vmap` and the others work eagerly on numpy arrays:
     outside a trace, the transform compiles itself once per signature.
+    `static(args)` names the positional arguments the transform passes through
+    unchanged (plain Python values it does not transform, see `static_positions`):
+    eagerly they are static arguments of the `jit`, so the transform sees them as
+    they are, as it does inside a trace.
     """
     jitted = JitFunction(transform)
+    by_static: dict[tuple[int, ...], JitFunction] = {}
 
     @functools.wraps(transform)
     @api_boundary
     def run(*args: Any, **kwargs: Any) -> Any:
         if current_trace() is not None:
             return transform(*args, **kwargs)
+        positions = tuple(static(args)) if static is not None and not kwargs else ()
+        if positions:
+            fn = by_static.get(positions)
+            if fn is None:
+                fn = by_static[positions] = JitFunction(transform, static_argnums=positions)
+            return fn(*args)
         return jitted(*args, **kwargs)
 
     return run
