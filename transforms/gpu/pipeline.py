@@ -137,6 +137,7 @@ from .calling_convention import (
     HostWrappers,
 )
 from .device_memory import DeviceMemory
+from .fusion import HoistAllocations, HorizontalFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
@@ -227,6 +228,7 @@ class LowerToGpu(Pass):
             # fresh allocations, which cannot alias the function's arguments.
             "func.func(convert-linalg-to-parallel-loops)",
             "canonicalize",
+            HoistAllocations(),
             "func.func(scf-parallel-loop-fusion)",
             # Hoisting (no copy kernel per result) is safe here: calls are
             # inlined first, and the upstream crash seen on the CPU path
@@ -243,9 +245,11 @@ class LowerToGpu(Pass):
             CopiesToLinalg(),
             "func.func(convert-linalg-to-parallel-loops)",
             "canonicalize",
+            HoistAllocations(),
             "func.func(scf-parallel-loop-fusion)",
             "cse",
             BoolBuffersToBytes(),
+            HorizontalFusion(),
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
