@@ -224,3 +224,144 @@ class HorizontalFusion(_Step):
         for block in blocks:
             for chain in _chains(block):
                 _fuse_chain([loop for loop, _, _ in chain])
+
+
+# -- row fusion: a loop over rows with its neighbours over the rows' elements ----
+
+#: Most iterations per row that row fusion makes sequential in one thread (a
+#: softmax over 10 classes, a 25-component mixture), so that the broadcast and
+#: reduction chain around a row stays one kernel without serialising real work.
+ROW_ELEMENTS = 64
+
+
+def _prefix_len(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int:
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def _indexed_by_rows(loop: ir.Operation, buffers: set, names: tuple[str, ...], k: int) -> bool:
+    """Whether every `names` access of `loop` to one of `buffers` has the loop's own
+    first `k` induction variables as its first `k` indices."""
+    ivs = list(loop.regions[0].blocks[0].arguments)[:k]
+    for op in walk_ops(loop)[1:]:
+        if not any(_is_memref(v) and _root(v) in buffers for v in op.operands):
+            continue
+        if op.name not in names:
+            return False
+        view = op.opview
+        if view.memref != _root(view.memref):  # a view: its indices are not the buffer's
+            return False
+        idx = list(view.indices)
+        if len(idx) < k or any(idx[d] != ivs[d] for d in range(k)):
+            return False
+    return True
+
+
+def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
+    """The number of leading (row) dimensions over which `a` then `b` fuse, 0 if not."""
+    sa, sb = _static_space(a), _static_space(b)
+    k = _prefix_len(sa, sb)
+    if k == 0 or (k == len(sa) and k == len(sb)):
+        return 0  # nothing in common, or the same space (upstream fusion's case)
+    if max(_trip_count(sa[k:]), _trip_count(sb[k:])) > ROW_ELEMENTS:
+        return 0
+    acc_a, acc_b = _accesses(a), _accesses(b)
+    if acc_a is None or acc_b is None:
+        return 0
+    (ra, wa), (rb, wb) = acc_a, acc_b
+    # Buffers one loop writes and the other touches: every access of both loops
+    # to them stays in its own row, so row by row the order is the original one.
+    shared = (wa & (rb | wb)) | (wb & ra)
+    rows_only = ("memref.store", "memref.load")
+    if shared and not (_indexed_by_rows(a, shared, rows_only, k)
+                       and _indexed_by_rows(b, shared, rows_only, k)):
+        return 0
+    return k
+
+
+def _nest_body(loop: ir.Operation, k: int, dest: ir.Operation) -> None:
+    """Move `loop`'s body before `dest`, its dimensions after the first `k` as
+    sequential scf.for loops; its first `k` indices become `rows`."""
+    space = _static_space(loop)
+    body = loop.regions[0].blocks[0]
+    target = dest
+    ivs: list[ir.Value] = []
+    for lo, hi, s in space[k:]:
+        with ir.InsertionPoint(target), loop.location:
+            inner = scf.ForOp(index_const(lo), index_const(hi), index_const(s))
+            with ir.InsertionPoint(inner.body):
+                target = scf.YieldOp([]).operation
+            ivs.append(inner.induction_variable)
+    return ivs, target, body
+
+
+def _fuse_rows(a: ir.Operation, b: ir.Operation, k: int) -> ir.Operation:
+    block = b.block
+    ops = ops_of(block)
+    deallocs = [o for o in ops[ops.index(a) + 1:ops.index(b)] if o.name == "memref.dealloc"]
+    space = _static_space(a)[:k]
+    with ir.InsertionPoint(b), b.location:
+        _, body, term = new_parallel([index_const(lo) for lo, _, _ in space],
+                                     [index_const(hi) for _, hi, _ in space],
+                                     [index_const(s) for _, _, s in space])
+    rows = list(body.arguments)
+    for loop in (a, b):
+        ivs, target, old = _nest_body(loop, k, term)
+        for old_iv, new in zip(old.arguments, rows + ivs):
+            old_iv.replace_all_uses_with(new)
+        for op in ops_of(old)[:-1]:
+            op.move_before(target)
+        loop.erase()
+    fused = term.parent
+    for d in reversed(deallocs):
+        d.move_after(fused)
+    return fused
+
+
+@dataclasses.dataclass(frozen=True)
+class RowFusion(_Step):
+    """Adjacent parallel loops whose iteration spaces share their leading (row)
+    dimensions fuse into one loop over the rows, the rest of each loop's
+    dimensions running sequentially inside it (at most `ROW_ELEMENTS`
+    iterations per row): a bias add over (batch, classes), the row maximum over
+    (batch), the shifted exponentials over (batch, classes)... Legal when the
+    buffers one of them writes and the other touches are accessed by both only in
+    the iteration's own row (indexed by the row's induction variables): row by
+    row, every such access keeps its original order."""
+
+    name = "autodiff-gpu-row-fusion"
+    summary = "Fuse adjacent parallel loops over the same rows into one loop over rows"
+
+    def apply(self, module: ir.Operation) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for op in walk_ops(module):
+                if op.name not in ("func.func", "scf.for", "scf.if", "scf.while",
+                                   "scf.execute_region") or not on_host(op):
+                    continue
+                for region in op.regions:
+                    for block in region.blocks:
+                        changed |= self._fuse_block(block)
+                if changed:
+                    break
+
+    def _fuse_block(self, block: ir.Block) -> bool:
+        prev = None
+        for op in ops_of(block):
+            if _candidate(op):
+                if prev is not None:
+                    k = _row_fusable(prev, op)
+                    if k:
+                        _fuse_rows(prev, op, k)
+                        return True
+                prev = op
+            elif op.name == "memref.dealloc" or (
+                    not op.regions and (op.name.startswith(("arith.", "index.", "ub."))
+                                        or op.name in ("memref.alloc", "affine.apply"))):
+                continue
+            else:
+                prev = None
+        return False

@@ -137,7 +137,7 @@ from .calling_convention import (
     HostWrappers,
 )
 from .device_memory import DeviceMemory
-from .fusion import HoistAllocations, HorizontalFusion
+from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
@@ -247,8 +247,14 @@ class LowerToGpu(Pass):
             "canonicalize",
             HoistAllocations(),
             "func.func(scf-parallel-loop-fusion)",
+            # Loads and stores through reshapes address the buffer itself, so
+            # that row fusion sees which row each access touches.
+            "fold-memref-alias-ops",
+            "canonicalize",
             "cse",
             BoolBuffersToBytes(),
+            RowFusion(),
+            "func.func(scf-parallel-loop-fusion)",
             HorizontalFusion(),
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
