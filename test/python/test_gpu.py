@@ -1427,3 +1427,60 @@ def test_gpu_execution_matches_numpy(name: str) -> None:
     gots = got if isinstance(got, tuple) else (got,)
     for g, w in zip(gots, wants):
         _assert_close(g, w)
+
+
+# -- fusion across shapes (transforms/gpu/fusion.py) -------------------------------------------
+
+
+def test_row_fusion_keeps_a_loop_reading_another_row_apart() -> None:
+    """`z[i] = y[7 - i, 0]` reads rows that other iterations of the loop over `y`
+    write: row fusion must not put the two loops in one loop over rows (each
+    thread would read a row another thread has not written yet). The row softmax
+    beside it (bias, max, shifted exp, sum over 4 columns) does fuse into one."""
+    text = """
+#id = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+func.func @f(%x: tensor<8x4xf32>, %b: tensor<4xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<8x4xf32>
+  %y = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b : tensor<8x4xf32>, tensor<4xf32>) outs(%e : tensor<8x4xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<8x4xf32>
+  %e8 = tensor.empty() : tensor<8xf32>
+  %z = linalg.generic {indexing_maps = [affine_map<(i) -> (7 - i, 0)>, affine_map<(i) -> (i)>],
+                       iterator_types = ["parallel"]}
+      ins(%y : tensor<8x4xf32>) outs(%e8 : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %one = arith.constant 1.0 : f32
+    %s = arith.addf %a, %one : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  %ninf = arith.constant 0xFF800000 : f32
+  %fm = linalg.fill ins(%ninf : f32) outs(%e8 : tensor<8xf32>) -> tensor<8xf32>
+  %m = linalg.reduce ins(%y : tensor<8x4xf32>) outs(%fm : tensor<8xf32>) dimensions = [1]
+    (%a: f32, %acc: f32) {
+      %r = arith.maximumf %a, %acc : f32
+      linalg.yield %r : f32
+    }
+  %zero = arith.constant 0.0 : f32
+  %fs = linalg.fill ins(%zero : f32) outs(%e8 : tensor<8xf32>) -> tensor<8xf32>
+  %se = linalg.generic {indexing_maps = [#id, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%y, %m : tensor<8x4xf32>, tensor<8xf32>) outs(%fs : tensor<8xf32>) {
+  ^bb0(%a: f32, %mm: f32, %acc: f32):
+    %d = arith.subf %a, %mm : f32
+    %ex = math.exp %d : f32
+    %r = arith.addf %acc, %ex : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  return %z, %se : tensor<8xf32>, tensor<8xf32>
+}"""
+    x, b = _any(8, 4), _any(4)
+    z, se = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline())["f"](x, b)
+    y = x + b
+    np.testing.assert_allclose(z, y[::-1, 0] + 1, rtol=1e-6)
+    np.testing.assert_allclose(se, np.exp(y - y.max(1, keepdims=True)).sum(1), rtol=1e-5)
+    # y, max and exp-sum in one loop over rows; z, reading other rows, apart.
+    assert _kernels_per_call(lowered(text, stage="kernels"), "f") == 2
