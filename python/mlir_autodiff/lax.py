@@ -44,6 +44,7 @@ Outside a trace the loops run as Python loops on numpy values, as the
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,6 +72,101 @@ from .distributed import (  # noqa: F401  (jax.lax's collectives; see distribute
     ppermute,
     psum,
     psum_scatter,
+)
+from .lax_ops import RoundingMethod  # noqa: F401 - jax.lax's enum for round
+from .lax_ops import __all__ as _lax_ops_all
+from .lax_ops import (  # noqa: A004 - jax.lax's everyday operations (see lax_ops.py)
+    abs,
+    acos,
+    acosh,
+    add,
+    argmax,
+    argmin,
+    asin,
+    asinh,
+    associative_scan,
+    atan,
+    atan2,
+    atanh,
+    batch_matmul,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    broadcast,
+    broadcast_in_dim,
+    cbrt,
+    ceil,
+    clamp,
+    collapse,
+    concatenate,
+    convert_element_type,
+    cos,
+    cosh,
+    digamma,
+    div,
+    dot,
+    dot_general,
+    eq,
+    erf,
+    erf_inv,
+    erfc,
+    exp,
+    exp2,
+    expand_dims,
+    expm1,
+    floor,
+    full,
+    full_like,
+    ge,
+    gt,
+    index_in_dim,
+    integer_pow,
+    iota,
+    is_finite,
+    le,
+    lgamma,
+    log,
+    log1p,
+    logistic,
+    lt,
+    max,
+    min,
+    mul,
+    ne,
+    neg,
+    pad,
+    pow,
+    reciprocal,
+    reduce,
+    reduce_and,
+    reduce_max,
+    reduce_min,
+    reduce_or,
+    reduce_prod,
+    reduce_sum,
+    reduce_xor,
+    rem,
+    reshape,
+    rev,
+    round,
+    rsqrt,
+    shift_left,
+    shift_right_arithmetic,
+    shift_right_logical,
+    sign,
+    sin,
+    sinh,
+    slice,
+    slice_in_dim,
+    sqrt,
+    square,
+    squeeze,
+    stop_gradient,
+    sub,
+    tan,
+    tanh,
+    transpose,
 )
 from .errors import ShapeError
 from .tracing import (
@@ -1070,8 +1166,8 @@ def _eager_window(operand: Any, start_indices: Any, sizes: Sequence[int]) -> tup
                          f"{len(sizes)} (at {format_site()})")
     out = []
     for s, size, n in zip(starts, sizes, x.shape):
-        s = min(max(s + n if s < 0 else s, 0), n - int(size))
-        out.append(slice(s, s + int(size)))
+        s = builtins.min(builtins.max(s + n if s < 0 else s, 0), n - int(size))
+        out.append(builtins.slice(s, s + int(size)))
     return x, tuple(out)
 
 
@@ -1151,4 +1247,5 @@ __all__ = ["cond", "conv", "conv_general_dilated", "conv_with_general_padding",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
            "dynamic_update_slice_in_dim", "fori_loop", "map", "reduce_window", "scan",
-           "select", "sort", "sort_key_val", "switch", "top_k", "while_loop"]
+           "select", "sort", "sort_key_val", "switch", "top_k", "while_loop",
+           *_lax_ops_all]
