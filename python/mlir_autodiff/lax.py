@@ -24,6 +24,9 @@ Convolution and pooling (`conv_general_dilated`, `conv`,
 `conv_with_general_padding`, `reduce_window`) live in `convolution.py` and
 are re-exported here.
 
+jax.lax's everyday operations (`add`, `exp`, `reduce_sum`, `dot_general`, `pad`,
+`convert_element_type`, ...) live in `lax_ops.py` and are names of this module too.
+
 It also holds jax's windows at traced offsets, `dynamic_slice`,
 `dynamic_update_slice` and their `_in_dim` / `index_in_dim` forms: gathers
 and scatters (see `indexing.py`), the start clamped so the window fits.
@@ -55,6 +58,7 @@ from mlir.dialects import arith, scf, tensor
 
 from . import dialects, primitives, pytree
 from . import indexing as _ix
+from . import lax_ops as _lax_ops
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
 from .convolution import (
@@ -72,101 +76,6 @@ from .distributed import (  # noqa: F401  (jax.lax's collectives; see distribute
     ppermute,
     psum,
     psum_scatter,
-)
-from .lax_ops import RoundingMethod  # noqa: F401 - jax.lax's enum for round
-from .lax_ops import __all__ as _lax_ops_all
-from .lax_ops import (  # noqa: A004 - jax.lax's everyday operations (see lax_ops.py)
-    abs,
-    acos,
-    acosh,
-    add,
-    argmax,
-    argmin,
-    asin,
-    asinh,
-    associative_scan,
-    atan,
-    atan2,
-    atanh,
-    batch_matmul,
-    bitwise_and,
-    bitwise_not,
-    bitwise_or,
-    bitwise_xor,
-    broadcast,
-    broadcast_in_dim,
-    cbrt,
-    ceil,
-    clamp,
-    collapse,
-    concatenate,
-    convert_element_type,
-    cos,
-    cosh,
-    digamma,
-    div,
-    dot,
-    dot_general,
-    eq,
-    erf,
-    erf_inv,
-    erfc,
-    exp,
-    exp2,
-    expand_dims,
-    expm1,
-    floor,
-    full,
-    full_like,
-    ge,
-    gt,
-    index_in_dim,
-    integer_pow,
-    iota,
-    is_finite,
-    le,
-    lgamma,
-    log,
-    log1p,
-    logistic,
-    lt,
-    max,
-    min,
-    mul,
-    ne,
-    neg,
-    pad,
-    pow,
-    reciprocal,
-    reduce,
-    reduce_and,
-    reduce_max,
-    reduce_min,
-    reduce_or,
-    reduce_prod,
-    reduce_sum,
-    reduce_xor,
-    rem,
-    reshape,
-    rev,
-    round,
-    rsqrt,
-    shift_left,
-    shift_right_arithmetic,
-    shift_right_logical,
-    sign,
-    sin,
-    sinh,
-    slice,
-    slice_in_dim,
-    sqrt,
-    square,
-    squeeze,
-    stop_gradient,
-    sub,
-    tan,
-    tanh,
-    transpose,
 )
 from .errors import ShapeError
 from .tracing import (
@@ -1239,6 +1148,13 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(x, u, index, ax)
 
 
+# jax.lax's everyday operations (add, exp, dot_general, pad, reduce, ...; see lax_ops.py)
+# are this module's names too. They are bound here, after this module's own functions,
+# which call the builtins (min, max, slice, ...) through `builtins.` where they clash.
+RoundingMethod = _lax_ops.RoundingMethod
+globals().update({_n: getattr(_lax_ops, _n) for _n in _lax_ops.__all__})
+
+
 # The collectives imported above are reachable as `lax.psum` & co. (jax's spelling)
 # but listed in mlir_autodiff.distributed.__all__: they run only inside shard_map
 # under mpiexec, so their rows are in test_distributed.py, not the differential table.
@@ -1248,4 +1164,4 @@ __all__ = ["cond", "conv", "conv_general_dilated", "conv_with_general_padding",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
            "dynamic_update_slice_in_dim", "fori_loop", "map", "reduce_window", "scan",
            "select", "sort", "sort_key_val", "switch", "top_k", "while_loop",
-           *_lax_ops_all]
+           *_lax_ops.__all__]

@@ -1870,7 +1870,7 @@ def _np_lax_round(x: np.ndarray, method: int = 0) -> np.ndarray:
     import decimal
     if method:
         return np.rint(x)
-    half_up = [float(decimal.Decimal(v).quantize(0, decimal.ROUND_HALF_UP)) for v in x.ravel()]
+    half_up = [float(decimal.Decimal(v).quantize(0, decimal.ROUND_HALF_UP)) for v in x.ravel().tolist()]
     return np.asarray(half_up, x.dtype).reshape(x.shape)
 
 
