@@ -1184,5 +1184,46 @@ def lower(fun: Callable[..., Any], *args: Any, static_argnums: int | Sequence[in
     return jf.lower(*args, **kwargs)
 
 
-__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "autodiff_pipeline", "function_name",
-           "jit", "lower", "traced_or_jitted"]
+#: jax.ShapeDtypeStruct: a shape and dtype standing for an array (`eval_shape`'s inputs
+#: and outputs); the abstract value a trace keeps for each array.
+ShapeDtypeStruct = ShapedArray
+
+
+def _abstract_leaf(leaf: Any, where: str) -> ShapedArray:
+    if isinstance(leaf, ShapedArray):
+        return leaf
+    if (hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+            and not isinstance(leaf, (np.ndarray, np.generic, Tracer))):
+        return ShapedArray(tuple(leaf.shape), leaf.dtype)   # jax's ShapeDtypeStruct & co
+    return _leaf_aval(leaf, where)[0]
+
+
+@api_boundary
+def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """jax.eval_shape: the shapes and dtypes of `fun(*args, **kwargs)` without running it.
+
+    Arguments are arrays, scalars or `ShapeDtypeStruct`s (anything with `.shape` and
+    `.dtype`) in pytrees; `fun` is traced once, nothing is compiled, and the result is
+    its output pytree with a `ShapeDtypeStruct` (`ShapedArray`: `.shape`, `.dtype`,
+    `.weak_type`) per leaf."""
+    fname = function_name(fun)
+    leaves, in_tree = pytree.tree_flatten((tuple(args), kwargs))
+    avals = [_abstract_leaf(leaf, f"eval_shape({fname}): {_arg_name(i)}")
+             for i, leaf in enumerate(leaves)]
+    sig = _Signature(None, in_tree, avals, [], {}, len(args))
+    with COMPILE_LOCK:
+        traced = _trace_main(fun, _shared_context(), sig)
+    out = []
+    for kind, ref in traced.plan:
+        if kind == "result":
+            out.append(traced.out_avals[ref])
+        elif kind == "arg":
+            out.append(avals[ref])
+        else:
+            out.append(ShapedArray(np.shape(ref), np.asarray(ref).dtype))
+    return pytree.tree_unflatten(traced.out_tree, out)
+
+
+__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "ShapeDtypeStruct",
+           "autodiff_pipeline", "eval_shape", "function_name", "jit", "lower",
+           "traced_or_jitted"]
