@@ -362,6 +362,30 @@ def _schedule_transpose(s: Script, c: Candidate, tag: int) -> None:
     s.vectorize.append(s.tile(h, sizes))
 
 
+#: Output columns per tile of a convolution (see `_schedule_conv`).
+CONV_OW_TILE = 8
+
+
+def _schedule_conv(s: Script, c: Candidate, tag: int) -> None:
+    """A 2-D NHWC convolution: tiles of one output row (`ow` by a few
+    elements, `f` by vector lanes) and one kernel row, decomposed to the 1-D
+    convolution (`transform.structured.decompose`) that linalg's vectorizer
+    turns into outer products over the input features."""
+    h = s.match(tag)
+    n, oh, ow, f, kh, kw, ci = c.ranges
+    lanes = ELEMENTWISE.lanes[c.width]
+    ft = _largest_divisor(f, (lanes, lanes // 2, lanes // 4, 2))
+    wt = _largest_divisor(ow, (CONV_OW_TILE, CONV_OW_TILE // 2, 2))
+    h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
+    sizes = [1, 1, wt, ft, 1, 0, 0]
+    sizes = [0 if r == 1 else t for t, r in zip(sizes, c.ranges)]
+    t = s.tile(h, sizes)
+    d = s.fresh("dec")
+    s.lines.append(f"{d} = transform.structured.decompose {t} "
+                   ": (!transform.any_op) -> !transform.any_op")
+    s.vectorize.append(d)
+
+
 SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "contraction": _schedule_contraction,
     "packed_matmul": _schedule_packed_matmul,
@@ -370,6 +394,7 @@ SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "reduction": _schedule_reduction,
     "outer_reduction": _schedule_outer_reduction,
     "transpose": _schedule_transpose,
+    "conv": _schedule_conv,
 }
 
 
