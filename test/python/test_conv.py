@@ -362,3 +362,25 @@ def test_conv_is_the_named_op_in_every_transform() -> None:
     ops = _ops(ad.jit(program(lax, ad.grad, ad.vmap)).lower(x, w, x1).as_text("autodiff"))
     assert "linalg.conv_2d_nhwc_hwcf" in ops and "scf.for" in ops
     assert not ops & {"linalg.matmul", "linalg.batch_matmul"}, ops
+
+
+@pytest.mark.parametrize("kernel, features", [((3, 3), 16), ((8, 8), 128)])
+def test_cpu_schedule_vectorizes_named_convolutions(kernel, features) -> None:
+    """The schedule (tile, decompose to 1-D, vectorize) applies in strict mode
+    to the forward layer shape and to the wide-kernel convolution that a
+    filter cotangent is: no `linalg.conv_*` is left, the work is on vectors."""
+    from cpu_cases import scheduled_ir
+
+    kh, kw = kernel
+    xt = f"tensor<4x{kh + 5}x{kw + 5}x{features}xf32>"
+    wt = f"tensor<{kh}x{kw}x{features}x32xf32>"
+    yt = "tensor<4x6x6x32xf32>"
+    text = f"""func.func @f(%x: {xt}, %w: {wt}) -> {yt} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {yt}
+  %i = linalg.fill ins(%z : f32) outs(%e : {yt}) -> {yt}
+  %y = linalg.conv_2d_nhwc_hwcf ins(%x, %w : {xt}, {wt}) outs(%i : {yt}) -> {yt}
+  return %y : {yt}
+}}"""
+    ir_text = scheduled_ir(text)
+    assert "linalg.conv" not in ir_text and "vector.contract" in ir_text
