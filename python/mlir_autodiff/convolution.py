@@ -2,15 +2,19 @@
 `lax.conv_with_general_padding`, `lax.reduce_window` (the contracts of
 `jax.lax`) and the `nn.max_pool` / `nn.avg_pool` helpers.
 
-They are composites of the ops `mlir_autodiff.numpy` already emits, so every
-transform (jvp, vjp, vmap, any order) comes from the rules of those ops:
-
 - padding and base (lhs) dilation: one strided `tensor.insert_slice` of the
   operand into a tensor filled with the padding value, negative padding a
   crop (`tensor.extract_slice`); on numpy arrays (eager) the same by
   concatenating blocks and interleaving;
-- a convolution is an im2col: one strided `tensor.extract_slice` per kernel
-  position (the window offset times the kernel dilation, the window stride
+- a traced f32/f64 convolution with one or two spatial dimensions and one
+  feature group is then one `linalg.conv_2d_nhwc_hwcf` (window strides and
+  kernel dilation are its attributes; 1-D runs at height 1), whose jvp, vjp
+  and batching rules (transforms/rules/linalg_conv.py) are again that op,
+  and which the CPU pipeline tiles, decomposes to 1-D and vectorizes;
+- any other convolution is a composite of the ops `mlir_autodiff.numpy`
+  already emits, so every transform (jvp, vjp, vmap, any order) comes from
+  the rules of those ops: an im2col, one strided `tensor.extract_slice` per
+  kernel position (the window offset times the kernel dilation, the window stride
   as the slice's stride), stacked into patches, and one `linalg.matmul`
   (`linalg.batch_matmul` over the groups when `feature_group_count > 1`).
   Reverse mode is then the transposed matmul and strided `insert_slice`s:
