@@ -7,7 +7,8 @@
   crop (`tensor.extract_slice`); on numpy arrays (eager) the same by
   concatenating blocks and interleaving;
 - a traced f32/f64 convolution with one or two spatial dimensions and one
-  feature group is then one `linalg.conv_2d_nhwc_hwcf` (window strides and
+  feature group (up to `NAMED_MAX_GROUPS`: one per group, concatenated) is
+  then one `linalg.conv_2d_nhwc_hwcf` (window strides and
   kernel dilation are its attributes; 1-D runs at height 1), whose jvp, vjp
   and batching rules (transforms/rules/linalg_conv.py) are again that op,
   and which the CPU pipeline tiles, decomposes to 1-D and vectorizes;
@@ -273,7 +274,13 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
     x, w = anp.astype(x, dtype), anp.astype(w, dtype)
     x = _pad(x, axes, pads, ldil, 0)
     if _named_ok(x, w, nd, g):
-        y = _named_conv(who, x, w, strides, rdil)            # (N, out..., O)
+        if g == 1:
+            y = _named_conv(who, x, w, strides, rdil)        # (N, out..., O)
+        else:   # one named convolution per group, concatenated along the features
+            og = co // g
+            y = anp.concatenate([_named_conv(who, x[..., i * ci:(i + 1) * ci],
+                                             w[..., i * og:(i + 1) * og], strides, rdil)
+                                 for i in range(g)], axis=-1)
         return _to_out_layout(y, op, nd)
     slices, out = _windows(who, x, axes, ksize, strides, rdil)
     kk = len(slices)
@@ -301,10 +308,17 @@ def _to_out_layout(y: Any, op: Sequence[int], nd: int) -> Any:
     return anp.transpose(y, inv)
 
 
+#: Feature groups up to this many run as one named convolution per group;
+#: more (depthwise convolutions) stay the batched im2col matmul.
+NAMED_MAX_GROUPS = 4
+
+
 def _named_ok(x: Any, w: Any, nd: int, groups: int) -> bool:
-    """Whether the (padded) convolution is one `linalg.conv_2d_nhwc_hwcf`: traced f32/f64
-    operands, one or two spatial dimensions, one feature group."""
-    return ((isinstance(x, Tracer) or isinstance(w, Tracer)) and nd in (1, 2) and groups == 1
+    """Whether the (padded) convolution is `linalg.conv_2d_nhwc_hwcf` (one per feature
+    group): traced f32/f64 operands, one or two spatial dimensions, at most
+    `NAMED_MAX_GROUPS` groups."""
+    return ((isinstance(x, Tracer) or isinstance(w, Tracer)) and nd in (1, 2)
+            and groups <= NAMED_MAX_GROUPS
             and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype(np.float64)))
 
 

@@ -334,10 +334,12 @@ def test_conv_is_the_named_op_in_every_transform() -> None:
     """2-D and 1-D convolutions trace to `linalg.conv_2d_nhwc_hwcf` (no im2col
     matmul), and stay it through reverse mode and every batching of the
     operands: images batched (folded into N), kernels batched (folded into
-    the features), both (one convolution per lane). Values against jax."""
+    the features), both (one convolution per lane); a few feature groups are
+    one convolution per group. Values against jax."""
     x = RNG.standard_normal((3, 2, 6, 7, 3))
     w = RNG.standard_normal((3, 3, 2, 3, 4)) * 0.5
     x1 = RNG.standard_normal((2, 2, 9))
+    w3 = RNG.standard_normal((3, 2, 1, 6))      # 3 feature groups of x's 3 features
 
     def program(lax_, grad, vmap):
         def conv(x, w):
@@ -347,19 +349,24 @@ def test_conv_is_the_named_op_in_every_transform() -> None:
         def loss(x, w):
             return (conv(x, w) ** 2).sum()
 
-        def run(x, w, x1):
+        def grouped(x, w3):
+            return (lax_.conv_general_dilated(x, w3, (1, 2), "VALID", dimension_numbers=NHWC,
+                                              feature_group_count=3) ** 2).sum()
+
+        def run(x, w, x1, w3):
             return (vmap(conv, in_axes=(0, None))(x, w[0]),
                     vmap(conv, in_axes=(None, 0))(x[0], w),
                     vmap(grad(loss, argnums=(0, 1)))(x, w),          # both batched
                     grad(lambda x, w: vmap(loss)(x, w).sum(), argnums=(0, 1))(x, w),
-                    lax_.conv(x1, w[0, 0, :, :2].transpose(2, 1, 0), (2,), "SAME"))
+                    lax_.conv(x1, w[0, 0, :, :2].transpose(2, 1, 0), (2,), "SAME"),
+                    grad(grouped, argnums=(0, 1))(x[0], w3))
         return run
 
-    got = ad.jit(program(lax, ad.grad, ad.vmap))(x, w, x1)
-    want = jax.jit(program(jax.lax, jax.grad, jax.vmap))(x, w, x1)
+    got = ad.jit(program(lax, ad.grad, ad.vmap))(x, w, x1, w3)
+    want = jax.jit(program(jax.lax, jax.grad, jax.vmap))(x, w, x1, w3)
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
-    ops = _ops(ad.jit(program(lax, ad.grad, ad.vmap)).lower(x, w, x1).as_text("autodiff"))
+    ops = _ops(ad.jit(program(lax, ad.grad, ad.vmap)).lower(x, w, x1, w3).as_text("autodiff"))
     assert "linalg.conv_2d_nhwc_hwcf" in ops and "scf.for" in ops
     assert not ops & {"linalg.matmul", "linalg.batch_matmul"}, ops
 
