@@ -362,13 +362,16 @@ def _schedule_transpose(s: Script, c: Candidate, tag: int) -> None:
     s.vectorize.append(s.tile(h, sizes))
 
 
-#: A convolution's tile: `CONV_OW_TILE` output columns, input features by
+#: A convolution's tile: up to `CONV_OW_TILE` output columns (all if that
+#: many) by `CONV_F_VECTORS` vectors of output features, input features by
 #: `CONV_C_TILE`, and the kernel row unrolled while it and the features hold
 #: at most `CONV_UNROLL` products per output (else a loop over its columns).
 #: Unrolling 8 columns of 128 features (the filter cotangent's "kernel" in
-#: reverse mode) took 6 s to compile; see `_schedule_conv`.
-CONV_OW_TILE = 8
-CONV_C_TILE = 32
+#: reverse mode) took 6 s to compile; one output column per tile made that
+#: convolution 3x slower than these tiles (see `_schedule_conv`).
+CONV_OW_TILE = 4
+CONV_F_VECTORS = 2
+CONV_C_TILE = 16
 CONV_UNROLL = 128
 
 
@@ -382,8 +385,9 @@ def _schedule_conv(s: Script, c: Candidate, tag: int) -> None:
     h = s.match(tag)
     n, oh, ow, f, kh, kw, ci = c.ranges
     lanes = ELEMENTWISE.lanes[c.width]
-    ft = _largest_divisor(f, (lanes, lanes // 2, lanes // 4, 2))
-    wt = _largest_divisor(ow, (CONV_OW_TILE, CONV_OW_TILE // 2, 2))
+    ft = _largest_divisor(f, (CONV_F_VECTORS * lanes, lanes, lanes // 2, lanes // 4, 2))
+    wt = ow if ow <= CONV_OW_TILE else _largest_divisor(
+        ow, (CONV_OW_TILE, CONV_OW_TILE // 2, 2))
     ct = ci if ci <= CONV_C_TILE else _largest_divisor(
         ci, (CONV_C_TILE, CONV_C_TILE // 2, CONV_C_TILE // 4))
     kt = 0 if kw * ct <= CONV_UNROLL else 1
