@@ -207,7 +207,7 @@ def _conv_candidate(op: ir.Operation, sized: bool) -> Candidate | None:
     width = _element_width(op)
     if width is None:
         return None
-    x, w = (v.type.shape for v in list(op.operands)[:2])
+    w = op.operands[1].type.shape
     out = op.results[0].type.shape
     ranges = [out[0], out[1], out[2], out[3], w[0], w[1], w[2]]
     if sized and 2 * pymath.prod(ranges) < matmul_schedule().min_flops:
