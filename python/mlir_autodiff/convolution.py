@@ -2,15 +2,20 @@
 `lax.conv_with_general_padding`, `lax.reduce_window` (the contracts of
 `jax.lax`) and the `nn.max_pool` / `nn.avg_pool` helpers.
 
-They are composites of the ops `mlir_autodiff.numpy` already emits, so every
-transform (jvp, vjp, vmap, any order) comes from the rules of those ops:
-
 - padding and base (lhs) dilation: one strided `tensor.insert_slice` of the
   operand into a tensor filled with the padding value, negative padding a
   crop (`tensor.extract_slice`); on numpy arrays (eager) the same by
   concatenating blocks and interleaving;
-- a convolution is an im2col: one strided `tensor.extract_slice` per kernel
-  position (the window offset times the kernel dilation, the window stride
+- a traced f32/f64 convolution with one or two spatial dimensions and one
+  feature group (up to `NAMED_MAX_GROUPS`: one per group, concatenated) is
+  then one `linalg.conv_2d_nhwc_hwcf` (window strides and
+  kernel dilation are its attributes; 1-D runs at height 1), whose jvp, vjp
+  and batching rules (transforms/rules/linalg_conv.py) are again that op,
+  and which the CPU pipeline tiles, decomposes to 1-D and vectorizes;
+- any other convolution is a composite of the ops `mlir_autodiff.numpy`
+  already emits, so every transform (jvp, vjp, vmap, any order) comes from
+  the rules of those ops: an im2col, one strided `tensor.extract_slice` per
+  kernel position (the window offset times the kernel dilation, the window stride
   as the slice's stride), stacked into patches, and one `linalg.matmul`
   (`linalg.batch_matmul` over the groups when `feature_group_count > 1`).
   Reverse mode is then the transposed matmul and strided `insert_slice`s:
@@ -38,10 +43,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from mlir.dialects import linalg
 
 from . import numpy as anp
 from . import primitives
-from .tracing import Tracer, format_site
+from .tracing import ShapedArray, Tracer, format_site, require_trace
 
 ArrayLike = Any
 Padding = str | Sequence[tuple[int, int]]
@@ -267,6 +273,15 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
         preferred_element_type)
     x, w = anp.astype(x, dtype), anp.astype(w, dtype)
     x = _pad(x, axes, pads, ldil, 0)
+    if _named_ok(x, w, nd, g):
+        if g == 1:
+            y = _named_conv(who, x, w, strides, rdil)        # (N, out..., O)
+        else:   # one named convolution per group, concatenated along the features
+            og = co // g
+            y = anp.concatenate([_named_conv(who, x[..., i * ci:(i + 1) * ci],
+                                             w[..., i * og:(i + 1) * og], strides, rdil)
+                                 for i in range(g)], axis=-1)
+        return _to_out_layout(y, op, nd)
     slices, out = _windows(who, x, axes, ksize, strides, rdil)
     kk = len(slices)
     m = n * math.prod(out)
@@ -281,11 +296,58 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
         wg = anp.reshape(anp.transpose(wg, (2, 0, 1, 3)), (g, kk * ci, og))
         y = anp.reshape(anp.transpose(anp.matmul(p, wg), (1, 0, 2)), (m, co))
     y = anp.reshape(y, (n, *out, co))                          # (N, out..., O)
+    return _to_out_layout(y, op, nd)
+
+
+def _to_out_layout(y: Any, op: Sequence[int], nd: int) -> Any:
+    """(N, spatial..., O) to the output layout `op` (a permutation to (N, C, spatial...))."""
     canon = [0, nd + 1, *range(1, nd + 1)]                     # as (N, C, spatial...)
     inv = [0] * (nd + 2)
     for i, p_ in enumerate(op):
         inv[p_] = canon[i]
     return anp.transpose(y, inv)
+
+
+#: Feature groups up to this many run as one named convolution per group;
+#: more (depthwise convolutions) stay the batched im2col matmul.
+NAMED_MAX_GROUPS = 4
+
+
+def _named_ok(x: Any, w: Any, nd: int, groups: int) -> bool:
+    """Whether the (padded) convolution is `linalg.conv_2d_nhwc_hwcf` (one per feature
+    group): traced f32/f64 operands, one or two spatial dimensions, at most
+    `NAMED_MAX_GROUPS` groups."""
+    return ((isinstance(x, Tracer) or isinstance(w, Tracer)) and nd in (1, 2)
+            and groups <= NAMED_MAX_GROUPS
+            and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype(np.float64)))
+
+
+def _named_conv(who: str, x: Any, w: Any, strides: Sequence[int],
+                dilation: Sequence[int]) -> Any:
+    """`linalg.conv_2d_nhwc_hwcf` of x (N, spatial..., C) and w (spatial..., I, O) with
+    the window strides and kernel dilation (attributes of the op); one spatial
+    dimension runs as a 2-D convolution of height 1. Its derivatives and batching
+    are rules of the op (transforms/rules/linalg_conv.py)."""
+    if x.ndim == 3:
+        y = _named_conv(who, anp.expand_dims(x, 1), anp.expand_dims(w, 0),
+                        [1, *strides], [1, *dilation])
+        return anp.squeeze(y, 1)
+    trace = require_trace(who)
+    x, w = trace.lift(x), trace.lift(w)
+    n, f = x.shape[0], w.shape[3]
+    out = []
+    for size, k, s, d in zip(x.shape[1:3], w.shape[:2], strides, dilation):
+        eff = (k - 1) * d + 1
+        if size < eff:
+            raise _err(who, f"the window (size {k}, dilation {d}) is larger than the padded "
+                            f"input ({size})")
+        out.append((size - eff) // s + 1)
+    shape = [n, *out, f]
+    with trace.emitting():
+        init = primitives._filled(shape, x.dtype, 0)
+        v = linalg.conv_2d_nhwc_hwcf(x.value, w.value, outs=[init], strides=list(strides),
+                                     dilations=list(dilation))
+    return Tracer(v, ShapedArray(shape, x.dtype), trace)
 
 
 def conv(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequence[int], padding: Padding,

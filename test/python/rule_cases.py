@@ -321,6 +321,13 @@ LINALG: list[Case] = [
            ["tensor<2x4x2xf64>"],
            "%ret = linalg.batch_matmul ins(%a, %b : tensor<2x4x3xf64>, tensor<2x3x2xf64>) "
            "outs(%c : tensor<2x4x2xf64>) -> tensor<2x4x2xf64>"),
+    _lcase("conv_2d_nhwc_hwcf", ["tensor<1x5x5x2xf64>", "tensor<2x2x2x3xf64>",
+                                 "tensor<1x2x3x3xf64>"], ["tensor<1x2x3x3xf64>"],
+           "%y = linalg.conv_2d_nhwc_hwcf {strides = dense<[2, 1]> : tensor<2xi64>, "
+           "dilations = dense<[1, 2]> : tensor<2xi64>} "
+           "ins(%a, %b : tensor<1x5x5x2xf64>, tensor<2x2x2x3xf64>) "
+           "outs(%c : tensor<1x2x3x3xf64>) -> tensor<1x2x3x3xf64>\n"
+           "%ret = math.tanh %y : tensor<1x2x3x3xf64>"),
     _lcase("matvec", [M43, V3, V4], [V4],
            f"%ret = linalg.matvec ins(%a, %b : {M43}, {V3}) outs(%c : {V4}) -> {V4}"),
     _lcase("vecmat", [V4, M43, V3], [V3],

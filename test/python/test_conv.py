@@ -19,6 +19,7 @@ import math
 import differential_cases as dc
 import numpy as np
 import pytest
+from ad_check import Fn, check_against_jax, check_first_order, check_second_order, compile_fns
 
 import mlir_autodiff as ad
 from mlir_autodiff import lax, nn
@@ -290,3 +291,103 @@ def test_small_cnn_trains_on_the_digits_to_98_percent() -> None:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     assert example.train(epochs=30, verbose=False) >= 0.98
+
+
+# -- the named convolution: linalg.conv_2d_nhwc_hwcf and its rules ---------------------------
+
+_CONV_MLIR = """func.func @conv(%x: tensor<2x7x7x3xf64>, %w: tensor<2x3x3x4xf64>,
+                 %acc: tensor<2x3x3x4xf64>) -> tensor<2x3x3x4xf64> {
+  %y = linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 2]> : tensor<2xi64>,
+                                 strides = dense<[2, 1]> : tensor<2xi64>}
+       ins(%x, %w : tensor<2x7x7x3xf64>, tensor<2x3x3x4xf64>)
+       outs(%acc : tensor<2x3x3x4xf64>) -> tensor<2x3x3x4xf64>
+  %r = math.tanh %y : tensor<2x3x3x4xf64>
+  return %r : tensor<2x3x3x4xf64>
+}"""
+
+
+def test_named_conv_rules_match_finite_differences_and_jax() -> None:
+    """The rules of `linalg.conv_2d_nhwc_hwcf` (strides, dilations, an input row
+    no window reaches, an accumulating init) at the MLIR level: jvp and vjp
+    against central differences, the transpose identity and jax; second
+    order (jvp of vjp, vjp of jvp, vjp of vjp) against differences."""
+    def want(x, w, acc):
+        return jnp.tanh(acc + jax.lax.conv_general_dilated(
+            x, w, (2, 1), "VALID", rhs_dilation=(1, 2), dimension_numbers=NHWC))
+
+    t3 = "tensor<2x3x3x4xf64>"
+    f = Fn("conv", _CONV_MLIR, ["tensor<2x7x7x3xf64>", "tensor<2x3x3x4xf64>", t3],
+           [t3], jax_fn=want)
+    cm = compile_fns([f])
+    rng = np.random.default_rng(206)
+    check_first_order(cm, f, rng)
+    check_second_order(cm, f, rng)
+    check_against_jax(cm, f, rng)
+
+
+def _ops(text: str) -> set[str]:
+    import re
+    return set(re.findall(r"\b(?:linalg|scf)\.[a-z_0-9]+", text))
+
+
+def test_conv_is_the_named_op_in_every_transform() -> None:
+    """2-D and 1-D convolutions trace to `linalg.conv_2d_nhwc_hwcf` (no im2col
+    matmul), and stay it through reverse mode and every batching of the
+    operands: images batched (folded into N), kernels batched (folded into
+    the features), both (one convolution per lane); a few feature groups are
+    one convolution per group. Values against jax."""
+    x = RNG.standard_normal((3, 2, 6, 7, 3))
+    w = RNG.standard_normal((3, 3, 2, 3, 4)) * 0.5
+    x1 = RNG.standard_normal((2, 2, 9))
+    w3 = RNG.standard_normal((3, 2, 1, 6))      # 3 feature groups of x's 3 features
+
+    def program(lax_, grad, vmap):
+        def conv(x, w):
+            return lax_.conv_general_dilated(x, w, (2, 1), "SAME", rhs_dilation=(1, 2),
+                                             dimension_numbers=NHWC)
+
+        def loss(x, w):
+            return (conv(x, w) ** 2).sum()
+
+        def grouped(x, w3):
+            return (lax_.conv_general_dilated(x, w3, (1, 2), "VALID", dimension_numbers=NHWC,
+                                              feature_group_count=3) ** 2).sum()
+
+        def run(x, w, x1, w3):
+            return (vmap(conv, in_axes=(0, None))(x, w[0]),
+                    vmap(conv, in_axes=(None, 0))(x[0], w),
+                    vmap(grad(loss, argnums=(0, 1)))(x, w),          # both batched
+                    grad(lambda x, w: vmap(loss)(x, w).sum(), argnums=(0, 1))(x, w),
+                    lax_.conv(x1, w[0, 0, :, :2].transpose(2, 1, 0), (2,), "SAME"),
+                    grad(grouped, argnums=(0, 1))(x[0], w3))
+        return run
+
+    got = ad.jit(program(lax, ad.grad, ad.vmap))(x, w, x1, w3)
+    want = jax.jit(program(jax.lax, jax.grad, jax.vmap))(x, w, x1, w3)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    ops = _ops(ad.jit(program(lax, ad.grad, ad.vmap)).lower(x, w, x1, w3).as_text("autodiff"))
+    assert "linalg.conv_2d_nhwc_hwcf" in ops and "scf.for" in ops
+    assert not ops & {"linalg.matmul", "linalg.batch_matmul"}, ops
+
+
+@pytest.mark.parametrize("kernel, features", [((3, 3), 16), ((8, 8), 128)])
+def test_cpu_schedule_vectorizes_named_convolutions(kernel, features) -> None:
+    """The schedule (tile, decompose to 1-D, vectorize) applies in strict mode
+    to the forward layer shape and to the wide-kernel convolution that a
+    filter cotangent is: no `linalg.conv_*` is left, the work is on vectors."""
+    from cpu_cases import scheduled_ir
+
+    kh, kw = kernel
+    xt = f"tensor<4x{kh + 5}x{kw + 5}x{features}xf32>"
+    wt = f"tensor<{kh}x{kw}x{features}x32xf32>"
+    yt = "tensor<4x6x6x32xf32>"
+    text = f"""func.func @f(%x: {xt}, %w: {wt}) -> {yt} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {yt}
+  %i = linalg.fill ins(%z : f32) outs(%e : {yt}) -> {yt}
+  %y = linalg.conv_2d_nhwc_hwcf ins(%x, %w : {xt}, {wt}) outs(%i : {yt}) -> {yt}
+  return %y : {yt}
+}}"""
+    ir_text = scheduled_ir(text)
+    assert "linalg.conv" not in ir_text and "vector.contract" in ir_text

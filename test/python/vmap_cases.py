@@ -383,4 +383,15 @@ return %r : tensor<2x6xf64>""", ["tensor<2x6xf64>"], [-1, 0]),
   scf.yield %y, %w, %n1 : f64, {T3}, i64
 }
 return %r#0, %r#1, %r#2 : i64, {T3}, f64""", ["i64", T3, "f64"], [0, -1]),
+    # linalg.conv_2d_nhwc_hwcf (transforms/rules/linalg_conv.py): only the init
+    # batched here; the variants batch all operands (one convolution per lane)
+    # and batch at the last axis. Images-only and kernels-only batching are in
+    # test_conv.py.
+    Case("conv2d_init_only", ["tensor<1x5x5x2xf64>", "tensor<2x2x2x3xf64>",
+                              "tensor<1x2x3x3xf64>"], """
+%r = linalg.conv_2d_nhwc_hwcf {strides = dense<[2, 1]> : tensor<2xi64>,
+                               dilations = dense<[1, 2]> : tensor<2xi64>}
+     ins(%a, %b : tensor<1x5x5x2xf64>, tensor<2x2x2x3xf64>)
+     outs(%c : tensor<1x2x3x3xf64>) -> tensor<1x2x3x3xf64>
+return %r : tensor<1x2x3x3xf64>""", ["tensor<1x2x3x3xf64>"], [-1, -1, 0]),
 ]

@@ -116,6 +116,8 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
     sized = sized and not in_rows
     if name in ("linalg.matmul", "linalg.batch_matmul"):
         return _contraction_candidate(op, named_maps(op))
+    if name in CONV_OPS:
+        return _conv_candidate(op, sized)
     if name == "linalg.fill":
         width = _element_width(op)
         shape = op.results[0].type.shape if width else None
@@ -192,6 +194,25 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
         reduced = [i for i, it in enumerate(iters) if it.endswith("<reduction>")]
         return Candidate(op, "outer_reduction", ranges, width, reduced)
     return None
+
+
+#: Named convolutions with a schedule (`schedules._schedule_conv`): the loops
+#: (n, oh, ow, f, kh, kw, c) of the 2-D NHWC / HWCF convolution.
+CONV_OPS = ("linalg.conv_2d_nhwc_hwcf",)
+
+
+def _conv_candidate(op: ir.Operation, sized: bool) -> Candidate | None:
+    """A static f32/f64 `linalg.conv_2d_nhwc_hwcf` of at least a matmul's minimum
+    size (the loops: n, oh, ow, f, kh, kw, c)."""
+    width = _element_width(op)
+    if width is None:
+        return None
+    w = op.operands[1].type.shape
+    out = op.results[0].type.shape
+    ranges = [out[0], out[1], out[2], out[3], w[0], w[1], w[2]]
+    if sized and 2 * pymath.prod(ranges) < matmul_schedule().min_flops:
+        return None
+    return Candidate(op, "conv", ranges, width, reduced=[4, 5, 6])
 
 
 #: Combiners linalg's vectorizer recognizes in a reduction's body.

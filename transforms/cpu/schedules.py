@@ -369,6 +369,45 @@ def _schedule_transpose(s: Script, c: Candidate, tag: int) -> None:
     s.vectorize.append(s.tile(h, sizes))
 
 
+#: A convolution's tile: up to `CONV_OW_TILE` output columns (all if that
+#: many) by `CONV_F_VECTORS` vectors of output features, input features by
+#: `CONV_C_TILE`, and the kernel row unrolled while it and the features hold
+#: at most `CONV_UNROLL` products per output (else a loop over its columns).
+#: Unrolling 8 columns of 128 features (the filter cotangent's "kernel" in
+#: reverse mode) took 6 s to compile; one output column per tile made that
+#: convolution 3x slower than these tiles (see `_schedule_conv`).
+CONV_OW_TILE = 4
+CONV_F_VECTORS = 2
+CONV_C_TILE = 16
+CONV_UNROLL = 128
+
+
+def _schedule_conv(s: Script, c: Candidate, tag: int) -> None:
+    """A 2-D NHWC convolution: tiles of one output row (`ow` by a few
+    elements, `f` by vector lanes) and one kernel row, decomposed to the 1-D
+    convolution (`transform.structured.decompose`) that linalg's vectorizer
+    turns into outer products over the input features. Left to the scalar
+    loops, a 3x3 convolution of 128x10x10x16 images to 32 features took 78 ms,
+    with this schedule 1.6 ms (jax: 3.8 ms; 2 shared cores)."""
+    h = s.match(tag)
+    n, oh, ow, f, kh, kw, ci = c.ranges
+    lanes = ELEMENTWISE.lanes[c.width]
+    ft = _largest_divisor(f, (CONV_F_VECTORS * lanes, lanes, lanes // 2, lanes // 4, 2))
+    wt = ow if ow <= CONV_OW_TILE else _largest_divisor(
+        ow, (CONV_OW_TILE, CONV_OW_TILE // 2, 2))
+    ct = ci if ci <= CONV_C_TILE else _largest_divisor(
+        ci, (CONV_C_TILE, CONV_C_TILE // 2, CONV_C_TILE // 4))
+    kt = 0 if kw * ct <= CONV_UNROLL else 1
+    h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
+    sizes = [1, 1, wt, ft, 1, kt, 0 if ct == ci else ct]
+    sizes = [0 if r == 1 else t for t, r in zip(sizes, c.ranges)]
+    t = s.tile(h, sizes)
+    d = s.fresh("dec")
+    s.lines.append(f"{d} = transform.structured.decompose {t} "
+                   ": (!transform.any_op) -> !transform.any_op")
+    s.vectorize.append(d)
+
+
 SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "contraction": _schedule_contraction,
     "packed_matmul": _schedule_packed_matmul,
@@ -377,6 +416,7 @@ SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "reduction": _schedule_reduction,
     "outer_reduction": _schedule_outer_reduction,
     "transpose": _schedule_transpose,
+    "conv": _schedule_conv,
 }
 
 

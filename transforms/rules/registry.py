@@ -142,6 +142,7 @@ def load_all() -> None:
         autodiff,
         func,
         linalg,
+        linalg_conv,
         linalg_generic,
         math,
         scf,
