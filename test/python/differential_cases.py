@@ -1914,6 +1914,7 @@ def _np_cet(x: np.ndarray, dt: Any) -> np.ndarray:
     dt = np.dtype(dt)
     if x.dtype.kind == "f" and dt.kind == "i":
         info = np.iinfo(dt)
+        x = x.astype(np.float64)  # int32's max is not a float32 (it rounds up to 2**31)
         with np.errstate(invalid="ignore"):
             y = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
         return np.where(y >= info.max, info.max, np.where(y <= info.min, info.min,
