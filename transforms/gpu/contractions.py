@@ -51,9 +51,10 @@ import re
 
 from mlir import ir
 from mlir.dialects import affine as affine_d
-from mlir.dialects import arith, scf, vector
+from mlir.dialects import arith, memref, nvgpu, scf, vector
+from mlir.dialects import gpu as gpu_d
 
-from ..ad_support import walk_ops
+from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
 from .reductions import _GRID, _ROW, _region
 from .support import index_const, new_parallel, on_host, ops_of
@@ -65,6 +66,8 @@ WARPS_M, WARPS_N = 2, 2
 FRAG_M, FRAG_N, FRAG_K = 16, 8, 16
 STAGE_K = 32
 WARPS = WARPS_M * WARPS_N
+# Staging copies one 16-byte chunk (8 halves) of each tile per thread.
+assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
 #: Marks the warp loop (one iteration per warp until WarpsToLanes).
 WARP_ATTR = "autodiff.gpu.warp_loop"
 #: Marks the reduction loop of a warp-tiled contraction (for the staging pass).
@@ -161,8 +164,8 @@ def _plan(generic: ir.Operation) -> _Plan | None:
         return out
 
     d = [dims(m) for m in maps]
-    if any(x is None for x in d) or d[2] != list(range(rank)):
-        return None
+    if any(x is None for x in d) or d[2] != list(range(rank)) or rank > 3:
+        return None  # one batch dimension at most: blocks are z (batch), y, x
     batch = list(range(rank - 2))
     mdim, ndim, kdim = rank - 2, rank - 1, rank
     ia, ib = (0, 1) if mdim in d[0] else (1, 0)
@@ -201,6 +204,17 @@ def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: boo
     in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
     return vector.TransferReadOp(ir.VectorType.get(list(shape), elt), src, idx, pmap, pad,
                                  in_bounds).result
+
+
+#: On each fragment read of a warp tile: [operand (0: A, 1: B), fragment, transposed].
+READ_ATTR = "autodiff.gpu.mma_read"
+
+
+def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
+    i32 = ir.IntegerType.get_signless(32)
+    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)]) \
+        if hasattr(ir, "DenseI32ArrayAttr") else ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(i32, v) for v in (operand, frag, int(trans))])
 
 
 def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
@@ -252,10 +266,12 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
                 for i in range(fm):
                     idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
                     a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
+                    _tag(a_frags[-1], 0, i, plan.a_trans)
                 b_frags = []
                 for j in range(fn):
                     idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
                     b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
+                    _tag(b_frags[-1], 1, j, plan.b_trans)
                 outs = []
                 for i in range(fm):
                     for j in range(fn):
@@ -309,20 +325,204 @@ class WarpsToLanes(_Step):
 
     def apply(self, module: ir.Operation) -> None:
         for op in list(walk_ops(module)):
-            if op.name != "scf.parallel" or WARP_ATTR not in op.attributes:
+            if op.name == "scf.parallel" and WARP_ATTR in op.attributes:
+                _warps_to_lanes(op)
+
+
+def _replace_uses(old: ir.Value, new: ir.Value) -> None:
+    new_owner = new.owner.operation if isinstance(new.owner, ir.OpView) else new.owner
+    for use in list(old.uses):
+        owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        if owner != new_owner:
+            owner.operands[use.operand_number] = new
+
+
+def _warps_to_lanes(loop: ir.Operation) -> None:
+    """32 lanes per warp; the tile's indices from `gpu.block_id`/`gpu.thread_id`.
+
+    The block loop's dimensions map innermost-first to x, y, z
+    (`gpu-map-parallel-loops{mapping-policy=innermost-first}`), the lane loop to
+    threads x. Reading the ids directly keeps the tile's index math free of
+    arith ops, which `convert-vector-to-gpu{use-nvgpu}` cannot take in the
+    slices of the ops it converts (affine.apply of ids and constants it can).
+    """
+    blocks = loop.parent
+    while blocks is not None and blocks.name != "scf.parallel":
+        blocks = blocks.parent
+    if blocks is None:
+        return
+    lbs, steps = list(blocks.opview.lowerBound), list(blocks.opview.step)
+    consts = [(int_constant(lb), int_constant(st)) for lb, st in zip(lbs, steps)]
+    if len(lbs) > 3 or any(c is None for pair in consts for c in pair):
+        return  # the tile stays correct vector code, without mma
+    body = loop.regions[0].blocks[0]
+    first = ops_of(body)[0]
+    dims = ("x", "y", "z")
+    with ir.InsertionPoint(first), loop.location:
+        bbody = blocks.regions[0].blocks[0]
+        n = len(lbs)
+        for k, (lb, st) in enumerate(consts):
+            bid = gpu_d.block_id(getattr(gpu_d.Dimension, dims[n - 1 - k]))
+            _replace_uses_inside(bbody.arguments[k], _apply(f"s0 * {st} + {lb}", bid), loop)
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        warp = _apply("s0 floordiv 32", tid)
+    _replace_uses(body.arguments[0], warp)
+    with ir.InsertionPoint(loop), loop.location:
+        loop.operands[1] = index_const(32 * WARPS)
+    del loop.attributes[WARP_ATTR]
+
+
+def _replace_uses_inside(old: ir.Value, new: ir.Value, region_op: ir.Operation) -> None:
+    """Replace the uses of `old` nested in `region_op` by `new`."""
+    for use in list(old.uses):
+        owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        parent = owner
+        while parent is not None and parent != region_op:
+            parent = parent.parent
+        if parent is not None and owner != (new.owner.operation
+                                            if isinstance(new.owner, ir.OpView) else new.owner):
+            owner.operands[use.operand_number] = new
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpTilesToMmaSync(_Step):
+    """`convert-vector-to-gpu{use-nvgpu}` on the kernels with warp tiles (their
+    `vector.contract`s become `nvgpu.mma.sync`); only those: the conversion
+    rejects the index arithmetic of kernels that have no contraction."""
+
+    name = "autodiff-gpu-warp-tiles-to-mma-sync"
+    summary = "Convert the warp tiles of outlined kernels to nvgpu.mma.sync"
+
+    #: Stage the A and B tiles through shared memory with cp.async (sm_80+).
+    shared_memory: bool = True
+
+    def apply(self, module: ir.Operation) -> None:
+        from mlir.passmanager import PassManager
+
+        for op in module.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name != "gpu.module":
                 continue
-            view = op.opview
-            with ir.InsertionPoint(op), op.location:
-                ub = index_const(32 * WARPS)
-            view.operation.operands[1] = ub
-            body = op.regions[0].blocks[0]
-            lane = body.arguments[0]
-            first = ops_of(body)[0]
-            with ir.InsertionPoint(first), op.location:
-                warp = _apply("s0 floordiv 32", lane)
-            for use in list(lane.uses):
-                owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
-                if owner != warp.owner.operation if isinstance(warp.owner, ir.OpView) \
-                        else warp.owner:
-                    owner.operands[use.operand_number] = warp
-            del op.attributes[WARP_ATTR]
+            if not any(o.name == "vector.contract" for o in walk_ops(op)):
+                continue
+            if self.shared_memory:
+                for loop in [o for o in walk_ops(op) if o.name == "scf.for"
+                             and TILE_ATTR in o.attributes]:
+                    _stage_through_shared_memory(op, loop)
+            pm = PassManager.parse("gpu.module(gpu.func(convert-vector-to-gpu{use-nvgpu=true}))")
+            pm.run(op)
+
+
+# -- the A and B tiles through shared memory -------------------------------------------------
+
+_WARP_ROW = f"((s1 floordiv 32) floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}"
+_WARP_COL = f"((s1 floordiv 32) mod {WARPS_N}) * {BLOCK_N // WARPS_N}"
+
+
+def _read_tag(op: ir.Operation) -> tuple[int, int, bool] | None:
+    if op.name != "vector.transfer_read" or READ_ATTR not in op.attributes:
+        return None
+    vals = list(ir.DenseI32ArrayAttr(op.attributes[READ_ATTR]))
+    return vals[0], vals[1], bool(vals[2])
+
+
+def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -> None:
+    """Each step of the reduction loop copies the block's A tile (64 x 16) and B tile
+    (16 x 64) into shared memory (`nvgpu.device_async_copy`: one 16-byte chunk of
+    each per thread), waits and synchronises; the fragment reads then read the
+    tiles (ldmatrix), and a barrier before the next step's copies."""
+    body = loop.regions[0].blocks[0]
+    reads = [(o, _read_tag(o)) for o in ops_of(body)]
+    reads = [(o, t) for o, t in reads if t is not None]
+    if not reads:
+        return
+    kk = body.arguments[0]
+    f16 = ir.F16Type.get()
+    space = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    # Tile shapes in the operands' own orientation, and the first fragment reads.
+    shapes: dict[int, tuple[int, int]] = {}
+    first: dict[int, ir.Operation] = {}
+    trans: dict[int, bool] = {}
+    for o, (operand, frag, tr) in reads:
+        trans[operand] = tr
+        if frag == 0:
+            first[operand] = o
+        if operand == 0:
+            shapes[0] = (FRAG_K, BLOCK_M) if tr else (BLOCK_M, FRAG_K)
+        else:
+            shapes[1] = (BLOCK_N, FRAG_K) if tr else (FRAG_K, BLOCK_N)
+    if set(first) != {0, 1}:
+        return
+    mod_body = gpu_module.regions[0].blocks[0]
+    taken = {ir.StringAttr(o.operation.attributes["sym_name"]).value
+             for o in mod_body.operations if "sym_name" in o.operation.attributes}
+    buffers: dict[int, ir.Value] = {}
+    names: dict[int, tuple[str, ir.MemRefType]] = {}
+    for operand in (0, 1):
+        n = 0
+        while f"__autodiff_mma_tile_{n}" in taken:
+            n += 1
+        name = f"__autodiff_mma_tile_{n}"
+        taken.add(name)
+        t = ir.MemRefType.get(list(shapes[operand]), f16, memory_space=space)
+        with ir.InsertionPoint.at_block_begin(mod_body), loop.location:
+            memref.GlobalOp(name, ir.TypeAttr.get(t), sym_visibility="private",
+                            alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 128))
+        names[operand] = (name, t)
+    with ir.InsertionPoint(loop), loop.location:
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        for operand in (0, 1):
+            name, t = names[operand]
+            buffers[operand] = memref.GetGlobalOp(t, name).result
+    terminator = ops_of(body)[-1]
+    with ir.InsertionPoint.at_block_begin(body), loop.location:
+        tokens = []
+        for operand in (0, 1):
+            rows, cols = shapes[operand]
+            per_row = cols // 8
+            r = _apply(f"s0 floordiv {per_row}", tid)
+            c = _apply(f"(s0 mod {per_row}) * 8", tid)
+            src_read = first[operand]
+            src = src_read.operands[0]
+            idx = list(src_read.operands[1:1 + ir.MemRefType(src.type).rank])
+            batch = idx[:-2]
+            # The first fragment's index along the block's rows (A) or columns (B)
+            # is the block origin plus the warp's offset.
+            if operand == 0:
+                origin_pos = -1 if trans[0] else -2
+                warp_off = _WARP_ROW
+            else:
+                origin_pos = -2 if trans[1] else -1
+                warp_off = _WARP_COL
+            origin = idx[origin_pos]
+            k_first = (operand == 0 and trans[0]) or (operand == 1 and not trans[1])
+            if k_first:  # rows are k
+                g_row = _apply("s0 + s1", kk, r)
+                g_col = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, c, tid)
+            else:
+                g_row = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, r, tid)
+                g_col = _apply("s0 + s1", kk, c)
+            tokens.append(nvgpu.DeviceAsyncCopyOp(
+                buffers[operand], [r, c], src, batch + [g_row, g_col],
+                ir.IntegerAttr.get(ir.IndexType.get(), 8)).result)
+        group = nvgpu.DeviceAsyncCreateGroupOp(tokens).result
+        nvgpu.DeviceAsyncWaitOp(group)
+        gpu_d.barrier()
+    with ir.InsertionPoint(terminator), loop.location:
+        gpu_d.barrier()
+    for o, (operand, frag, tr) in reads:
+        with ir.InsertionPoint(o), o.location:
+            zero = index_const(0)
+            if operand == 0:
+                off = _apply(f"{_WARP_ROW.replace('s1', 's0')} + {FRAG_M * frag}", tid)
+                local = [zero, off] if tr else [off, zero]
+            else:
+                off = _apply(f"{_WARP_COL.replace('s1', 's0')} + {FRAG_N * frag}", tid)
+                local = [off, zero] if tr else [zero, off]
+            pmap = ir.AffineMapAttr(ir.Attribute.parse(
+                "affine_map<(d0, d1) -> (d1, d0)>" if tr else "affine_map<(d0, d1) -> (d0, d1)>"))
+            new = vector.TransferReadOp(o.results[0].type, buffers[operand], local, pmap,
+                                        o.operands[len(o.operands) - 1],
+                                        ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)).result
+        o.results[0].replace_all_uses_with(new)
+        o.erase()

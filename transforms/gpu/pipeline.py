@@ -128,7 +128,7 @@ from ..bufferize import (
     UnshareEmptyTensors,
     entry_prologue,
 )
-from ..cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
+from ..cpu.to_llvm import LOWER_VECTORS, TO_LLVM, ExpandFloatClassTests
 from ..passes import Pass, PipelineElement, register
 from .calling_convention import (
     CheckGpuLowerable,
@@ -136,6 +136,7 @@ from .calling_convention import (
     HostLoopAllocaScopes,
     HostWrappers,
 )
+from .contractions import WarpsToLanes, WarpTileContractions, WarpTilesToMmaSync
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
@@ -222,6 +223,8 @@ class LowerToGpu(Pass):
             GPU_BUFFERIZE,
             "canonicalize",
             # Long reductions: a block of threads per output (reductions.py).
+            # f16 contractions: warp-level mma tiles (contractions.py).
+            WarpTileContractions(chip=self.chip),
             BlockReductions(block_size=self.block_size),
             # Parallel loops before out-params: fusion needs the results to be
             # fresh allocations, which cannot alias the function's arguments.
@@ -256,6 +259,7 @@ class LowerToGpu(Pass):
 
     def _kernel_stage(self) -> list[PipelineElement]:
         return [
+            WarpsToLanes(),
             DeviceMemory(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
@@ -265,6 +269,9 @@ class LowerToGpu(Pass):
             # counts for ptxas) instead of becoming kernel arguments.
             "gpu-launch-sink-index-computations",
             "gpu-kernel-outlining",
+            # Warp tiles of f16 contractions to nvgpu.mma.sync, kernel by kernel, while
+            # their index math is affine.apply (contractions.py).
+            WarpTilesToMmaSync(),
             "lower-affine",
             "canonicalize",
             "cse",
@@ -282,7 +289,8 @@ class LowerToGpu(Pass):
             "math-expand-ops{ops=clampf}",
             ExpandFloatClassTests(),
             target + "}",
-            "gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm,canonicalize,cse,"
+            "gpu.module(convert-nvgpu-to-nvvm,convert-vector-to-llvm,convert-scf-to-cf,"
+            "convert-gpu-to-nvvm,canonicalize,cse,"
             "reconcile-unrealized-casts)",
         ]
 
@@ -316,4 +324,6 @@ def parallel_stage_on_cpu_pipeline(**options: object) -> list[PipelineElement]:
     the CPU pipeline's LLVM steps, so tests compare it against numpy.
     `options` are further LowerToGpu options (e.g. block_size=64).
     """
-    return [LowerToGpu(stage="parallel", **options), *TO_LLVM]  # type: ignore[arg-type]
+    # The warp tiles of f16 contractions are vector ops: the CPU's vector lowering.
+    return [LowerToGpu(stage="parallel", **options),  # type: ignore[arg-type]
+            *LOWER_VECTORS, *TO_LLVM]
