@@ -1,0 +1,174 @@
+"""Contractions on the GPU: f16 on tensor cores (transforms/gpu/contractions.py).
+
+No GPU is needed. The PTX is checked for the tensor-core pipeline's
+instructions (`mma.sync`, `ldmatrix` from shared memory, `cp.async`
+copies, barriers) and ptxas compiles it for sm_80 and sm_90; the
+`parallel` stage (the warp tiles as vector ops, before the nvgpu
+lowering) runs on the CPU against numpy for every operand layout a
+contraction (and its derivatives) can have, a batch, an f16 accumulator
+and shapes that are not multiples of the tile (the generic path).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from mlir_autodiff import dialects
+from mlir_autodiff import gpu as adgpu
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
+from mlir_autodiff.transforms.pipeline import run_pipeline
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+
+_PAR2 = '"parallel", "parallel", "reduction"'
+_PAR3 = '"parallel", "parallel", "parallel", "reduction"'
+
+
+def _contraction(name: str, ashape, bshape, cshape, maps, iters: str, out: str = "f32") -> str:
+    """A contraction generic on f16 inputs, accumulating into `out` from a zero fill."""
+    a, b, c = ("x".join(map(str, s)) for s in (ashape, bshape, cshape))
+    if out == "f32":
+        body = ("%xa = arith.extf %x : f16 to f32\n    %ya = arith.extf %y : f16 to f32\n"
+                "    %p = arith.mulf %xa, %ya : f32\n    %s = arith.addf %acc, %p : f32")
+    else:
+        body = "%p = arith.mulf %x, %y : f16\n    %s = arith.addf %acc, %p : f16"
+    am, bm, cm = (f"affine_map<{m}>" for m in maps)
+    return f"""
+func.func @{name}(%a: tensor<{a}xf16>, %b: tensor<{b}xf16>) -> tensor<{c}x{out}> {{
+  %z = arith.constant 0.0 : {out}
+  %e = tensor.empty() : tensor<{c}x{out}>
+  %f = linalg.fill ins(%z : {out}) outs(%e : tensor<{c}x{out}>) -> tensor<{c}x{out}>
+  %m = linalg.generic {{indexing_maps = [{am}, {bm}, {cm}], iterator_types = [{iters}]}}
+      ins(%a, %b : tensor<{a}xf16>, tensor<{b}xf16>) outs(%f : tensor<{c}x{out}>) {{
+  ^bb0(%x: f16, %y: f16, %acc: {out}):
+    {body}
+    linalg.yield %s : {out}
+  }} -> tensor<{c}x{out}>
+  return %m : tensor<{c}x{out}>
+}}"""
+
+
+M, N, K = 128, 192, 96
+_IK, _KJ, _KI, _JK, _IJ = ("(i, j, k) -> (i, k)", "(i, j, k) -> (k, j)", "(i, j, k) -> (k, i)",
+                           "(i, j, k) -> (j, k)", "(i, j, k) -> (i, j)")
+#: name -> (function text, shapes of a and b, numpy reference on f32 copies)
+LAYOUTS = {
+    "nn": (_contraction("nn", (M, K), (K, N), (M, N), (_IK, _KJ, _IJ), _PAR2),
+           ((M, K), (K, N)), lambda a, b: a @ b),
+    # what reverse mode makes of a matmul: one operand transposed, or both
+    "tn": (_contraction("tn", (K, M), (K, N), (M, N), (_KI, _KJ, _IJ), _PAR2),
+           ((K, M), (K, N)), lambda a, b: a.T @ b),
+    "nt": (_contraction("nt", (M, K), (N, K), (M, N), (_IK, _JK, _IJ), _PAR2),
+           ((M, K), (N, K)), lambda a, b: a @ b.T),
+    "tt": (_contraction("tt", (K, M), (N, K), (M, N), (_KI, _JK, _IJ), _PAR2),
+           ((K, M), (N, K)), lambda a, b: a.T @ b.T),
+    # the first input indexes the columns
+    "swapped": (_contraction("swapped", (K, N), (M, K), (M, N), (_KJ, _IK, _IJ), _PAR2),
+                ((K, N), (M, K)), lambda a, b: b @ a),
+    "batch": (_contraction("batch", (3, M, K), (3, K, N), (3, M, N),
+                           ("(b, i, j, k) -> (b, i, k)", "(b, i, j, k) -> (b, k, j)",
+                            "(b, i, j, k) -> (b, i, j)"), _PAR3),
+              ((3, M, K), (3, K, N)), lambda a, b: a @ b),
+    "f16_accumulator": (_contraction("f16_accumulator", (64, 32), (32, 64), (64, 64),
+                                     (_IK, _KJ, _IJ), _PAR2, out="f16"),
+                        ((64, 32), (32, 64)), lambda a, b: a @ b),
+    # not multiples of the 64 x 64 x 32 tile: the generic path
+    "ragged_rows": (_contraction("ragged_rows", (70, 64), (64, 64), (70, 64), (_IK, _KJ, _IJ),
+                                 _PAR2), ((70, 64), (64, 64)), lambda a, b: a @ b),
+    "ragged_k": (_contraction("ragged_k", (64, 40), (40, 64), (64, 64), (_IK, _KJ, _IJ), _PAR2),
+                 ((64, 40), (40, 64)), lambda a, b: a @ b),
+}
+TILED = ("nn", "tn", "nt", "tt", "swapped", "batch", "f16_accumulator")
+RAGGED = ("ragged_rows", "ragged_k")
+#: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `nn` is the batch
+#: case's layout, `tt` the combination of `tn` and `nt`.
+ON_CPU = ("tn", "nt", "swapped", "batch", "f16_accumulator", *RAGGED)
+
+
+def _lowered(text: str, **options) -> ir.Module:
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(**options)])
+    return module
+
+
+def _ptx(module: ir.Module) -> str:
+    return "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
+
+
+def _ptx_kernels(ptx: str) -> dict[str, str]:
+    """Kernel name -> its PTX body."""
+    parts = re.split(r"^\.visible \.entry (\w+)", ptx, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def _assert_tensor_core_kernel(body: str) -> None:
+    assert re.search(r"^\s*mma\.sync\.aligned\.m16n8k16\.row\.col\.f(32|16)\.f16\.f16", body, re.M)
+    assert re.search(r"^\s*ldmatrix\.sync\.aligned\.\S*\.shared\.b16", body, re.M)
+    assert re.search(r"^\s*cp\.async\.\S*shared\.global", body, re.M)
+    assert "cp.async.wait_group" in body and "bar.sync" in body
+
+
+def test_parallel_stage_warp_tiles_match_numpy() -> None:
+    """The layouts in one module (one compilation): the tiled ones are warp tiles of
+    vector contractions (8 mma-shaped 16x8x16 contractions per warp), the ragged ones
+    are not, and all match numpy."""
+    text = "\n".join(LAYOUTS[n][0] for n in ON_CPU)
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(stage="parallel")])
+        contracts = {}
+        for fn in module.body.operations:
+            name = ir.StringAttr(fn.attributes["sym_name"]).value
+            contracts[name] = str(fn).count("vector.contract")
+    for name in ON_CPU:
+        assert contracts[name] == (0 if name in RAGGED else 8), name
+    compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
+    rng = np.random.default_rng(22)
+    for name in ON_CPU:
+        _, shapes, ref = LAYOUTS[name]
+        a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+        got = compiled[name](a, b)
+        want = ref(a.astype(np.float32), b.astype(np.float32))
+        if name == "f16_accumulator":  # rounded to f16 after every product
+            np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=6e-2)
+        else:  # f16 products are exact in f32; only the summation order differs
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_f16_matmul_and_batch_matmul_ptx_use_tensor_cores(chip: str) -> None:
+    """A 256^3 f16 matmul and every tiled layout (the batch matmul among them): mma.sync
+    fed by ldmatrix from tiles that cp.async copied into shared memory; ptxas accepts
+    the program for the chip."""
+    text = (_contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2)
+            + "\n".join(LAYOUTS[n][0] for n in TILED))
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip=chip, format="isa")))
+    mma = {k for k, body in kernels.items() if "mma.sync" in body}
+    assert {k.split("_kernel")[0] for k in mma} == {"mm", *TILED}
+    for k in mma:
+        _assert_tensor_core_kernel(kernels[k])
+    module = _lowered(text, chip=chip, format="bin")
+    sm = int(chip[3:])
+    for obj in adgpu.gpu_objects(module):
+        assert adgpu.cubin_arch(obj.data) == sm
+
+
+def test_before_sm80_and_ragged_shapes_take_the_generic_path() -> None:
+    text = LAYOUTS["nn"][0] + LAYOUTS["ragged_rows"][0]
+    ptx = _ptx(_lowered(text, chip="sm_75", format="isa"))
+    assert "mma.sync" not in ptx and "cp.async" not in ptx
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
+    assert any("mma.sync" in b for k, b in kernels.items() if k.startswith("nn"))
+    assert not any("mma.sync" in b for k, b in kernels.items() if k.startswith("ragged"))
