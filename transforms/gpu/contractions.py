@@ -64,7 +64,7 @@ from .support import index_const, new_parallel, on_host, ops_of
 BLOCK_M, BLOCK_N = 64, 64
 WARPS_M, WARPS_N = 2, 2
 FRAG_M, FRAG_N, FRAG_K = 16, 8, 16
-STAGE_K = 32
+STAGE_K = 16
 WARPS = WARPS_M * WARPS_N
 # Staging copies one 16-byte chunk (8 halves) of each tile per thread.
 assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
@@ -131,6 +131,7 @@ class _Plan:
     k: int
     a_trans: bool  # A indexed (k, m)
     b_trans: bool  # B indexed (n, k)
+    simt: bool  # f32: register tiles of threads, not warp tiles of tensor cores
 
 
 def _plan(generic: ir.Operation) -> _Plan | None:
@@ -148,9 +149,13 @@ def _plan(generic: ir.Operation) -> _Plan | None:
     types = [ir.MemRefType(v.type) if isinstance(v.type, ir.MemRefType) else None for v in ops]
     if any(t is None or not t.has_static_shape for t in types):
         return None
-    f16 = ir.F16Type.get()
-    if types[0].element_type != f16 or types[1].element_type != f16 or \
-            types[2].element_type not in (f16, ir.F32Type.get()):
+    f16, f32 = ir.F16Type.get(), ir.F32Type.get()
+    elts = [t.element_type for t in types]
+    if elts[0] == elts[1] == f16 and elts[2] in (f16, f32):
+        simt = False
+    elif elts[0] == elts[1] == elts[2] == f32:
+        simt = True
+    else:
         return None
     if not _body_is_mul_add(generic):
         return None
@@ -190,7 +195,7 @@ def _plan(generic: ir.Operation) -> _Plan | None:
     k = ashape[-2] if a_trans else ashape[-1]
     if m % BLOCK_M or n % BLOCK_N or k % STAGE_K:
         return None
-    return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans)
+    return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans, simt)
 
 
 def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: bool,
@@ -217,6 +222,67 @@ def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
             [ir.IntegerAttr.get(i32, v) for v in (operand, frag, int(trans))])
 
 
+def _fill_before(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
+    """The `linalg.fill` of `out` that last wrote it before `generic` (no op in between
+    uses `out`), if any: its value is the contraction's initial accumulator."""
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    for prev in reversed(ops[:pos]):
+        if any(v == out for v in prev.operands):
+            if prev.name == "linalg.fill" and prev.operands[1] == out:
+                return prev
+            if _fill_value(prev) is not None and list(prev.operands) == [out]:
+                return prev
+            return None
+        if prev.regions:  # a loop or region might write out through a view
+            return None
+    return None
+
+
+def _fill_value(op: ir.Operation) -> ir.Value | None:
+    """The value a fill writes: `linalg.fill`'s, or a generalized fill's (a generic with
+    no inputs and an identity map whose body yields a value defined outside it)."""
+    if op.name == "linalg.fill":
+        return op.operands[0]
+    if op.name != "linalg.generic" or len(op.operands) != 1:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    rank = ir.MemRefType(op.operands[0].type).rank if isinstance(op.operands[0].type,
+                                                                  ir.MemRefType) else -1
+    if rank < 0 or maps[0] != ir.AffineMap.get_identity(rank):
+        return None
+    body = ops_of(op.regions[0].blocks[0])
+    if len(body) != 1:
+        return None
+    value = body[0].operands[0] if len(body[0].operands) == 1 else None
+    if value is None or isinstance(value.owner, ir.Block):
+        return None
+    owner = value.owner.operation if isinstance(value.owner, ir.OpView) else value.owner
+    parent = owner.parent
+    while parent is not None and parent != op:
+        parent = parent.parent
+    return None if parent is not None else value
+
+
+def _fold_fill(generic: ir.Operation, out: ir.Value, constant_only: bool) -> ir.Attribute | \
+        ir.Value | None:
+    """Erase the fill of `out` before `generic` (the tiles write all of `out`) and return
+    its value: an attribute when `constant_only` (splat vector accumulators)."""
+    fill = _fill_before(generic, out)
+    if fill is None:
+        return None
+    value = _fill_value(fill)
+    owner = value.owner
+    if constant_only:
+        const = owner.operation if isinstance(owner, ir.OpView) else owner
+        if not isinstance(const, ir.Operation) or const.name != "arith.constant":
+            return None
+        fill.erase()
+        return const.attributes["value"]
+    fill.erase()
+    return value
+
+
 def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
     ctype = ir.MemRefType(plan.c.type)
     cshape = ctype.shape
@@ -228,6 +294,7 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
     ])
     iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
                               for t in ("parallel", "parallel", "reduction")])
+    init = _fold_fill(generic, plan.c, constant_only=True)
     # In "grid"/"row" regions as block reductions are (reductions.py): no loop fuses
     # into the block loop and canonicalization does not merge it with the thread loop;
     # InlineBlockReductions puts them back.
@@ -256,8 +323,12 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
             cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
             cpad = arith.constant(ctype.element_type, 0.0)
             apad = arith.constant(f16, 0.0)
-            accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
-                    for i in range(fm) for j in range(fn)]
+            if init is not None:  # the fill folded in: accumulators start from its value
+                splat = ir.DenseElementsAttr.get_splat(acc_t, init)
+                accs = [arith.constant(acc_t, splat) for _ in range(fm * fn)]
+            else:
+                accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
+                        for i in range(fm) for j in range(fn)]
             loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(FRAG_K), accs)
             loop.operation.attributes[TILE_ATTR] = ir.UnitAttr.get()
             with ir.InsertionPoint(loop.body):
@@ -301,12 +372,14 @@ class WarpTileContractions(_Step):
     chip: str = "sm_80"
 
     def apply(self, module: ir.Operation) -> None:
-        if _sm(self.chip) < _MIN_SM:
-            return
         for op in list(walk_ops(module)):
             if op.name == "linalg.generic" and on_host(op):
                 plan = _plan(op)
-                if plan is not None:
+                if plan is None:
+                    continue
+                if plan.simt:
+                    _rewrite_simt(op, plan)
+                elif _sm(self.chip) >= _MIN_SM:
                     _rewrite(op, plan)
 
 
@@ -403,6 +476,10 @@ class WarpTilesToMmaSync(_Step):
             op = op.operation
             if op.name != "gpu.module":
                 continue
+            if self.shared_memory:
+                for loop in [o for o in walk_ops(op) if o.name == "scf.for"
+                             and SIMT_ATTR in o.attributes]:
+                    _stage_simt(op, loop)
             if not any(o.name == "vector.contract" for o in walk_ops(op)):
                 continue
             if self.shared_memory:
@@ -415,12 +492,28 @@ class WarpTilesToMmaSync(_Step):
 
 # -- the A and B tiles through shared memory -------------------------------------------------
 
+
+def _shared_tile(gpu_module: ir.Operation, shape: tuple[int, int], elt: ir.Type,
+                 taken: set[str], loc: ir.Location) -> tuple[str, ir.MemRefType]:
+    """A new `memref.global` of `shape` in the workgroup address space of `gpu_module`."""
+    space = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    n = 0
+    while f"__autodiff_tile_{n}" in taken:
+        n += 1
+    name = f"__autodiff_tile_{n}"
+    taken.add(name)
+    t = ir.MemRefType.get(list(shape), elt, memory_space=space)
+    with ir.InsertionPoint.at_block_begin(gpu_module.regions[0].blocks[0]), loc:
+        memref.GlobalOp(name, ir.TypeAttr.get(t), sym_visibility="private",
+                        alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 128))
+    return name, t
+
 _WARP_ROW = f"((s1 floordiv 32) floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}"
 _WARP_COL = f"((s1 floordiv 32) mod {WARPS_N}) * {BLOCK_N // WARPS_N}"
 
 
 def _read_tag(op: ir.Operation) -> tuple[int, int, bool] | None:
-    if op.name != "vector.transfer_read" or READ_ATTR not in op.attributes:
+    if op.name not in ("vector.transfer_read", "memref.load") or READ_ATTR not in op.attributes:
         return None
     vals = list(ir.DenseI32ArrayAttr(op.attributes[READ_ATTR]))
     return vals[0], vals[1], bool(vals[2])
@@ -438,7 +531,6 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
         return
     kk = body.arguments[0]
     f16 = ir.F16Type.get()
-    space = ir.Attribute.parse("#gpu.address_space<workgroup>")
     # Tile shapes in the operands' own orientation, and the first fragment reads.
     shapes: dict[int, tuple[int, int]] = {}
     first: dict[int, ir.Operation] = {}
@@ -459,16 +551,7 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
     buffers: dict[int, ir.Value] = {}
     names: dict[int, tuple[str, ir.MemRefType]] = {}
     for operand in (0, 1):
-        n = 0
-        while f"__autodiff_mma_tile_{n}" in taken:
-            n += 1
-        name = f"__autodiff_mma_tile_{n}"
-        taken.add(name)
-        t = ir.MemRefType.get(list(shapes[operand]), f16, memory_space=space)
-        with ir.InsertionPoint.at_block_begin(mod_body), loop.location:
-            memref.GlobalOp(name, ir.TypeAttr.get(t), sym_visibility="private",
-                            alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 128))
-        names[operand] = (name, t)
+        names[operand] = _shared_tile(gpu_module, shapes[operand], f16, taken, loop.location)
     with ir.InsertionPoint(loop), loop.location:
         tid = gpu_d.thread_id(gpu_d.Dimension.x)
         for operand in (0, 1):
@@ -524,5 +607,152 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
             new = vector.TransferReadOp(o.results[0].type, buffers[operand], local, pmap,
                                         o.operands[len(o.operands) - 1],
                                         ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)).result
+        o.results[0].replace_all_uses_with(new)
+        o.erase()
+
+
+# -- f32: register tiles of threads, tiles of A and B in shared memory ------------------------
+
+#: Threads per block (16 x 16), each computing a 4 x 4 register tile of the 64 x 64 block tile.
+SIMT_THREADS_N = 16
+SIMT_THREADS = SIMT_THREADS_N * SIMT_THREADS_N
+SIMT_TILE = 4
+assert SIMT_THREADS_N * SIMT_TILE == BLOCK_M == BLOCK_N
+assert BLOCK_M * STAGE_K == SIMT_THREADS * 4  # 4 elements of each tile copied per thread
+#: Marks the outer reduction loop (steps of STAGE_K) of an f32 register tile.
+SIMT_ATTR = "autodiff.gpu.simt_tile"
+
+
+def _load(src: ir.Value, idx: list[ir.Value]) -> ir.Value:
+    return memref.LoadOp(src, idx).result
+
+
+def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
+    """An f32 contraction as 64 x 64 block tiles of 16 x 16 threads, 4 x 4 outputs each,
+    the reduction in steps of STAGE_K (the steps the GPU stages through shared memory)."""
+    cshape = ir.MemRefType(plan.c.type).shape
+    f32 = ir.F32Type.get()
+    init = _fold_fill(generic, plan.c, constant_only=False)
+    with ir.InsertionPoint(generic), generic.location:
+        grid = _region(_GRID)
+    with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
+        zero, one = index_const(0), index_const(1)
+        lbs = [zero] * (plan.batch + 2)
+        ubs = [index_const(s) for s in cshape]
+        steps = [one] * plan.batch + [index_const(BLOCK_M), index_const(BLOCK_N)]
+        _, blocks, bterm = new_parallel(lbs, ubs, steps)
+        with ir.InsertionPoint(bterm):
+            row = _region(_ROW)
+        with ir.InsertionPoint(ops_of(row.regions[0].blocks[0])[-1]):
+            _, threads, tterm = new_parallel([index_const(0)], [index_const(SIMT_THREADS)],
+                                             [index_const(1)])
+        with ir.InsertionPoint(tterm):
+            bidx = list(blocks.arguments)
+            bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
+            t = threads.arguments[0]
+            r0 = _apply(f"s1 + (s0 floordiv {SIMT_THREADS_N}) * {SIMT_TILE}", t, bm)
+            c0 = _apply(f"s1 + (s0 mod {SIMT_THREADS_N}) * {SIMT_TILE}", t, bn)
+            rows = [_apply(f"s0 + {i}", r0) for i in range(SIMT_TILE)]
+            cols = [_apply(f"s0 + {j}", c0) for j in range(SIMT_TILE)]
+            if init is not None:  # the fill folded in: accumulators start from its value
+                accs = [init] * (SIMT_TILE * SIMT_TILE)
+            else:
+                accs = [_load(plan.c, bat + [r, c]) for r in rows for c in cols]
+            outer = scf.ForOp(index_const(0), index_const(plan.k), index_const(STAGE_K), accs)
+            outer.operation.attributes[SIMT_ATTR] = ir.UnitAttr.get()
+            with ir.InsertionPoint(outer.body):
+                inner = scf.ForOp(index_const(0), index_const(STAGE_K), index_const(1),
+                                  list(outer.inner_iter_args))
+                with ir.InsertionPoint(inner.body):
+                    k = _apply("s0 + s1", outer.induction_variable, inner.induction_variable)
+                    a_vals, b_vals = [], []
+                    for i, r in enumerate(rows):
+                        a_vals.append(_load(plan.a, bat + ([k, r] if plan.a_trans else [r, k])))
+                        _tag(a_vals[-1], 0, i, plan.a_trans)
+                    for j, c in enumerate(cols):
+                        b_vals.append(_load(plan.b, bat + ([c, k] if plan.b_trans else [k, c])))
+                        _tag(b_vals[-1], 1, j, plan.b_trans)
+                    outs = []
+                    for i in range(SIMT_TILE):
+                        for j in range(SIMT_TILE):
+                            acc = inner.inner_iter_args[i * SIMT_TILE + j]
+                            outs.append(arith.addf(acc, arith.mulf(a_vals[i], b_vals[j])))
+                    scf.YieldOp(outs)
+                scf.YieldOp(list(inner.results))
+            for i, r in enumerate(rows):
+                for j, c in enumerate(cols):
+                    memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
+    del f32
+    generic.erase()
+
+
+def _stage_simt(gpu_module: ir.Operation, outer: ir.Operation) -> None:
+    """At each STAGE_K step the block's threads copy the A tile (64 x 16) and the B tile
+    (16 x 64) into shared memory, 4 elements each (contiguous in global memory), both
+    stored k-major; a barrier; the register tile's loads then read shared memory; a
+    barrier before the next step's copies."""
+    obody = outer.regions[0].blocks[0]
+    inner = next((o for o in ops_of(obody) if o.name == "scf.for"), None)
+    if inner is None:
+        return
+    ibody = inner.regions[0].blocks[0]
+    loads = [(o, _read_tag(o)) for o in ops_of(ibody)]
+    loads = [(o, t) for o, t in loads if t is not None]
+    first = {t[0]: o for o, t in loads if t[1] == 0}
+    trans = {t[0]: t[2] for o, t in loads}
+    if set(first) != {0, 1}:
+        return
+    f32 = ir.F32Type.get()
+    taken = {ir.StringAttr(o.operation.attributes["sym_name"]).value
+             for o in gpu_module.regions[0].blocks[0].operations
+             if "sym_name" in o.operation.attributes}
+    tiles = {op: _shared_tile(gpu_module, (STAGE_K, BLOCK_M), f32, taken, outer.location)
+             for op in (0, 1)}
+    nt = SIMT_THREADS_N
+    with ir.InsertionPoint(outer), outer.location:
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        smem = {op: memref.GetGlobalOp(t, name).result for op, (name, t) in tiles.items()}
+        origin = {}
+        for op in (0, 1):
+            ld = first[op]
+            src = ld.operands[0]
+            idx = list(ld.operands[1:])
+            # The first element of the thread's register tile: block origin + thread offset.
+            if op == 0:
+                pos = -1 if trans[0] else -2
+                origin[0] = _apply(f"s0 - (s1 floordiv {nt}) * {SIMT_TILE}", idx[pos], tid)
+            else:
+                pos = -2 if trans[1] else -1
+                origin[1] = _apply(f"s0 - (s1 mod {nt}) * {SIMT_TILE}", idx[pos], tid)
+        batch = list(first[0].operands[1:])[:-2]
+    k0 = obody.arguments[0]
+    with ir.InsertionPoint.at_block_begin(obody), outer.location:
+        for op in (0, 1):
+            src = first[op].operands[0]
+            # k-contiguous operand (A as m x k, B as n x k): rows of 16 = 4 chunks of 4.
+            k_contiguous = (op == 0 and not trans[0]) or (op == 1 and trans[1])
+            for e in range(4):
+                if k_contiguous:
+                    mn = _apply("s1 + s0 floordiv 4", tid, origin[op])
+                    kk = _apply(f"(s0 mod 4) * 4 + {e}", tid)
+                    g = [mn, _apply("s0 + s1", k0, kk)]
+                    local = [kk, _apply("s0 floordiv 4", tid)]
+                else:  # m- or n-contiguous: rows of 64 = 16 chunks of 4
+                    kk = _apply("s0 floordiv 16", tid)
+                    off = _apply(f"(s0 mod 16) * 4 + {e}", tid)
+                    g = [_apply("s0 + s1", k0, kk), _apply("s0 + s1", origin[op], off)]
+                    local = [kk, off]
+                memref.StoreOp(_load(src, batch + g), smem[op], local)
+        gpu_d.barrier()
+    with ir.InsertionPoint(ops_of(obody)[-1]), outer.location:
+        gpu_d.barrier()
+    kk = ibody.arguments[0]
+    for o, (op, i, _) in loads:
+        with ir.InsertionPoint(o), o.location:
+            if op == 0:
+                off = _apply(f"(s0 floordiv {nt}) * {SIMT_TILE} + {i}", tid)
+            else:
+                off = _apply(f"(s0 mod {nt}) * {SIMT_TILE} + {i}", tid)
+            new = _load(smem[op], [kk, off])
         o.results[0].replace_all_uses_with(new)
         o.erase()

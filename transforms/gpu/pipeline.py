@@ -70,6 +70,15 @@ What runs where
    atomics, no shared memory). Adjacent parallel loops over the same
    iteration space are fused (`scf-parallel-loop-fusion`): a fill, a matmul
    and its bias/activation chain become one kernel.
+   Contractions whose output is a multiple of 64 x 64 and whose reduced
+   extent is a multiple of 16 (matmuls, batch matmuls, the transposed
+   contractions of their derivatives) are tiled instead (contractions.py):
+   a block per 64 x 64 output tile, the fill that initialises the output
+   folded into the accumulators. f16 operands (f32 or f16 accumulators, sm_80
+   and newer): 4 warps each computing 2 x 4 tensor-core fragments (16 x 8,
+   16 deep), warp-level vector ops here. f32 operands: 16 x 16 threads each
+   accumulating a 4 x 4 register tile in f32 (no tf32). Other shapes keep
+   the loops above.
 3. Tensor results become caller-owned out-parameters
    (`buffer-results-to-out-params`, as in `--autodiff-lower-to-cpu`);
    temporaries are freed by `buffer-deallocation-pipeline`; i1 buffers hold
@@ -92,7 +101,11 @@ What runs where
    async tokens; the host waits only where it reads memory or returns.
 6. `gpu-map-parallel-loops` + `convert-parallel-loops-to-gpu` +
    `gpu-kernel-outlining` give `gpu.launch_func` and `gpu.module`s
-   (`stage=kernels`); `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
+   (`stage=kernels`). Tiled contractions first get 32 threads per warp, and in
+   their kernels each step of the reduction copies the block's A and B tiles
+   into shared memory (f16: `nvgpu.device_async_copy`, i.e. `cp.async`),
+   between barriers; `convert-vector-to-gpu{use-nvgpu}` turns the f16 warp
+   tiles into `nvgpu.ldmatrix` and `nvgpu.mma.sync`; `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
    kernels to NVVM, math functions calling libdevice (`stage=nvvm`);
    `gpu-to-llvm` lowers the host side to calls of the MLIR CUDA runtime
    (`libmlir_cuda_runtime.so`: mgpuMemAlloc, mgpuMemcpy, mgpuLaunchKernel,
@@ -109,10 +122,15 @@ Limits (what bounds the kernel count and speed)
   distinct shape (each matmul and its transposes in a backward pass, each
   parameter's update) is its own kernel: an MLP training step (2 layers,
   vjp + SGD) is 12 kernels, a GMM negative log-likelihood gradient 9.
-- Contractions with many outputs (matmuls) and short reductions are one
-  thread per output element, accumulating in registers from global memory:
-  no shared-memory tiling, no tensor cores. A short reduction to a scalar
-  (under 64 elements) is still a single-thread kernel.
+- Contractions that are not multiples of the 64 x 64 x 16 tile, and short
+  reductions, are one thread per output element, accumulating in registers
+  from global memory. A short reduction to a scalar (under 64 elements) is
+  still a single-thread kernel.
+- Tiled contractions do not fuse their elementwise consumers (bias,
+  activation): an epilogue kernel of its own. bf16 contractions are not on
+  tensor cores (MLIR 22's nvgpu has no bf16 mma fragments); the tiles are
+  single-buffered (the next step's copies wait for the current step), no
+  `wgmma`/TMA on sm_90, and tf32 is never used.
 """
 
 from __future__ import annotations
