@@ -92,9 +92,10 @@ LAYOUTS = {
 }
 TILED = ("nn", "tn", "nt", "tt", "swapped", "batch", "f16_accumulator")
 RAGGED = ("ragged_rows", "ragged_k")
-#: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `nn` is the batch
-#: case's layout, `tt` the combination of `tn` and `nt`.
-ON_CPU = ("tn", "nt", "swapped", "batch", "f16_accumulator", *RAGGED)
+#: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `tt` takes both
+#: transposed branches (A's and B's are independent), `batch` and `swapped` the
+#: untransposed ones.
+ON_CPU = ("tt", "swapped", "batch", "f16_accumulator", *RAGGED)
 
 
 def _lowered(text: str, **options) -> ir.Module:
@@ -110,10 +111,11 @@ def _ptx(module: ir.Module) -> str:
     return "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
 
 
-def _ptx_kernels(ptx: str) -> dict[str, str]:
-    """Kernel name -> its PTX body."""
+def _ptx_kernels(ptx: str) -> list[tuple[str, str]]:
+    """(kernel name, its PTX body) for each kernel (the names of several modules'
+    kernels may repeat)."""
     parts = re.split(r"^\.visible \.entry (\w+)", ptx, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return list(zip(parts[1::2], parts[2::2]))
 
 
 def _assert_tensor_core_kernel(body: str) -> None:
@@ -161,10 +163,10 @@ def test_f16_matmul_and_batch_matmul_ptx_use_tensor_cores(chip: str) -> None:
     text = (_contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2)
             + "\n".join(LAYOUTS[n][0] for n in TILED))
     kernels = _ptx_kernels(_ptx(_lowered(text, chip=chip, format="isa")))
-    mma = {k for k, body in kernels.items() if "mma.sync" in body}
-    assert {k.split("_kernel")[0] for k in mma} == {"mm", *TILED}
-    for k in mma:
-        _assert_tensor_core_kernel(kernels[k])
+    mma = [(k, body) for k, body in kernels if "mma.sync" in body]
+    assert sorted(k.split("_kernel")[0] for k, _ in mma) == sorted({"mm", *TILED})
+    for _, body in mma:
+        _assert_tensor_core_kernel(body)
     module = _lowered(text, chip=chip, format="bin")
     sm = int(chip[3:])
     for obj in adgpu.gpu_objects(module):
@@ -176,8 +178,8 @@ def test_before_sm80_and_ragged_shapes_take_the_generic_path() -> None:
     ptx = _ptx(_lowered(text, chip="sm_75", format="isa"))
     assert "mma.sync" not in ptx and "cp.async" not in ptx
     kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
-    assert any("mma.sync" in b for k, b in kernels.items() if k.startswith("nn"))
-    assert not any("mma.sync" in b for k, b in kernels.items() if k.startswith("ragged"))
+    assert any("mma.sync" in b for k, b in kernels if k.startswith("nn"))
+    assert not any("mma.sync" in b for k, b in kernels if k.startswith("ragged"))
 
 
 # -- f32: register tiles, shared memory ---------------------------------------------------------
@@ -229,10 +231,41 @@ def test_f32_matmul_ptx_stages_tiles_through_shared_memory() -> None:
                         inp="f32")
     kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
     assert len(kernels) == 1
-    (body,) = kernels.values()
+    ((_, body),) = kernels
     assert re.search(r"^\s*st\.shared\S*\.b32", body, re.M)
     assert re.search(r"^\s*ld\.shared\S*\.b32", body, re.M)
     assert "bar.sync" in body and "mma" not in body and "tf32" not in body
     module = _lowered(text, chip="sm_90", format="bin")
     for obj in adgpu.gpu_objects(module):
         assert adgpu.cubin_arch(obj.data) == 90
+
+
+# -- the front end's f16: widened to f32 around the product --------------------------------------
+
+
+def test_front_end_f16_gradient_uses_tensor_cores_and_is_correct() -> None:
+    """`anp` widens f16 matmul operands to f32 (`extf` kernels) and contracts in f32:
+    the contraction reads the f16 buffers on tensor cores instead (f16 x f16 products
+    are exact in f32, so the values do not change); the backward contractions, whose
+    cotangent is f32, stay f32 register tiles. The gradient matches numpy."""
+    import mlir_autodiff as ad
+    import mlir_autodiff.numpy as anp
+
+    def f(w, x):
+        return anp.sum(anp.tanh(x @ w))
+
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 128)) * 0.1).astype(np.float16)
+    x = rng.standard_normal((128, 64)).astype(np.float16)
+    text = ad.lower(ad.grad(f, argnums=(0, 1)), w, x).as_text("autodiff")
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
+    assert sum("mma.sync" in b for _, b in kernels) == 1
+    assert sum("mma.sync" not in b and "st.shared" in b and "bar.sync" in b
+               for _, b in kernels) >= 2
+    dw, dx = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)[
+        "main"](w, x)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    # the product is rounded to f16 before tanh (the program's dtype)
+    g = 1 - np.tanh((x64 @ w64).astype(np.float16).astype(np.float64)) ** 2
+    np.testing.assert_allclose(dw.astype(np.float64), x64.T @ g, rtol=2e-2, atol=5e-2)
+    np.testing.assert_allclose(dx.astype(np.float64), g @ w64.T, rtol=2e-2, atol=5e-2)

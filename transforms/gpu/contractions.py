@@ -56,8 +56,8 @@ from mlir.dialects import gpu as gpu_d
 
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
-from .reductions import _GRID, _ROW, _region
-from .support import index_const, new_parallel, on_host, ops_of
+from .reductions import _GRID, _ROW, _base, _region
+from .support import identity_layout, index_const, new_parallel, on_host, ops_of
 
 #: Output tile per block (rows, columns), warps per block (rows x columns),
 #: mma fragment shape (m, n, k) and the reduced elements staged per step.
@@ -134,7 +134,53 @@ class _Plan:
     simt: bool  # f32: register tiles of threads, not warp tiles of tensor cores
 
 
-def _plan(generic: ir.Operation) -> _Plan | None:
+def _widened_from_f16(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
+    """The f16 buffer `buf` holds the f32 widening of, when an earlier op of `generic`'s
+    block wrote all of `buf` as `extf` of it and nothing since wrote either."""
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    for k in range(pos - 1, -1, -1):
+        prev = ops[k]
+        if buf not in list(prev.operands):
+            if prev.regions and prev.name != "linalg.generic":
+                return None  # a loop or region might write buf through a view
+            continue
+        if prev.name != "linalg.generic" or len(prev.operands) != 2 or \
+                prev.operands[1] != buf:
+            if prev.name == "linalg.generic" and buf in list(prev.opview.inputs) and \
+                    buf not in list(prev.opview.outputs):
+                continue  # a read
+            return None
+        src = prev.operands[0]
+        if not isinstance(src.type, ir.MemRefType) or not identity_layout(src.type) or \
+                ir.MemRefType(src.type).element_type != ir.F16Type.get() or \
+                ir.MemRefType(src.type).shape != ir.MemRefType(buf.type).shape:
+            return None
+        maps = [ir.AffineMapAttr(m).value
+                for m in ir.ArrayAttr(prev.attributes["indexing_maps"])]
+        rank = ir.MemRefType(buf.type).rank
+        if any(m != ir.AffineMap.get_identity(rank) for m in maps):
+            return None
+        body = ops_of(prev.regions[0].blocks[0])
+        block = prev.regions[0].blocks[0]
+        if [o.name for o in body] != ["arith.extf", "linalg.yield"] or \
+                body[0].operands[0] != block.arguments[0] or \
+                body[1].operands[0] != body[0].results[0]:
+            return None
+        # Nothing between the widening and the contraction writes the f16 source.
+        for mid in ops[k + 1:pos]:
+            if src in list(mid.operands) and not (
+                    mid.name == "linalg.generic" and src in list(mid.opview.inputs)
+                    and src not in list(mid.opview.outputs)):
+                return None
+            if _base(src) != src or any(
+                    _base(v) == src and v != src for v in mid.operands):
+                return None
+        return src
+    return None
+
+
+def _plan(generic: ir.Operation, tensor_cores: bool = True) -> _Plan | None:
     if generic.name != "linalg.generic" or len(generic.operands) != 3 or \
             len(generic.results) != 0:
         return None
@@ -147,14 +193,22 @@ def _plan(generic: ir.Operation) -> _Plan | None:
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(generic.attributes["indexing_maps"])]
     ops = list(generic.operands)
     types = [ir.MemRefType(v.type) if isinstance(v.type, ir.MemRefType) else None for v in ops]
-    if any(t is None or not t.has_static_shape for t in types):
-        return None
+    if any(t is None or not t.has_static_shape or not identity_layout(t) for t in types):
+        return None  # dense row-major buffers: aligned 16-byte copies, static strides
+    if _base(ops[2]) in (_base(ops[0]), _base(ops[1])):
+        return None  # other blocks would read what a block writes
     f16, f32 = ir.F16Type.get(), ir.F32Type.get()
     elts = [t.element_type for t in types]
     if elts[0] == elts[1] == f16 and elts[2] in (f16, f32):
         simt = False
     elif elts[0] == elts[1] == elts[2] == f32:
         simt = True
+        # f16 values the front end widened to f32 for the product: the f16 buffers
+        # feed tensor cores (f16 x f16 products are exact in f32).
+        sources = [_widened_from_f16(generic, ops[i]) for i in (0, 1)]
+        if sources[0] is not None and sources[1] is not None and tensor_cores:
+            ops = [sources[0], sources[1], ops[2]]
+            simt = False
     else:
         return None
     if not _body_is_mul_add(generic):
@@ -374,7 +428,7 @@ class WarpTileContractions(_Step):
     def apply(self, module: ir.Operation) -> None:
         for op in list(walk_ops(module)):
             if op.name == "linalg.generic" and on_host(op):
-                plan = _plan(op)
+                plan = _plan(op, tensor_cores=_sm(self.chip) >= _MIN_SM)
                 if plan is None:
                     continue
                 if plan.simt:
