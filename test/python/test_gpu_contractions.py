@@ -1,4 +1,4 @@
-"""Contractions on the GPU (transforms/gpu/contractions.py): f16 on tensor cores,
+"""Contractions on the GPU (transforms/gpu/contractions.py): f16 and bf16 on tensor cores,
 f32 as register tiles of threads; both stage their operands' tiles through
 shared memory.
 
@@ -23,6 +23,7 @@ from mlir import ir
 
 from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
+from mlir_autodiff.argspec import bfloat16
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
 from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -40,7 +41,7 @@ def _contraction(name: str, ashape, bshape, cshape, maps, iters: str, out: str =
     if inp == "f32":
         body = "%p = arith.mulf %x, %y : f32\n    %s = arith.addf %acc, %p : f32"
     elif out == "f32":
-        body = ("%xa = arith.extf %x : f16 to f32\n    %ya = arith.extf %y : f16 to f32\n"
+        body = (f"%xa = arith.extf %x : {inp} to f32\n    %ya = arith.extf %y : {inp} to f32\n"
                 "    %p = arith.mulf %xa, %ya : f32\n    %s = arith.addf %acc, %p : f32")
     else:
         body = "%p = arith.mulf %x, %y : f16\n    %s = arith.addf %acc, %p : f16"
@@ -84,18 +85,21 @@ LAYOUTS = {
     "f16_accumulator": (_contraction("f16_accumulator", (64, 32), (32, 64), (64, 64),
                                      (_IK, _KJ, _IJ), _PAR2, out="f16"),
                         ((64, 32), (32, 64)), lambda a, b: a @ b),
-    # not multiples of the 64 x 64 x 32 tile: the generic path
+    # bf16 (f32 accumulators): the tiles are read as raw 16-bit fragments, the
+    # mma.sync ops retyped to bf16 after the NVVM lowering
+    "bf16_nt": (_contraction("bf16_nt", (M, K), (N, K), (M, N), (_IK, _JK, _IJ), _PAR2,
+                             inp="bf16"), ((M, K), (N, K)), lambda a, b: a @ b.T),
+    # not multiples of the 64 x 64 x 16 tile: the generic path
     "ragged_rows": (_contraction("ragged_rows", (70, 64), (64, 64), (70, 64), (_IK, _KJ, _IJ),
                                  _PAR2), ((70, 64), (64, 64)), lambda a, b: a @ b),
     "ragged_k": (_contraction("ragged_k", (64, 40), (40, 64), (64, 64), (_IK, _KJ, _IJ), _PAR2),
                  ((64, 40), (40, 64)), lambda a, b: a @ b),
 }
-TILED = ("nn", "tn", "nt", "tt", "swapped", "batch", "f16_accumulator")
+TILED = ("nn", "tn", "nt", "tt", "swapped", "batch", "f16_accumulator", "bf16_nt")
 RAGGED = ("ragged_rows", "ragged_k")
 #: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `tt` takes both
-#: transposed branches (A's and B's are independent), `batch` and `swapped` the
-#: untransposed ones.
-ON_CPU = ("tt", "swapped", "batch", "f16_accumulator", *RAGGED)
+#: transposed branches (A's and B's are independent), `batch` the untransposed ones.
+ON_CPU = ("tt", "batch", "f16_accumulator", "bf16_nt", *RAGGED)
 
 
 def _lowered(text: str, **options) -> ir.Module:
@@ -119,7 +123,8 @@ def _ptx_kernels(ptx: str) -> list[tuple[str, str]]:
 
 
 def _assert_tensor_core_kernel(body: str) -> None:
-    assert re.search(r"^\s*mma\.sync\.aligned\.m16n8k16\.row\.col\.f(32|16)\.f16\.f16", body, re.M)
+    assert re.search(r"^\s*mma\.sync\.aligned\.m16n8k16\.row\.col\.f(32|16)\.(b?f16)\.\2",
+                     body, re.M)
     assert re.search(r"^\s*ldmatrix\.sync\.aligned\.\S*\.shared\.b16", body, re.M)
     assert re.search(r"^\s*cp\.async\.\S*shared\.global", body, re.M)
     assert "cp.async.wait_group" in body and "bar.sync" in body
@@ -145,7 +150,8 @@ def test_parallel_stage_warp_tiles_match_numpy() -> None:
     rng = np.random.default_rng(22)
     for name in ON_CPU:
         _, shapes, ref = LAYOUTS[name]
-        a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+        dtype = bfloat16() if name.startswith("bf16") else np.float16
+        a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
         got = compiled[name](a, b)
         want = ref(a.astype(np.float32), b.astype(np.float32))
         if name == "f16_accumulator":  # rounded to f16 after every product
@@ -157,16 +163,19 @@ def test_parallel_stage_warp_tiles_match_numpy() -> None:
 @needs_ptxas
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_f16_matmul_and_batch_matmul_ptx_use_tensor_cores(chip: str) -> None:
-    """A 256^3 f16 matmul and every tiled layout (the batch matmul among them): mma.sync
-    fed by ldmatrix from tiles that cp.async copied into shared memory; ptxas accepts
-    the program for the chip."""
+    """A 256^3 f16 matmul and the tiled layouts (every one on sm_80; the batch matmul
+    and bf16 on sm_90): mma.sync fed by ldmatrix from tiles that cp.async copied into
+    shared memory; ptxas accepts the program for the chip."""
+    names = TILED if chip == "sm_80" else ("batch", "bf16_nt")
     text = (_contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2)
-            + "\n".join(LAYOUTS[n][0] for n in TILED))
+            + "\n".join(LAYOUTS[n][0] for n in names))
     kernels = _ptx_kernels(_ptx(_lowered(text, chip=chip, format="isa")))
     mma = [(k, body) for k, body in kernels if "mma.sync" in body]
-    assert sorted(k.split("_kernel")[0] for k, _ in mma) == sorted({"mm", *TILED})
-    for _, body in mma:
+    assert sorted(k.split("_kernel")[0] for k, _ in mma) == sorted({"mm", *names})
+    for k, body in mma:
         _assert_tensor_core_kernel(body)
+        if k.startswith("bf16"):
+            assert ".f32.bf16.bf16.f32" in body
     module = _lowered(text, chip=chip, format="bin")
     sm = int(chip[3:])
     for obj in adgpu.gpu_objects(module):

@@ -1,16 +1,21 @@
-"""Contractions on tensor cores: warp-level `mma.sync` tiles, staged through shared memory.
+"""Contractions as tiles of blocks: tensor cores for f16/bf16, register tiles for f32.
 
-`WarpTileContractions` (parallel stage) rewrites an f16 contraction
-`linalg.generic` (a matmul, a batch matmul, or what AD produces: either
-operand transposed) into a grid of 64 x 64 output tiles, each computed by a
-block of 4 warps (128 threads). Every warp owns a 32 x 32 sub-tile: 2 x 4
-fragments of 16 x 8 accumulators, kept in registers across the loop over
-the reduced dimension, which advances 16 at a time:
+`WarpTileContractions` (parallel stage, on buffers, before the generic
+conversion to parallel loops) rewrites a contraction `linalg.generic` (a
+matmul, a batch matmul, or what AD produces: either operand transposed,
+the inputs in either order) whose output is a multiple of 64 x 64 and whose
+reduced extent is a multiple of 16 into a grid of 64 x 64 output tiles, one
+per block. The fill that initialises the output (zero, for a matmul) folds
+into the accumulators: no fill kernel, no read of the output.
+
+f16 and bf16 operands (f32 accumulators; f16 also f16), sm_80 and newer:
+each block is 4 warps, each warp owns a 32 x 32 sub-tile of 2 x 4 fragments
+of 16 x 8 accumulators kept in registers across the reduction, which
+advances 16 at a time:
 
     scf.parallel (%b..., %i, %j) step (1..., 64, 64) {              // blocks
-      scf.parallel (%t) = (0) to (128) {                            // threads
-        acc[f] = vector.transfer_read C[...]     (16x8, per fragment f)
-        scf.for %k = 0 to K step 16 iter_args(acc) {
+      scf.parallel (%w) = (0) to (4) {                              // warps
+        scf.for %k = 0 to K step 16 iter_args(acc[f] = fill) {
           a = vector.transfer_read A[...]        (16x16, transposed map if A is k x m)
           b = vector.transfer_read B[...]        (16x8,  transposed map if B is n x k)
           acc[f] = vector.contract(a, b, acc[f])
@@ -19,29 +24,36 @@ the reduced dimension, which advances 16 at a time:
       }
     }
 
-These are warp-level vector ops: every lane of a warp executes the same ops
-on the same tile. On the CPU (the `parallel` stage the tests run) each
-"thread" computes its warp's whole tile and the 32 lanes store identical
-values, so the program there is the contraction itself, with the tiling,
-the transposes and the batch indexing exercised.
+On the CPU (the `parallel` stage the tests run) the warp loop runs once per
+warp: the program there is the contraction itself, with the tiling, the
+transposes and the batch indexing exercised. The kernel stage then gives
+each warp 32 lanes (`WarpsToLanes`: thread and block ids read directly, so
+that the tile's index math stays `affine.apply`, which the vector-to-nvgpu
+conversion takes in its slices where it rejects arith ops) and, after
+kernel outlining, `WarpTilesToMmaSync` stages the block's A and B tiles
+through shared memory at each step (one 16-byte `nvgpu.device_async_copy`,
+`cp.async`, of each per thread, wait, barrier; a barrier before the next
+step's copies) and runs upstream's `convert-vector-to-gpu{use-nvgpu}` on
+those kernels: `nvgpu.ldmatrix` (`.trans` for transposed reads) and
+`nvgpu.mma.sync` m16n8k16. MLIR 22's mma.sync lowering knows f16 fragments
+only, so bf16 tiles are read as f16 (the same bits, from an f16 view of the
+tile) and `Bf16MmaOperands` retypes the `nvvm.mma.sync` ops to bf16 after
+the NVVM lowering (the fragment layouts of the two types are the same).
+An f32 contraction of f16/bf16 values the front end widened (`extf`
+kernels) reads the 16-bit buffers instead: the products are exact in f32.
 
-In the kernel stage (after the loops became `gpu.launch` bodies) upstream's
-`convert-vector-to-gpu{use-nvgpu}` turns the fragment reads, the
-contractions and the writes into per-lane loads, `nvgpu.mma.sync` (m16n8k16,
-f32 or f16 accumulators) and per-lane stores, and `convert-nvgpu-to-nvvm`
-into `mma.sync.aligned`. The fragments are read from global memory: staging
-the block's tiles through shared memory (`cp.async` into a workgroup
-`memref.global`, `ldmatrix` from it, barriers) is not done yet.
+f32 operands: 16 x 16 threads per block, each accumulating a 4 x 4 register
+tile in f32 (no tf32), the reduction in steps of 16 whose A and B tiles the
+threads copy into shared memory (k-major, 4 elements each) between barriers
+(`_stage_simt`, kernel stage).
 
-Which contractions: one output, two f16 inputs, an f32 or f16 output,
-`acc + ext(a) * ext(b)` in the body, static shapes, the reduction dimension
-innermost (tensors.py puts it there) and the output indexed by the parallel
-dimensions in order; the last two parallel dimensions are the output's rows
-and columns, any before them batch dimensions both inputs share. Only
-multiples of the tile (64 rows, 64 columns, 32 reduced) are rewritten; other
-shapes keep the generic path (one thread per output). Only when the chip is
-sm_80 or newer. bf16 stays on the generic path: MLIR 22's nvgpu has no bf16
-fragments.
+Which contractions: one output, two inputs, `acc + ext?(a) * ext?(b)` in
+the body, static shapes, dense row-major buffers (aligned 16-byte copies),
+an output no input aliases, the reduction dimension innermost (tensors.py
+puts it there), the output indexed by the parallel dimensions in order; the
+last two parallel dimensions are the output's rows and columns, at most one
+before them a batch dimension both inputs share. Other contractions keep
+the generic path (one thread per output).
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ from mlir.dialects import gpu as gpu_d
 
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
-from .reductions import _GRID, _ROW, _base, _region
+from .reductions import _GRID, _ROW, _base, _has_views, _region
 from .support import identity_layout, index_const, new_parallel, on_host, ops_of
 
 #: Output tile per block (rows, columns), warps per block (rows x columns),
@@ -70,6 +82,8 @@ WARPS = WARPS_M * WARPS_N
 assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
 #: Marks the warp loop (one iteration per warp until WarpsToLanes).
 WARP_ATTR = "autodiff.gpu.warp_loop"
+#: Marks a gpu.module whose f16-typed mma.sync ops compute on bf16 values.
+BF16_ATTR = "autodiff.gpu.bf16_mma"
 #: Marks the reduction loop of a warp-tiled contraction (for the staging pass).
 TILE_ATTR = "autodiff.gpu.mma_tile"
 
@@ -134,9 +148,11 @@ class _Plan:
     simt: bool  # f32: register tiles of threads, not warp tiles of tensor cores
 
 
-def _widened_from_f16(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
-    """The f16 buffer `buf` holds the f32 widening of, when an earlier op of `generic`'s
-    block wrote all of `buf` as `extf` of it and nothing since wrote either."""
+def _widened_from_half(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
+    """The f16 or bf16 buffer `buf` holds the f32 widening of, when an earlier op of
+    `generic`'s block wrote all of `buf` as `extf` of it and nothing since wrote either."""
+    if _has_views(buf):
+        return None
     ops = ops_of(generic.block)
     pos = next(i for i, o in enumerate(ops) if o == generic)
     for k in range(pos - 1, -1, -1):
@@ -153,7 +169,8 @@ def _widened_from_f16(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
             return None
         src = prev.operands[0]
         if not isinstance(src.type, ir.MemRefType) or not identity_layout(src.type) or \
-                ir.MemRefType(src.type).element_type != ir.F16Type.get() or \
+                ir.MemRefType(src.type).element_type not in (ir.F16Type.get(),
+                                                             ir.BF16Type.get()) or \
                 ir.MemRefType(src.type).shape != ir.MemRefType(buf.type).shape:
             return None
         maps = [ir.AffineMapAttr(m).value
@@ -197,16 +214,19 @@ def _plan(generic: ir.Operation, tensor_cores: bool = True) -> _Plan | None:
         return None  # dense row-major buffers: aligned 16-byte copies, static strides
     if _base(ops[2]) in (_base(ops[0]), _base(ops[1])):
         return None  # other blocks would read what a block writes
-    f16, f32 = ir.F16Type.get(), ir.F32Type.get()
+    f16, bf16, f32 = ir.F16Type.get(), ir.BF16Type.get(), ir.F32Type.get()
     elts = [t.element_type for t in types]
     if elts[0] == elts[1] == f16 and elts[2] in (f16, f32):
         simt = False
+    elif elts[0] == elts[1] == bf16 and elts[2] == f32:
+        simt = False
     elif elts[0] == elts[1] == elts[2] == f32:
         simt = True
-        # f16 values the front end widened to f32 for the product: the f16 buffers
-        # feed tensor cores (f16 x f16 products are exact in f32).
-        sources = [_widened_from_f16(generic, ops[i]) for i in (0, 1)]
-        if sources[0] is not None and sources[1] is not None and tensor_cores:
+        # f16/bf16 values the front end widened to f32 for the product: the 16-bit
+        # buffers feed tensor cores (their products are exact in f32).
+        sources = [_widened_from_half(generic, ops[i]) for i in (0, 1)]
+        if sources[0] is not None and sources[1] is not None and tensor_cores and \
+                sources[0].type.element_type == sources[1].type.element_type:
             ops = [sources[0], sources[1], ops[2]]
             simt = False
     else:
@@ -279,6 +299,8 @@ def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
 def _fill_before(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
     """The `linalg.fill` of `out` that last wrote it before `generic` (no op in between
     uses `out`), if any: its value is the contraction's initial accumulator."""
+    if _has_views(out):
+        return None  # an op between might read the fill through a view
     ops = ops_of(generic.block)
     pos = next(i for i, o in enumerate(ops) if o == generic)
     for prev in reversed(ops[:pos]):
@@ -341,7 +363,6 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
     ctype = ir.MemRefType(plan.c.type)
     cshape = ctype.shape
     acc_t = ir.VectorType.get([FRAG_M, FRAG_N], ctype.element_type)
-    f16 = ir.F16Type.get()
     contract_maps = ir.ArrayAttr.get([
         ir.Attribute.parse(f"affine_map<{t}>")
         for t in ("(m, n, k) -> (m, k)", "(m, n, k) -> (k, n)", "(m, n, k) -> (m, n)")
@@ -376,7 +397,7 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
             rows = [_apply(f"s0 + {FRAG_M * i}", wm) for i in range(fm)]
             cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
             cpad = arith.constant(ctype.element_type, 0.0)
-            apad = arith.constant(f16, 0.0)
+            apad = arith.constant(ir.MemRefType(plan.a.type).element_type, 0.0)
             if init is not None:  # the fill folded in: accumulators start from its value
                 splat = ir.DenseElementsAttr.get_splat(acc_t, init)
                 accs = [arith.constant(acc_t, splat) for _ in range(fm * fn)]
@@ -604,13 +625,33 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
              for o in mod_body.operations if "sym_name" in o.operation.attributes}
     buffers: dict[int, ir.Value] = {}
     names: dict[int, tuple[str, ir.MemRefType]] = {}
+    elt = ir.MemRefType(first[0].operands[0].type).element_type
+    bf16 = elt == ir.BF16Type.get()
+    # bf16: the fragments are read as f16 (raw 16-bit values: upstream's mma.sync
+    # lowering knows f16 fragments only) from an f16 view of the bf16 tile, and the
+    # nvvm.mma.sync ops are retyped to bf16 after the NVVM lowering (Bf16MmaOperands).
+    raw = ir.IntegerType.get_signless(8)
     for operand in (0, 1):
-        names[operand] = _shared_tile(gpu_module, shapes[operand], f16, taken, loop.location)
+        shape = shapes[operand]
+        names[operand] = _shared_tile(gpu_module, (shape[0] * shape[1] * 2,) if bf16 else shape,
+                                      raw if bf16 else f16, taken, loop.location)
+    fragment_buffers: dict[int, ir.Value] = {}
     with ir.InsertionPoint(loop), loop.location:
         tid = gpu_d.thread_id(gpu_d.Dimension.x)
         for operand in (0, 1):
             name, t = names[operand]
             buffers[operand] = memref.GetGlobalOp(t, name).result
+            fragment_buffers[operand] = buffers[operand]
+            if bf16:
+                space = t.memory_space
+                raw_buf = buffers[operand]
+                views = []
+                for view_elt in (elt, f16):
+                    vt = ir.MemRefType.get(list(shapes[operand]), view_elt, memory_space=space)
+                    views.append(memref.ViewOp(vt, raw_buf, index_const(0), []).result)
+                buffers[operand], fragment_buffers[operand] = views
+    if bf16:
+        gpu_module.attributes[BF16_ATTR] = ir.UnitAttr.get()
     terminator = ops_of(body)[-1]
     with ir.InsertionPoint.at_block_begin(body), loop.location:
         tokens = []
@@ -658,8 +699,12 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
                 local = [off, zero] if tr else [zero, off]
             pmap = ir.AffineMapAttr(ir.Attribute.parse(
                 "affine_map<(d0, d1) -> (d1, d0)>" if tr else "affine_map<(d0, d1) -> (d0, d1)>"))
-            new = vector.TransferReadOp(o.results[0].type, buffers[operand], local, pmap,
-                                        o.operands[len(o.operands) - 1],
+            vt = ir.VectorType(o.results[0].type)
+            pad = o.operands[len(o.operands) - 1]
+            if bf16:  # same bits, read as f16 (the contraction's operands change type)
+                vt = ir.VectorType.get(vt.shape, f16)
+                pad = arith.constant(f16, 0.0)
+            new = vector.TransferReadOp(vt, fragment_buffers[operand], local, pmap, pad,
                                         ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)).result
         o.results[0].replace_all_uses_with(new)
         o.erase()
@@ -810,3 +855,35 @@ def _stage_simt(gpu_module: ir.Operation, outer: ir.Operation) -> None:
             new = _load(smem[op], [kk, off])
         o.results[0].replace_all_uses_with(new)
         o.erase()
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Bf16MmaOperands(_Step):
+    """After the NVVM lowering: the mma.sync ops of bf16 tiles (read as f16 fragments,
+    see `_stage_through_shared_memory`) take their A and B registers as bf16 pairs
+    (`i32`, `multiplicandAPtxType = bf16`), as PTX's `mma.sync...bf16.bf16` does."""
+
+    name = "autodiff-gpu-bf16-mma-operands"
+    summary = "Retype the nvvm.mma.sync ops of bf16 warp tiles"
+
+    def apply(self, module: ir.Operation) -> None:
+        from mlir.dialects import llvm
+
+        i32 = ir.IntegerType.get_signless(32)
+        bf16 = ir.Attribute.parse("#nvvm.mma_type<bf16>")
+        for gm in module.regions[0].blocks[0].operations:
+            gm = gm.operation
+            if gm.name != "gpu.module" or BF16_ATTR not in gm.attributes:
+                continue
+            for op in walk_ops(gm):
+                if op.name != "nvvm.mma.sync":
+                    continue
+                segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+                n_ab = segments[0] + segments[1]
+                with ir.InsertionPoint(op), op.location:
+                    for i in range(n_ab):
+                        op.operands[i] = llvm.BitcastOp(i32, op.operands[i]).result
+                op.attributes["multiplicandAPtxType"] = bf16
+                op.attributes["multiplicandBPtxType"] = bf16
+            del gm.attributes[BF16_ATTR]

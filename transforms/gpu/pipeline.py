@@ -74,11 +74,11 @@ What runs where
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):
    a block per 64 x 64 output tile, the fill that initialises the output
-   folded into the accumulators. f16 operands (f32 or f16 accumulators, sm_80
-   and newer): 4 warps each computing 2 x 4 tensor-core fragments (16 x 8,
-   16 deep), warp-level vector ops here. f32 operands: 16 x 16 threads each
-   accumulating a 4 x 4 register tile in f32 (no tf32). Other shapes keep
-   the loops above.
+   folded into the accumulators. f16 and bf16 operands (f32 accumulators,
+   f16 also f16; sm_80 and newer): 4 warps each computing 2 x 4 tensor-core
+   fragments (16 x 8, 16 deep), warp-level vector ops here. f32 operands:
+   16 x 16 threads each accumulating a 4 x 4 register tile in f32 (no tf32).
+   Other shapes keep the loops above.
 3. Tensor results become caller-owned out-parameters
    (`buffer-results-to-out-params`, as in `--autodiff-lower-to-cpu`);
    temporaries are freed by `buffer-deallocation-pipeline`; i1 buffers hold
@@ -104,8 +104,9 @@ What runs where
    (`stage=kernels`). Tiled contractions first get 32 threads per warp, and in
    their kernels each step of the reduction copies the block's A and B tiles
    into shared memory (f16: `nvgpu.device_async_copy`, i.e. `cp.async`),
-   between barriers; `convert-vector-to-gpu{use-nvgpu}` turns the f16 warp
-   tiles into `nvgpu.ldmatrix` and `nvgpu.mma.sync`; `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
+   between barriers; `convert-vector-to-gpu{use-nvgpu}` turns the f16/bf16
+   warp tiles into `nvgpu.ldmatrix` and `nvgpu.mma.sync` (bf16: retyped in
+   NVVM, see contractions.py); `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
    kernels to NVVM, math functions calling libdevice (`stage=nvvm`);
    `gpu-to-llvm` lowers the host side to calls of the MLIR CUDA runtime
    (`libmlir_cuda_runtime.so`: mgpuMemAlloc, mgpuMemcpy, mgpuLaunchKernel,
@@ -127,9 +128,8 @@ Limits (what bounds the kernel count and speed)
   from global memory. A short reduction to a scalar (under 64 elements) is
   still a single-thread kernel.
 - Tiled contractions do not fuse their elementwise consumers (bias,
-  activation): an epilogue kernel of its own. bf16 contractions are not on
-  tensor cores (MLIR 22's nvgpu has no bf16 mma fragments); the tiles are
-  single-buffered (the next step's copies wait for the current step), no
+  activation): an epilogue kernel of its own. The tiles are single-buffered
+  (the next step's copies wait for the current step), there is no
   `wgmma`/TMA on sm_90, and tf32 is never used.
 """
 
@@ -154,7 +154,12 @@ from .calling_convention import (
     HostLoopAllocaScopes,
     HostWrappers,
 )
-from .contractions import WarpsToLanes, WarpTileContractions, WarpTilesToMmaSync
+from .contractions import (
+    Bf16MmaOperands,
+    WarpsToLanes,
+    WarpTileContractions,
+    WarpTilesToMmaSync,
+)
 from .device_memory import DeviceMemory
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
@@ -310,6 +315,7 @@ class LowerToGpu(Pass):
             "gpu.module(convert-nvgpu-to-nvvm,convert-vector-to-llvm,convert-scf-to-cf,"
             "convert-gpu-to-nvvm,canonicalize,cse,"
             "reconcile-unrealized-casts)",
+            Bf16MmaOperands(),
         ]
 
     def _binary_stage(self) -> list[PipelineElement]:
