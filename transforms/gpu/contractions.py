@@ -290,10 +290,7 @@ READ_ATTR = "autodiff.gpu.mma_read"
 
 
 def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
-    i32 = ir.IntegerType.get_signless(32)
-    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)]) \
-        if hasattr(ir, "DenseI32ArrayAttr") else ir.ArrayAttr.get(
-            [ir.IntegerAttr.get(i32, v) for v in (operand, frag, int(trans))])
+    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)])
 
 
 def _fill_before(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
@@ -730,7 +727,6 @@ def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
     """An f32 contraction as 64 x 64 block tiles of 16 x 16 threads, 4 x 4 outputs each,
     the reduction in steps of STAGE_K (the steps the GPU stages through shared memory)."""
     cshape = ir.MemRefType(plan.c.type).shape
-    f32 = ir.F32Type.get()
     init = _fold_fill(generic, plan.c, constant_only=False)
     with ir.InsertionPoint(generic), generic.location:
         grid = _region(_GRID)
@@ -781,7 +777,6 @@ def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
             for i, r in enumerate(rows):
                 for j, c in enumerate(cols):
                     memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
-    del f32
     generic.erase()
 
 
