@@ -24,6 +24,7 @@ from mlir import ir
 from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
 from mlir_autodiff.argspec import bfloat16
+from mlir_autodiff.dialects.vocabulary import GPU_SIMT_TILE
 from mlir_autodiff.runtime import CompiledModule
 from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
 from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -220,7 +221,7 @@ def test_f32_parallel_stage_register_tiles_match_numpy() -> None:
             name = ir.StringAttr(fn.attributes["sym_name"]).value
             fn_text = str(fn)
             tiled = name != "f32_ragged"
-            assert ("autodiff.gpu.simt_tile" in fn_text) == tiled, name
+            assert (GPU_SIMT_TILE in fn_text) == tiled, name
             if tiled:  # one kernel: no fill loop of its own
                 assert fn_text.count("scf.parallel") == 2, name
     compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)

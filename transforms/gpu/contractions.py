@@ -66,6 +66,13 @@ from mlir.dialects import affine as affine_d
 from mlir.dialects import arith, memref, nvgpu, scf, vector
 from mlir.dialects import gpu as gpu_d
 
+from ...dialects.vocabulary import (
+    GPU_BF16_MMA,
+    GPU_MMA_TILE,
+    GPU_SIMT_TILE,
+    GPU_TILE_READ,
+    GPU_WARP_LOOP,
+)
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
 from .reductions import _GRID, _ROW, _base, _has_views, _region
@@ -81,11 +88,11 @@ WARPS = WARPS_M * WARPS_N
 # Staging copies one 16-byte chunk (8 halves) of each tile per thread.
 assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
 #: Marks the warp loop (one iteration per warp until WarpsToLanes).
-WARP_ATTR = "autodiff.gpu.warp_loop"
+WARP_ATTR = GPU_WARP_LOOP
 #: Marks a gpu.module whose f16-typed mma.sync ops compute on bf16 values.
-BF16_ATTR = "autodiff.gpu.bf16_mma"
+BF16_ATTR = GPU_BF16_MMA
 #: Marks the reduction loop of a warp-tiled contraction (for the staging pass).
-TILE_ATTR = "autodiff.gpu.mma_tile"
+TILE_ATTR = GPU_MMA_TILE
 
 _MIN_SM = 80
 
@@ -286,7 +293,7 @@ def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: boo
 
 
 #: On each fragment read of a warp tile: [operand (0: A, 1: B), fragment, transposed].
-READ_ATTR = "autodiff.gpu.mma_read"
+READ_ATTR = GPU_TILE_READ
 
 
 def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
@@ -716,7 +723,7 @@ SIMT_TILE = 4
 assert SIMT_THREADS_N * SIMT_TILE == BLOCK_M == BLOCK_N
 assert BLOCK_M * STAGE_K == SIMT_THREADS * 4  # 4 elements of each tile copied per thread
 #: Marks the outer reduction loop (steps of STAGE_K) of an f32 register tile.
-SIMT_ATTR = "autodiff.gpu.simt_tile"
+SIMT_ATTR = GPU_SIMT_TILE
 
 
 def _load(src: ir.Value, idx: list[ir.Value]) -> ir.Value:
