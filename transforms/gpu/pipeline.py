@@ -25,7 +25,8 @@ Options
 `block-size` (default 256)
     Threads per block for the parallel loops (a power of two, at most 1024);
     block-parallel reductions use at most as many (at least 64; with a
-    block size under 64 there are none).
+    block size under 64 there are none). Tiled contractions have their own
+    (128 threads for tensor-core tiles, 256 for f32 register tiles).
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
