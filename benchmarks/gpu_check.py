@@ -134,7 +134,7 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
 
     os.makedirs(folder, exist_ok=True)
     recorder = _Recorder()
-    for mod in ("run", "grad_cases", "adbench_cases"):
+    for mod in ("run", "grad_cases", "adbench_cases", "cnn_cases", "transformer_cases"):
         sys.modules[mod].ours_jit = recorder  # type: ignore[attr-defined]
     rows: list[dict[str, Any]] = []
     expected: dict[str, np.ndarray] = {}

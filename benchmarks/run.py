@@ -256,10 +256,12 @@ for _rows, _cols, _quick, _full in ((64, 128, True, False), (4096, 1024, False, 
 import adbench_cases
 import cnn_cases
 import grad_cases
+import transformer_cases
 
 grad_cases.register_cases(Case, register)
 adbench_cases.register_cases(Case, register)
 cnn_cases.register_cases(Case, register)
+transformer_cases.register_cases(Case, register)
 
 
 # -- timing --------------------------------------------------------------------------------------

@@ -47,11 +47,12 @@ depend on) the front end.
 #   layer 9  batching, random, exporting, distributed, convolution  vmap; random draws;
 #                                        ahead-of-time export; MPI processes, meshes,
 #                                        shard_map; convolution and pooling composites
-#   layer 10 custom_core, differentiate, lax, nn_initializers  custom functions' shared
-#                                        machinery; grad & co; loops; keyed initializers
-#   layer 11 custom_vmap, checkpointing, nn, optim  custom batching rules; checkpoint and
-#                                        residuals; optimizers
-#   layer 12 custom                      custom_vjp, custom_jvp
+#   layer 10 custom_core, differentiate, nn_initializers  custom functions' shared
+#                                        machinery; grad & co; keyed initializers
+#   layer 11 custom_vmap, checkpointing, nn, optim, lax_ops  custom batching rules;
+#                                        checkpoint and residuals; optimizers; jax.lax's
+#                                        everyday operations (add, dot_general, pad, ...)
+#   layer 12 custom, lax                 custom_vjp, custom_jvp; loops (and lax_ops' names)
 #   layer 13 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
 #                                        algebra (factorizations with custom_jvp rules)
 #   layer 14 linalg_numpy, scipy, example_libraries  numpy.linalg's and scipy.linalg's
@@ -84,6 +85,8 @@ _EXPORTS: dict[str, str | None] = {
     "Lowered": "api",
     "jit": "api",
     "clear_caches": "api",
+    "eval_shape": "api",
+    "ShapeDtypeStruct": "api",
     "export": "exporting",
     "lower": "api",
     "grad": "differentiate",

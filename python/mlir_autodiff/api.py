@@ -1049,19 +1049,73 @@ def function_name(fun: Callable[..., Any]) -> str:
     return getattr(fun, "__name__", "fn")
 
 
-def traced_or_jitted(transform: Callable[..., Any]) -> Callable[..., Any]:
+#: Leaf types a transform passes through unchanged when it does not transform the
+#: argument (exact types: numpy scalars are arrays and stay traced).
+_STATIC_LEAF_TYPES = (bool, int, float, complex, str)
+
+
+def is_static_value(x: Any) -> bool:
+    """Whether `x` is a plain Python value (a number, a string, None, or a hashable
+    container of them) that jax's transforms hand to the function as it is when they
+    do not transform that argument, e.g. `grad(f)(x, 4)` or `vmap(f, (0, None))(x, 4)`:
+    `f` sees the int 4, usable as a shape or a loop bound."""
+    leaves = pytree.tree_leaves(x)
+    if not all(type(leaf) in _STATIC_LEAF_TYPES for leaf in leaves):
+        return False
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def static_positions(args: Sequence[Any], transformed: Any) -> tuple[int, ...]:
+    """The positional arguments outside `transformed` (a collection of positions)
+    that are passed through unchanged (`is_static_value`)."""
+    return tuple(i for i, a in enumerate(args) if i not in transformed and is_static_value(a))
+
+
+def bind_static(fun: Callable[..., Any], args: Sequence[Any], static: Sequence[int]
+                ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """`(bound, rest)`: `bound(*rest)` calls `fun(*args)` with the `static` positions'
+    values fixed (closed over, never traced) and the others taken from `rest`."""
+    fixed = {i: args[i] for i in static}
+    n = len(args)
+
+    def bound(*rest: Any) -> Any:
+        it = iter(rest)
+        return fun(*[fixed[i] if i in fixed else next(it) for i in range(n)])
+
+    bound.__name__ = function_name(fun)
+    return bound, tuple(a for i, a in enumerate(args) if i not in fixed)
+
+
+def traced_or_jitted(transform: Callable[..., Any],
+                     static: Callable[[tuple[Any, ...]], Sequence[int]] | None = None
+                     ) -> Callable[..., Any]:
     """Run a transform's body inside the active trace, or else under a cached `jit`.
 
     This is how `grad`, `vmap` and the others work eagerly on numpy arrays:
     outside a trace, the transform compiles itself once per signature.
+    `static(args)` names the positional arguments the transform passes through
+    unchanged (plain Python values it does not transform, see `static_positions`):
+    eagerly they are static arguments of the `jit`, so the transform sees them as
+    they are, as it does inside a trace.
     """
     jitted = JitFunction(transform)
+    by_static: dict[tuple[int, ...], JitFunction] = {}
 
     @functools.wraps(transform)
     @api_boundary
     def run(*args: Any, **kwargs: Any) -> Any:
         if current_trace() is not None:
             return transform(*args, **kwargs)
+        positions = tuple(static(args)) if static is not None and not kwargs else ()
+        if positions:
+            fn = by_static.get(positions)
+            if fn is None:
+                fn = by_static[positions] = JitFunction(transform, static_argnums=positions)
+            return fn(*args)
         return jitted(*args, **kwargs)
 
     return run
@@ -1130,5 +1184,46 @@ def lower(fun: Callable[..., Any], *args: Any, static_argnums: int | Sequence[in
     return jf.lower(*args, **kwargs)
 
 
-__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "autodiff_pipeline", "function_name",
-           "jit", "lower", "traced_or_jitted"]
+#: jax.ShapeDtypeStruct: a shape and dtype standing for an array (`eval_shape`'s inputs
+#: and outputs); the abstract value a trace keeps for each array.
+ShapeDtypeStruct = ShapedArray
+
+
+def _abstract_leaf(leaf: Any, where: str) -> ShapedArray:
+    if isinstance(leaf, ShapedArray):
+        return leaf
+    if (hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+            and not isinstance(leaf, (np.ndarray, np.generic, Tracer))):
+        return ShapedArray(tuple(leaf.shape), leaf.dtype)   # jax's ShapeDtypeStruct & co
+    return _leaf_aval(leaf, where)[0]
+
+
+@api_boundary
+def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """jax.eval_shape: the shapes and dtypes of `fun(*args, **kwargs)` without running it.
+
+    Arguments are arrays, scalars or `ShapeDtypeStruct`s (anything with `.shape` and
+    `.dtype`) in pytrees; `fun` is traced once, nothing is compiled, and the result is
+    its output pytree with a `ShapeDtypeStruct` (`ShapedArray`: `.shape`, `.dtype`,
+    `.weak_type`) per leaf."""
+    fname = function_name(fun)
+    leaves, in_tree = pytree.tree_flatten((tuple(args), kwargs))
+    avals = [_abstract_leaf(leaf, f"eval_shape({fname}): {_arg_name(i)}")
+             for i, leaf in enumerate(leaves)]
+    sig = _Signature(None, in_tree, avals, [], {}, len(args))
+    with COMPILE_LOCK:
+        traced = _trace_main(fun, _shared_context(), sig)
+    out = []
+    for kind, ref in traced.plan:
+        if kind == "result":
+            out.append(traced.out_avals[ref])
+        elif kind == "arg":
+            out.append(avals[ref])
+        else:
+            out.append(ShapedArray(np.shape(ref), np.asarray(ref).dtype))
+    return pytree.tree_unflatten(traced.out_tree, out)
+
+
+__all__ = ["AUTODIFF_PASSES", "JitFunction", "Lowered", "ShapeDtypeStruct",
+           "autodiff_pipeline", "eval_shape", "function_name", "jit", "lower",
+           "traced_or_jitted"]

@@ -26,7 +26,7 @@ from mlir import ir
 
 from . import dialects, pytree
 from . import numpy as anp
-from .api import function_name, traced_or_jitted
+from .api import bind_static, function_name, static_positions, traced_or_jitted
 from .tracing import (
     FunctionTrace,
     ShapedArray,
@@ -261,12 +261,27 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     _check_spec(out_axes, "out_axes")
     who = f"vmap({_name(fun)})"
 
+    def static(args: tuple[Any, ...]) -> tuple[int, ...]:
+        """Unmapped (in_axes None) arguments that are plain Python values: passed to
+        `fun` as they are, as jax does (`vmap(f, (0, None))(x, 4)` gives `f` the int 4)."""
+        if in_axes is None:
+            return static_positions(args, ())
+        if isinstance(in_axes, tuple) and len(in_axes) == len(args):
+            return static_positions(args, [i for i, a in enumerate(in_axes) if a is not None])
+        return ()
+
     def transform(*args: Any) -> Any:
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):
             raise ValueError(
                 "vmap in_axes must be an int, None, or a tuple of entries corresponding to "
                 "the positional arguments passed to the function, but got "
                 f"len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+        fixed = static(args)
+        if fixed:
+            bound, rest = bind_static(fun, args, fixed)
+            rest_axes = None if in_axes is None else tuple(
+                a for i, a in enumerate(in_axes) if i not in fixed)
+            return vmap(bound, rest_axes, out_axes, randomness, axis_size)(*rest)
         leaves, in_tree = pytree.tree_flatten(args)
         axes = _prefix_leaves(in_axes, in_tree, "in_axes", in_axes)
         tracers = [as_tracer(x) for x in leaves]
@@ -333,7 +348,7 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         return pytree.tree_unflatten(fn.out_tree, outs)
 
     transform.__name__ = f"vmap_{_name(fun)}"
-    return _eager(transform)
+    return _eager(transform, static)
 
 
 def _unbatched_call(fun: Callable[..., Any], args: tuple[Any, ...], out_axes: Any,

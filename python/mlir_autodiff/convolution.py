@@ -318,9 +318,11 @@ def _kind(computation: Any) -> str | None:
     if isinstance(computation, str):
         return computation if computation in ("add", "max", "min") else None
     try:
-        return _KINDS.get(computation)
+        kind = _KINDS.get(computation)
     except TypeError:
         return None
+    # lax.add / lax.max / lax.min (lax_ops.py, a higher layer) carry their kind
+    return kind or getattr(computation, "reduce_window_kind", None)
 
 
 def _first_extremum(slices: list[Any], kind: str) -> Any:
@@ -343,8 +345,8 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
                   window_dilation: Sequence[int] | None = None) -> Any:
     """jax.lax.reduce_window of one array: `computation` over every window.
 
-    `computation` is `add`, `max` or `min` (`mlir_autodiff.numpy`'s or numpy's
-    functions, `operator.add`, or the strings) or any binary function of
+    `computation` is `add`, `max` or `min` (`lax`'s, `mlir_autodiff.numpy`'s or
+    numpy's functions, `operator.add`, or the strings) or any binary function of
     arrays, applied pairwise in row-major window order. Padding and base
     dilation fill with `init_value`, which is also combined into every window
     (for add: added once; for max/min with the identity -inf/+inf: no-op).

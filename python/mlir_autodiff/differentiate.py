@@ -25,7 +25,7 @@ import numpy as np
 
 from . import dialects, pytree, random
 from . import numpy as anp
-from .api import JitFunction, function_name, traced_or_jitted
+from .api import JitFunction, bind_static, function_name, static_positions, traced_or_jitted
 from .batching import vmap
 from .dialects.vocabulary import PREFIX
 from .tracing import (
@@ -116,6 +116,16 @@ def _leaf_ranges(args: tuple[Any, ...]) -> list[range]:
     return ranges
 
 
+def _static_outside(argnums: int | Sequence[int], who: str
+                    ) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
+    """The arguments an argnums transform passes through unchanged: plain Python
+    values outside `argnums` (jax's behaviour: `grad(f)(x, 4)` calls `f` with the
+    int 4, not a traced scalar)."""
+    def static(args: tuple[Any, ...]) -> tuple[int, ...]:
+        return static_positions(args, _argnums_tuple(argnums, len(args), who))
+    return static
+
+
 def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
                    has_aux: bool = False) -> Callable[..., Any]:
     """`fun`'s value and its gradient w.r.t. the `argnums` positional arguments.
@@ -126,9 +136,16 @@ def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
     """
     who = f"value_and_grad({_name(fun)})"
 
+    static = _static_outside(argnums, who)
+
     def transform(*args: Any) -> Any:
         nums = _argnums_tuple(argnums, len(args), who)
-        fn, tracers = _trace(fun, args)
+        fixed = static(args)
+        f = fun
+        if fixed:  # plain Python values reach `fun` as they are, never traced
+            f, args = bind_static(fun, args, fixed)
+            nums = tuple(n - sum(i < n for i in fixed) for n in nums)
+        fn, tracers = _trace(f, args)
         out_leaves = fn.out_avals
         if has_aux:
             if fn.out_tree.kind not in ("tuple", "list") or len(fn.out_tree.children) != 2:
@@ -166,7 +183,7 @@ def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
         return value, (grad_trees[0] if isinstance(argnums, int) else grad_trees)
 
     transform.__name__ = f"value_and_grad_{_name(fun)}"
-    return _eager(transform)
+    return _eager(transform, static)
 
 
 def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -181,7 +198,7 @@ def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
         return grads
 
     g.__name__ = f"grad_{_name(fun)}"
-    return _eager(g)
+    return _eager(g, _static_outside(argnums, f"grad({_name(fun)})"))
 
 
 def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
@@ -437,7 +454,7 @@ def jacrev(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
         return _finish(out_tree, dyn_tree, blocks, res, has_aux)
 
     transform.__name__ = f"jacrev_{_name(fun)}"
-    return _eager(transform)
+    return _eager(transform, _static_outside(argnums, who))
 
 
 def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -496,7 +513,7 @@ def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,
         return _finish(out_tree, dyn_tree, blocks, (None, None, aux), has_aux)
 
     transform.__name__ = f"jacfwd_{_name(fun)}"
-    return _eager(transform)
+    return _eager(transform, _static_outside(argnums, who))
 
 
 def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0,

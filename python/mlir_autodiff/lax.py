@@ -24,6 +24,9 @@ Convolution and pooling (`conv_general_dilated`, `conv`,
 `conv_with_general_padding`, `reduce_window`) live in `convolution.py` and
 are re-exported here.
 
+jax.lax's everyday operations (`add`, `exp`, `reduce_sum`, `dot_general`, `pad`,
+`convert_element_type`, ...) live in `lax_ops.py` and are names of this module too.
+
 It also holds jax's windows at traced offsets, `dynamic_slice`,
 `dynamic_update_slice` and their `_in_dim` / `index_in_dim` forms: gathers
 and scatters (see `indexing.py`), the start clamped so the window fits.
@@ -44,6 +47,7 @@ Outside a trace the loops run as Python loops on numpy values, as the
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -54,6 +58,7 @@ from mlir.dialects import arith, scf, tensor
 
 from . import dialects, primitives, pytree
 from . import indexing as _ix
+from . import lax_ops as _lax_ops
 from . import numpy as anp
 from .batching import active_vmap_level, vmap
 from .convolution import (
@@ -1070,8 +1075,8 @@ def _eager_window(operand: Any, start_indices: Any, sizes: Sequence[int]) -> tup
                          f"{len(sizes)} (at {format_site()})")
     out = []
     for s, size, n in zip(starts, sizes, x.shape):
-        s = min(max(s + n if s < 0 else s, 0), n - int(size))
-        out.append(slice(s, s + int(size)))
+        s = builtins.min(builtins.max(s + n if s < 0 else s, 0), n - int(size))
+        out.append(builtins.slice(s, s + int(size)))
     return x, tuple(out)
 
 
@@ -1143,6 +1148,13 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(x, u, index, ax)
 
 
+# jax.lax's everyday operations (add, exp, dot_general, pad, reduce, ...; see lax_ops.py)
+# are this module's names too. They are bound here, after this module's own functions,
+# which call the builtins (min, max, slice, ...) through `builtins.` where they clash.
+RoundingMethod = _lax_ops.RoundingMethod
+globals().update({_n: getattr(_lax_ops, _n) for _n in _lax_ops.__all__})
+
+
 # The collectives imported above are reachable as `lax.psum` & co. (jax's spelling)
 # but listed in mlir_autodiff.distributed.__all__: they run only inside shard_map
 # under mpiexec, so their rows are in test_distributed.py, not the differential table.
@@ -1151,4 +1163,5 @@ __all__ = ["cond", "conv", "conv_general_dilated", "conv_with_general_padding",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice",
            "dynamic_update_slice_in_dim", "fori_loop", "map", "reduce_window", "scan",
-           "select", "sort", "sort_key_val", "switch", "top_k", "while_loop"]
+           "select", "sort", "sort_key_val", "switch", "top_k", "while_loop",
+           *_lax_ops.__all__]

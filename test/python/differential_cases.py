@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -1841,6 +1842,309 @@ for _case in DIFF[_COMPOSITES:]:
     _case.f32_jit_only = True
     if _case.func.startswith(("numpy.linalg.", "scipy.linalg.")):
         _case.no_f32 = True
+
+
+# ---- laxops (issue 20 item 6)
+# jax.lax's everyday operations (lax_ops.py). LAX_REF gets plain numpy
+# definitions written from lax's contracts (integer division truncating, C
+# remainder, ties away from zero, (low, high, interior) padding, saturating
+# float -> int conversion); jax.lax's same-named function is the jax oracle.
+# One D row per differentiable function plus one cheap row; composites of
+# functions with their own rows elsewhere run float32 under jit only.
+
+def _np_trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return a / b
+    q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+    return np.where(b == 0, -1, np.where((a < 0) != (b < 0), -q, q)).astype(a.dtype)
+
+
+def _np_c_rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
+    return np.where(b == 0, a, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+
+
+def _np_lax_round(x: np.ndarray, method: int = 0) -> np.ndarray:
+    """Ties to even, or away from zero by exact decimal rounding of each float."""
+    import decimal
+    if method:
+        return np.rint(x)
+    half_up = [float(decimal.Decimal(v).quantize(0, decimal.ROUND_HALF_UP)) for v in x.ravel().tolist()]
+    return np.asarray(half_up, x.dtype).reshape(x.shape)
+
+
+def _np_lax_pad(x: np.ndarray, value: Any, config: Any) -> np.ndarray:
+    for ax, (lo, hi, it) in enumerate(config):
+        n = x.shape[ax]
+        shape = list(x.shape)
+        shape[ax] = n + (n - 1) * it if n else 0
+        spread = np.full(shape, value, x.dtype)
+        idx = [slice(None)] * x.ndim
+        idx[ax] = slice(None, None, it + 1)
+        spread[tuple(idx)] = x
+        parts = [np.full(shape[:ax] + [max(lo, 0)] + shape[ax + 1:], value, x.dtype), spread,
+                 np.full(shape[:ax] + [max(hi, 0)] + shape[ax + 1:], value, x.dtype)]
+        x = np.concatenate(parts, axis=ax)
+        idx[ax] = slice(max(-lo, 0), x.shape[ax] - max(-hi, 0))
+        x = x[tuple(idx)]
+    return x
+
+
+def _np_dot_general(a: np.ndarray, b: np.ndarray, dims: Any, **_: Any) -> np.ndarray:
+    (lc, rc), (lb, rb) = dims
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    la = [next(letters) for _ in range(a.ndim)]
+    ra = [next(letters) for _ in range(b.ndim)]
+    for i, j in zip(list(lc) + list(lb), list(rc) + list(rb)):
+        ra[j] = la[i]
+    out = [la[i] for i in lb] + [la[i] for i in range(a.ndim) if i not in (*lc, *lb)] + \
+        [ra[j] for j in range(b.ndim) if j not in (*rc, *rb)]
+    return np.einsum(f"{''.join(la)},{''.join(ra)}->{''.join(out)}", a, b)
+
+
+def _np_bid(x: np.ndarray, shape: Any, dims: Any) -> np.ndarray:
+    inter = [1] * len(shape)
+    for i, d in enumerate(dims):
+        inter[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(inter), tuple(shape))
+
+
+def _np_cet(x: np.ndarray, dt: Any) -> np.ndarray:
+    dt = np.dtype(dt)
+    if x.dtype.kind == "f" and dt.kind == "i":
+        info = np.iinfo(dt)
+        with np.errstate(invalid="ignore"):
+            y = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
+        return np.where(y >= info.max, info.max, np.where(y <= info.min, info.min,
+                                                          np.trunc(y))).astype(dt)
+    return x.astype(dt)
+
+
+def _np_shift(kind: str) -> Callable[..., np.ndarray]:
+    def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        bits = a.dtype.itemsize * 8
+        out = []
+        for x, s in zip(a.ravel().tolist(), b.ravel().tolist()):
+            u = x % (1 << bits)
+            if kind == "left":
+                r = 0 if not 0 <= s < bits else (u << s) % (1 << bits)
+            elif kind == "logical":
+                r = 0 if not 0 <= s < bits else u >> s
+            else:
+                r = (x >> min(max(s, 0), bits - 1)) if 0 <= s < bits else (-1 if x < 0 else 0)
+            out.append(r - (1 << bits) if r >= 1 << (bits - 1) else r)
+        return np.asarray(out, a.dtype).reshape(a.shape)
+    return f
+
+
+_NP_MONOID = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _np_reduce(x: np.ndarray, init: Any, comp: Any, dims: Any) -> np.ndarray:
+    kind = {operator.add: "add", operator.mul: "mul"}[comp]
+    return _NP_MONOID[kind](_NP_MONOID[kind].reduce(x, axis=tuple(dims)), np.asarray(init, x.dtype))
+
+
+def _np_assoc_scan(fn: Callable[..., Any], elems: Any, reverse: bool = False,
+                   axis: int = 0) -> Any:
+    leaves = list(elems) if isinstance(elems, tuple) else [elems]
+    n = leaves[0].shape[axis]
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    take = lambda v, i: np.take(v, [i], axis=axis)  # noqa: E731
+    acc, outs = None, {}
+    for i in order:
+        cur = [take(v, i) for v in leaves]
+        cur_t = tuple(cur) if isinstance(elems, tuple) else cur[0]
+        acc = cur_t if acc is None else fn(acc, cur_t)
+        outs[i] = list(acc) if isinstance(elems, tuple) else [acc]
+    res = [np.concatenate([outs[i][k] for i in range(n)], axis=axis) for k in range(len(leaves))]
+    return tuple(res) if isinstance(elems, tuple) else res[0]
+
+
+def _sp(name: str) -> Callable[..., Any]:
+    def f(x: np.ndarray) -> np.ndarray:
+        import scipy.special
+        return getattr(scipy.special, name)(x).astype(x.dtype)
+    return f
+
+
+def _axes_red(fn: Callable[..., Any], keep: bool = False) -> Callable[..., Any]:
+    """numpy's reduction over lax's axes tuple (`keep`: in the operand's dtype, as lax)."""
+    return lambda x, axes: fn(x, axis=tuple(axes), **({"dtype": x.dtype} if keep else {}))
+
+LAX_REF.update({
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _np_trunc_div,
+    "rem": _np_c_rem, "max": np.maximum, "min": np.minimum, "neg": np.negative,
+    "abs": np.abs, "sign": np.sign, "exp": np.exp, "exp2": np.exp2, "log": np.log,
+    "log1p": np.log1p, "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "atan2": np.arctan2,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "cbrt": np.cbrt, "square": np.square,
+    "reciprocal": np.reciprocal, "integer_pow": lambda x, n: x ** n, "pow": np.power,
+    "logistic": lambda x: 1 / (1 + np.exp(-x)), "erf": _sp("erf"), "erfc": _sp("erfc"),
+    "floor": np.floor, "ceil": np.ceil, "round": _np_lax_round, "is_finite": np.isfinite,
+    "clamp": lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor, "bitwise_not": np.invert,
+    "shift_left": _np_shift("left"), "shift_right_logical": _np_shift("logical"),
+    "shift_right_arithmetic": _np_shift("arithmetic"),
+    "reduce_sum": _axes_red(np.sum, True), "reduce_prod": _axes_red(np.prod, True),
+    "reduce_max": _axes_red(np.max), "reduce_min": _axes_red(np.min),
+    "reduce_and": lambda x, a: (np.all if x.dtype == bool else np.bitwise_and.reduce)(
+        x, axis=tuple(a)),
+    "reduce_or": lambda x, a: (np.any if x.dtype == bool else np.bitwise_or.reduce)(
+        x, axis=tuple(a)),
+    "reduce_xor": lambda x, a: np.bitwise_xor.reduce(x, axis=tuple(a)),
+    "reduce": _np_reduce,
+    "argmax": lambda x, ax, dt: np.argmax(x, ax).astype(dt),
+    "argmin": lambda x, ax, dt: np.argmin(x, ax).astype(dt),
+    "dot": lambda a, b, **_: np.dot(a, b), "dot_general": _np_dot_general,
+    "batch_matmul": np.matmul, "transpose": np.transpose,
+    "reshape": lambda x, s, d=None: np.reshape(x if d is None else np.transpose(x, d), s),
+    "broadcast": lambda x, s: np.broadcast_to(x, tuple(s) + x.shape),
+    "broadcast_in_dim": _np_bid, "squeeze": lambda x, d: np.squeeze(x, tuple(d)),
+    "expand_dims": lambda x, d: np.expand_dims(x, tuple(d)),
+    "concatenate": np.concatenate, "pad": _np_lax_pad,
+    "slice": lambda x, s, e, st=None: x[tuple(
+        slice(a, b, c) for a, b, c in zip(s, e, st or [1] * x.ndim))],
+    "slice_in_dim": lambda x, s, e, st=1, axis=0: np.take(
+        x, range(x.shape[axis])[slice(s, e, st)], axis=axis),
+    "index_in_dim": lambda x, i, axis=0, keepdims=True: (
+        np.take(x, [i], axis=axis) if keepdims else np.take(x, i, axis=axis)),
+    "rev": lambda x, d: np.flip(x, tuple(d)),
+    "collapse": lambda x, s, e=None: x.reshape(
+        x.shape[:s] + (-1,) + (x.shape[e:] if e is not None else ())),
+    "iota": lambda dt, n: np.arange(n, dtype=dt),
+    "full": lambda s, v, dt=None: np.full(s, v, dt),
+    "full_like": lambda x, v, dt=None, shape=None: np.full(
+        x.shape if shape is None else shape, v, x.dtype if dt is None else dt),
+    "convert_element_type": _np_cet, "stop_gradient": lambda x: x,
+    "associative_scan": _np_assoc_scan,
+})
+
+_LO = len(DIFF)
+_XI = [7, -7, 7, -7, 0, 5]
+_YI = [2, 2, -2, -2, 3, 0]
+for _name, _dom in (("exp", "real"), ("exp2", "real"), ("log", "pos"), ("log1p", "unit"),
+                    ("expm1", "real"), ("sin", "real"), ("cos", "real"), ("tan", "unit"),
+                    ("asin", "unit"), ("acos", "unit"), ("atan", "real"), ("sinh", "real"),
+                    ("cosh", "real"), ("tanh", "real"), ("asinh", "real"), ("acosh", "gt1"),
+                    ("atanh", "unit"), ("sqrt", "pos"), ("rsqrt", "pos"), ("cbrt", "nonzero"),
+                    ("square", "real"), ("reciprocal", "nonzero"), ("logistic", "wide"),
+                    ("erf", "real"), ("erfc", "real"), ("neg", "real"), ("abs", "nonzero"),
+                    ("sign", "nonzero"), ("floor", "nonint"), ("ceil", "nonint"),
+                    ("round", "nonint")):
+    _d(f"lax.{_name}", lambda f, x: f(x), [A("5", _dom)], "5")
+    _v(f"lax.{_name}", lambda f, x: f(x), [A("", _dom)], "0d")
+for _name, _d1, _d2 in (("add", "real", "real"), ("sub", "real", "real"),
+                        ("mul", "real", "real"), ("div", "real", "nonzero"),
+                        ("rem", "real", "nonzero"), ("max", "real", "real"),
+                        ("min", "real", "real"), ("atan2", "real", "nonzero"),
+                        ("pow", "pos", "real")):
+    _d(f"lax.{_name}", lambda f, x, y: f(x, y), [A("2x3", _d1), A("1x3", _d2)], "bcast_size1")
+    _v(f"lax.{_name}", lambda f, x: f(x, 1.5), [A("4", _d1)], "py_scalar")
+for _name in ("div", "rem"):   # lax's integer semantics: truncation, the dividend's sign
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y), [np.array(_XI), np.array(_YI)], "int_trunc")
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y), [np.array(_XI, np.int32), np.array(_YI, np.int32)],
+       "int32_trunc")
+_d("lax.round", lambda f, x: f(x, 1), [A(value=[0.5, 1.5, 2.5, -0.5, -1.2, 3.7])], "to_even",
+   nondiff=True)
+_v("lax.round", lambda f, x: f(x), [A(value=[0.5, 1.5, 2.5, -0.5, -2.5, 0.49999999999999994])],
+   "ties_away")
+_d("lax.integer_pow", lambda f, x: f(x, 3), [A("5")], "cube")
+_d("lax.integer_pow", lambda f, x: f(x, -2), [A("5", "nonzero")], "minus2")
+_v("lax.integer_pow", lambda f, x: f(x, 5), [np.array([2, -3, 0, 1])], "int")
+_d("lax.clamp", lambda f, x: f(-0.5, x, 0.7), [A("6")], "scalar_bounds")
+_d("lax.clamp", lambda f, lo, x, hi: f(lo - 3.0, x, hi + 3.0), [A("5"), A("5", "wide"), A("5")],
+   "array_bounds")
+_d("lax.convert_element_type", lambda f, x: f(x, np.float64), [A("5")], "to_f64")
+_v("lax.convert_element_type", lambda f, x: f(x, np.int32),
+   [A(value=[1.7, -1.7, 3e10, -3e10, np.nan, 0.0])], "saturate")
+_d("lax.stop_gradient", lambda f, x: x * f(x * x), [A("5")], "product", nondiff=True)
+_d("lax.stop_gradient", lambda f, x, y: f(x) * y + x, [A("3"), A("3")], "two", nondiff=True)
+for _name, _args, _lbl in (("eq", [_F34, _F34[::-1]], "float"), ("ne", [_F34, _F34[::-1]], "float"),
+                           ("lt", [_I34, _I34[::-1]], "int"), ("le", [_F34, _F34[::-1]], "float"),
+                           ("gt", [_I34, _I34[::-1]], "int"), ("ge", [_F34, _F34[::-1]], "float")):
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y), [np.array(a) for a in _args], _lbl)
+    _v(f"lax.{_name}", lambda f, x: f(x, 0.5), [np.array(_F4)], "py_scalar")
+_v("lax.is_finite", lambda f, x: f(x), [np.array(_FNAN)], "nan_inf")
+_v("lax.is_finite", lambda f, x: f(x), [np.array(_FNAN, np.float32)], "f32")
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y), [np.array(_I34), np.array(_I34[::-1])], "int")
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y), [np.array(_B34), np.array(_B34[::-1])], "bool")
+_v("lax.bitwise_not", lambda f, x: f(x), [np.array(_I34, np.int32)], "int")
+_v("lax.bitwise_not", lambda f, x: f(x), [np.array(_B34)], "bool")
+for _name in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y),
+       [np.array([-8, 8, 5, -1, 3], np.int32), np.array([1, 40, 0, 31, -1], np.int32)], "int32")
+    _v(f"lax.{_name}", lambda f, x, y: f(x, y),
+       [np.array([-8, 1 << 40, 5]), np.array([3, 20, 64])], "int64")
+for _name in ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min"):
+    _d(f"lax.{_name}", lambda f, x: f(x, (0, 2)), [A("2x3x2")], "axes02")
+    _v(f"lax.{_name}", lambda f, x: f(x, (1,)), [np.array(_I34, np.int32)], "int32")
+for _name in ("reduce_and", "reduce_or", "reduce_xor"):
+    _v(f"lax.{_name}", lambda f, x: f(x, (0,)), [np.array(_I34)], "int_axis0")
+    _v(f"lax.{_name}", lambda f, x: f(x, (1,)), [np.array(_B34)], "bool_axis1")
+_d("lax.reduce", lambda f, x: f(x, 0.0, operator.add, (1,)), [A("3x4")], "add")
+_d("lax.reduce", lambda f, x: f(x, 1.5, operator.mul, (0, 1)), [A("2x3")], "mul_init")
+_v("lax.reduce", lambda f, x: f(x, 0, operator.add, (0,)), [np.array(_I34)], "int_add")
+_v("lax.argmax", lambda f, x: f(x, 1, np.int32), [A(value=[[1.0, 3.0, 3.0], [2.0, -1.0, 0.5]])],
+   "ties")
+_v("lax.argmax", lambda f, x: f(x, 0, np.int64), [np.array(_I34)], "int")
+_v("lax.argmin", lambda f, x: f(x, 1, np.int32), [A(value=[[1.0, -3.0, -3.0], [2.0, -1.0, 0.5]])],
+   "ties")
+_v("lax.argmin", lambda f, x: f(x, 0, np.int64), [np.array(_I34)], "int")
+_d("lax.dot", lambda f, a, b: f(a, b), [A("2x3"), A("3")], "mat_vec")
+_v("lax.dot", lambda f, a, b: f(a, b), [A("3"), A("3x2")], "vec_mat")
+_d("lax.dot_general", lambda f, a, b: f(a, b, (((2,), (1,)), ((0,), (0,)))),
+   [A("2x3x2"), A("2x2x3")], "batched")
+_d("lax.dot_general", lambda f, a, b: f(a, b, (((0,), (1,)), ((), ()))), [A("3x2"), A("2x3")],
+   "contract_0_1")
+_d("lax.batch_matmul", lambda f, a, b: f(a, b), [A("2x2x3"), A("2x3x2")], "3d")
+_v("lax.batch_matmul", lambda f, a, b: f(a, b), [np.array([[[1, 2], [3, 4]]]),
+                                                   np.array([[[5, 6], [7, 8]]])], "int")
+_d("lax.transpose", lambda f, x: f(x, (2, 0, 1)), [A("2x3x2")], "201")
+_v("lax.transpose", lambda f, x: f(x, (1, 0)), [np.array(_I34)], "int")
+_d("lax.reshape", lambda f, x: f(x, (2, 6)), [A("3x4")], "2x6")
+_d("lax.reshape", lambda f, x: f(x, (4, 3), (1, 0)), [A("3x4")], "dimensions")
+_d("lax.broadcast", lambda f, x: f(x, (2,)), [A("3")], "lead2")
+_v("lax.broadcast", lambda f, x: f(x, (2, 1)), [np.array(_I34)], "int")
+_d("lax.broadcast_in_dim", lambda f, x: f(x, (2, 3, 2), (1,)), [A("3")], "middle")
+_d("lax.broadcast_in_dim", lambda f, x: f(x, (2, 3), (0, 1)), [A("1x3")], "size1")
+_d("lax.squeeze", lambda f, x: f(x, (0, 2)), [A("1x3x1")], "02")
+_v("lax.squeeze", lambda f, x: f(x, (1,)), [np.array([[1], [2]])], "int")
+_d("lax.expand_dims", lambda f, x: f(x, (0, 2)), [A("3")], "02")
+_v("lax.expand_dims", lambda f, x: f(x, (-1,)), [np.array(_I34)], "neg")
+_d("lax.concatenate", lambda f, x, y: f([x, y, x], 1), [A("2x2"), A("2x1")], "dim1")
+_v("lax.concatenate", lambda f, x, y: f([x, y], 0), [np.array(_I34), np.array(_I34)], "int")
+_d("lax.pad", lambda f, x: f(x, 0.5, [(1, -1, 1), (0, 2, 0)]), [A("3x2")], "interior_crop")
+_d("lax.pad", lambda f, x, v: f(x, v, [(-1, 2, 2)]), [A("4"), A("")], "traced_value")
+_v("lax.pad", lambda f, x: f(x, -1, [(2, 1, 1), (-1, 0, 0)]), [np.array(_I34)], "int")
+_d("lax.slice", lambda f, x: f(x, (0, 1), (3, 4), (2, 2)), [A("3x4")], "strided")
+_v("lax.slice", lambda f, x: f(x, (1, 0), (2, 3)), [np.array(_I34)], "int")
+_d("lax.slice_in_dim", lambda f, x: f(x, 1, -1, 2, 1), [A("2x5")], "neg_limit")
+_v("lax.slice_in_dim", lambda f, x: f(x, -2, None), [np.array(_I34)], "int")
+_d("lax.index_in_dim", lambda f, x: f(x, -1, 1, False), [A("2x3")], "neg_drop")
+_v("lax.index_in_dim", lambda f, x: f(x, 1), [np.array(_I34)], "keep")
+_d("lax.rev", lambda f, x: f(x, (0, 1)), [A("2x3")], "both")
+_v("lax.rev", lambda f, x: f(x, (1,)), [np.array(_I34)], "int")
+_d("lax.collapse", lambda f, x: f(x, 1), [A("2x2x3")], "tail")
+_v("lax.collapse", lambda f, x: f(x, 0, 2), [np.ones((2, 3, 2), np.int32)], "head")
+_v("lax.iota", lambda f: f(np.int32, 5), [], "int32")
+_v("lax.iota", lambda f: f(np.float64, 3), [], "float64")
+_d("lax.full", lambda f, v: f((2, 3), v), [A("")], "traced_fill")
+_v("lax.full", lambda f: f((2,), 3), [], "int")
+_d("lax.full_like", lambda f, x, v: f(x, v) + x, [A("2x3"), A("")], "traced_fill")
+_v("lax.full_like", lambda f, x: f(x, 2, np.int32, (3,)), [np.array(_F4)], "dtype_shape")
+_d("lax.associative_scan", lambda f, x: f(operator.add, x), [A("5")], "add")
+_d("lax.associative_scan", lambda f, a, b: (lambda o: o[0] + o[1])(f(
+    lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]), (a, b), reverse=True, axis=1)),
+   [A("2x6", "unit"), A("2x6")], "linear_recurrence_reverse")
+for _case in DIFF[_LO:]:
+    _case.f32_jit_only = True
 
 
 CASES: list[Case] = DIFF + VALUE

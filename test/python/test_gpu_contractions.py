@@ -279,3 +279,43 @@ def test_front_end_f16_gradient_uses_tensor_cores_and_is_correct() -> None:
     g = 1 - np.tanh((x64 @ w64).astype(np.float16).astype(np.float64)) ** 2
     np.testing.assert_allclose(dw.astype(np.float64), x64.T @ g, rtol=2e-2, atol=5e-2)
     np.testing.assert_allclose(dx.astype(np.float64), g @ w64.T, rtol=2e-2, atol=5e-2)
+
+
+def test_f32_tile_takes_its_fill_copy_and_elementwise_epilogue() -> None:
+    """`tanh(x @ w + b)` whose output starts as a copy of a zero-filled buffer: the
+    copy and the bias/tanh epilogue run in the tile's kernel (one launch), on the
+    accumulators, and the result matches numpy."""
+    text = """
+func.func @layer(%x: tensor<128x96xf32>, %w: tensor<96x64xf32>, %b: tensor<64xf32>)
+    -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<128x64xf32>) -> tensor<128x64xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<128x96xf32>, tensor<96x64xf32>)
+      outs(%f : tensor<128x64xf32>) -> tensor<128x64xf32>
+  %e2 = tensor.empty() : tensor<128x64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>],
+      iterator_types = ["parallel", "parallel"]}
+      ins(%m, %b : tensor<128x64xf32>, tensor<64xf32>) outs(%e2 : tensor<128x64xf32>) {
+  ^bb0(%v: f32, %bb: f32, %o: f32):
+    %s = arith.addf %v, %bb : f32
+    %t = math.tanh %s : f32
+    linalg.yield %t : f32
+  } -> tensor<128x64xf32>
+  return %r, %f : tensor<128x64xf32>, tensor<128x64xf32>
+}"""
+    module = _lowered(text, stage="kernels")
+    assert str(module).count("gpu.launch_func") == 2  # the tile, and %f's own fill
+    tiles = [b for _, b in _ptx_kernels(_ptx(_lowered(text, format="isa")))
+             if "st.shared" in b]
+    assert len(tiles) == 1  # the tile kernel (shared memory), epilogue included
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    w = (rng.standard_normal((96, 64)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    got, zeros = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(),
+                                opt_level=0)["layer"](x, w, b)
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w + b), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_array_equal(zeros, np.zeros((128, 64), np.float32))

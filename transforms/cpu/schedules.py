@@ -164,7 +164,7 @@ def _lane_split(n: int, nr: int, lanes: int) -> int | None:
     (measurements: benchmarks/notes/cpu-schedules.md).
     """
     rest = n % lanes
-    if nr >= lanes or not nr & (nr - 1) or not rest or n < lanes:
+    if nr >= lanes or (nr > 1 and not nr & (nr - 1)) or not rest or n < lanes:
         return None
     return n - rest
 
@@ -235,7 +235,14 @@ def _schedule_elementwise(s: Script, c: Candidate, tag: int) -> None:
 def _schedule_reduction(s: Script, c: Candidate, tag: int) -> None:
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
     lanes = REDUCTION.lanes[c.width]
-    v = _largest_divisor(c.ranges[-1], (lanes, lanes // 2, lanes // 4, lanes // 8, 4, 2))
+    n = c.ranges[-1]
+    v = _largest_divisor(n, (lanes, lanes // 2, lanes // 4, lanes // 8, 4, 2))
+    register = ELEMENTWISE.lanes[c.width]
+    if v == 1 and register < n <= ELEMENTWISE_WHOLE_ROW_VECTORS * register:
+        # A short row no vector piece divides (a prime width: a 43-character
+        # vocabulary's log-softmax) is one vector of its full length, as
+        # elementwise rows are, not a scalar loop (5x slower at 43 f32).
+        v = n
     if len(c.ranges) > 1 and 0 not in c.reduced:
         h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
     outer = [0 if r == 1 else 1 for r in c.ranges[:-1]] + [0]

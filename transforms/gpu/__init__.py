@@ -13,6 +13,8 @@ docstring explains what runs where):
   host wrapper around each public function (`HostWrappers`).
 - `tensors.py`: rewrites on tensors before bufferization (splat constants
   as fills, reduction dimensions innermost).
+- `fusion.py`: fewer kernels: allocations hoisted for upstream loop fusion,
+  row fusion and horizontal fusion of parallel loops.
 - `parallel_loops.py`: the program as parallel loops shaped for the GPU
   (copies as loops, blocks x threads tiling, single-thread kernels for host
   code that touches memory).

@@ -300,9 +300,11 @@ def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
     read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)])
 
 
-def _fill_before(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
-    """The `linalg.fill` of `out` that last wrote it before `generic` (no op in between
-    uses `out`), if any: its value is the contraction's initial accumulator."""
+def _fill_before(generic: ir.Operation, out: ir.Value) -> \
+        tuple[ir.Operation, ir.Operation] | None:
+    """(the op that last wrote `out` before `generic`, the fill whose value that is) when
+    no op in between uses `out` and the writer is a fill of `out` or a copy into `out`
+    of a buffer a fill wrote: the value is the contraction's initial accumulator."""
     if _has_views(out):
         return None  # an op between might read the fill through a view
     ops = ops_of(generic.block)
@@ -310,12 +312,16 @@ def _fill_before(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
     for prev in reversed(ops[:pos]):
         if any(v == out for v in prev.operands):
             if prev.name == "linalg.fill" and prev.operands[1] == out:
-                return prev
+                return prev, prev
             if _fill_value(prev) is not None and list(prev.operands) == [out]:
-                return prev
+                return prev, prev
+            if prev.name == "memref.copy" and prev.operands[1] == out and \
+                    prev.operands[0] != out:
+                source = _fill_before(prev, prev.operands[0])
+                return None if source is None else (prev, source[1])
             return None
-        if prev.regions:  # a loop or region might write out through a view
-            return None
+        if prev.regions and any(out in list(o.operands) for o in walk_ops(prev)):
+            return None  # a loop or region that touches out (no views of it exist)
     return None
 
 
@@ -348,18 +354,19 @@ def _fold_fill(generic: ir.Operation, out: ir.Value, constant_only: bool) -> ir.
         ir.Value | None:
     """Erase the fill of `out` before `generic` (the tiles write all of `out`) and return
     its value: an attribute when `constant_only` (splat vector accumulators)."""
-    fill = _fill_before(generic, out)
-    if fill is None:
+    found = _fill_before(generic, out)
+    if found is None:
         return None
+    writer, fill = found
     value = _fill_value(fill)
     owner = value.owner
     if constant_only:
         const = owner.operation if isinstance(owner, ir.OpView) else owner
         if not isinstance(const, ir.Operation) or const.name != "arith.constant":
             return None
-        fill.erase()
+        writer.erase()
         return const.attributes["value"]
-    fill.erase()
+    writer.erase()
     return value
 
 
@@ -735,6 +742,7 @@ def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
     the reduction in steps of STAGE_K (the steps the GPU stages through shared memory)."""
     cshape = ir.MemRefType(plan.c.type).shape
     init = _fold_fill(generic, plan.c, constant_only=False)
+    epilogue = _epilogue_of(generic, plan.c)
     with ir.InsertionPoint(generic), generic.location:
         grid = _region(_GRID)
     with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
@@ -784,7 +792,98 @@ def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
             for i, r in enumerate(rows):
                 for j, c in enumerate(cols):
                     memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
+            if epilogue is not None:
+                for i, r in enumerate(rows):
+                    for j, c in enumerate(cols):
+                        _apply_epilogue(epilogue, plan.c, outer.results[i * SIMT_TILE + j],
+                                        bat + [r, c])
     generic.erase()
+    if epilogue is not None:
+        epilogue.erase()
+
+
+_PURE_BODY_PREFIXES = ("arith.", "math.")
+_MOVABLE = ("memref.alloc", "memref.alloca", "arith.constant")
+
+
+def _epilogue_of(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
+    """The elementwise op right after `generic` that reads its output `out` at the same
+    indices (a bias add, an activation, an SGD update): it runs in the tile's kernel,
+    on the accumulators, before their stores (no kernel of its own)."""
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    between = []  # allocations and constants (no operands): moved before the tile
+    for nxt in ops[pos + 1:]:
+        if nxt.name in _MOVABLE and len(nxt.operands) == 0:
+            between.append(nxt)
+            continue
+        break
+    else:
+        return None
+    if nxt.name != "linalg.generic" or len(nxt.results) != 0:
+        return None
+    view = nxt.opview
+    ins, outs = list(view.inputs), list(view.outputs)
+    rank = ir.MemRefType(out.type).rank
+    iters = [str(a) for a in ir.ArrayAttr(nxt.attributes["iterator_types"])]
+    if len(outs) != 1 or len(iters) != rank or any("parallel" not in t for t in iters):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(nxt.attributes["indexing_maps"])]
+    identity = ir.AffineMap.get_identity(rank)
+    o_t = outs[0].type
+    if not isinstance(o_t, ir.MemRefType) or ir.MemRefType(o_t).shape != \
+            ir.MemRefType(out.type).shape or maps[-1] != identity:
+        return None
+    if out not in ins or any(v == out and m != identity for v, m in zip(ins, maps)):
+        return None  # reads the contraction's output at its own indices only
+    # Other blocks still read the contraction's operands: the epilogue must not write them.
+    contraction_ins = list(generic.opview.inputs)
+    if _base(outs[0]) in [_base(v) for v in contraction_ins]:
+        return None
+    for v, m in zip(ins, maps):
+        if not isinstance(v.type, ir.MemRefType) or \
+                any(not isinstance(e, ir.AffineDimExpr) for e in m.results):
+            return None
+        for written in (outs[0], out):  # read elsewhere than where this thread writes
+            if _base(v) == _base(written) and (v != written or m != identity):
+                return None
+    body = ops_of(nxt.regions[0].blocks[0])
+    if any(o.regions or not (o.name.startswith(_PURE_BODY_PREFIXES)
+                             or o.name == "linalg.yield") for o in body):
+        return None
+    for o in between:
+        o.move_before(generic)
+    return nxt
+
+
+def _apply_epilogue(epilogue: ir.Operation, out: ir.Value, acc: ir.Value,
+                    idx: list[ir.Value]) -> None:
+    """The epilogue's body at one output element `idx`: `out` read as `acc`, its other
+    inputs loaded, its result stored (at the insertion point)."""
+    view = epilogue.opview
+    ins, outs = list(view.inputs), list(view.outputs)
+    maps = [ir.AffineMapAttr(m).value
+            for m in ir.ArrayAttr(epilogue.attributes["indexing_maps"])]
+    block = epilogue.regions[0].blocks[0]
+    mapping: dict = {}
+    for arg, v, m in zip(block.arguments, ins + outs, maps):
+        if v == out and v in ins and arg.arg_number < len(ins):
+            mapping[arg] = acc
+        elif list(arg.uses):
+            mapping[arg] = _load(v, [idx[e.position] for e in m.results])
+    result = None
+    for op in ops_of(block):
+        if op.name == "linalg.yield":
+            result = op.operands[0]
+            result = mapping.get(result, result)
+            break
+        clone = op.clone(ip=ir.InsertionPoint.current)
+        for k, operand in enumerate(list(clone.operands)):
+            if operand in mapping:
+                clone.operands[k] = mapping[operand]
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    memref.StoreOp(result, outs[0], idx)
 
 
 def _stage_simt(gpu_module: ir.Operation, outer: ir.Operation) -> None:

@@ -69,8 +69,14 @@ What runs where
    dimensions; reduction dimensions stay sequential `scf.for` loops inside
    it: each GPU thread reduces its own output element (race-free, no
    atomics, no shared memory). Adjacent parallel loops over the same
-   iteration space are fused (`scf-parallel-loop-fusion`): a fill, a matmul
-   and its bias/activation chain become one kernel.
+   iteration space are fused (`scf-parallel-loop-fusion`, static allocations
+   hoisted first so that they do not separate the loops): a fill, a matmul
+   and its bias/activation chain become one kernel. Then (fusion.py) loops
+   sharing their leading row dimensions fuse into one loop over rows, the
+   rest of each running sequentially per row (at most 64 elements: a
+   softmax's bias, max, exp and log-sum over 10 classes), and adjacent
+   independent loops of any shapes (the SGD update of every parameter)
+   become one 1-D loop dispatching each iteration to its own body.
    Contractions whose output is a multiple of 64 x 64 and whose reduced
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):
@@ -120,10 +126,11 @@ first checks for a CUDA driver and device and raises `NoCudaDevice`).
 
 Limits (what bounds the kernel count and speed)
 -----------------------------------------------
-- Fusion merges only adjacent loops over identical iteration spaces, so each
-  distinct shape (each matmul and its transposes in a backward pass, each
-  parameter's update) is its own kernel: an MLP training step (2 layers,
-  vjp + SGD) is 12 kernels, a GMM negative log-likelihood gradient 9.
+- Fusion merges adjacent loops only (same space, same rows, or independent),
+  and never a block reduction with anything: each block reduction, and each
+  loop that reads another's output at other indices (a matmul reading an
+  activation), is its own kernel. The benchmarks' MLP training step (b128
+  784-512-512-10) is 20 launches, the ADBench GMM gradient (d10 K25) 23.
 - Contractions that are not multiples of the 64 x 64 x 16 tile, and short
   reductions, are one thread per output element, accumulating in registers
   from global memory. A short reduction to a scalar (under 64 elements) is
@@ -162,6 +169,7 @@ from .contractions import (
     WarpTilesToMmaSync,
 )
 from .device_memory import DeviceMemory
+from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
@@ -246,14 +254,16 @@ class LowerToGpu(Pass):
             "eliminate-empty-tensors",
             GPU_BUFFERIZE,
             "canonicalize",
-            # Long reductions: a block of threads per output (reductions.py).
-            # f16 contractions: warp-level mma tiles (contractions.py).
+            # Contractions: tiles of blocks, tensor cores or register tiles
+            # (contractions.py), before long reductions take them.
             WarpTileContractions(chip=self.chip),
+            # Long reductions: a block of threads per output (reductions.py).
             BlockReductions(block_size=self.block_size),
             # Parallel loops before out-params: fusion needs the results to be
             # fresh allocations, which cannot alias the function's arguments.
             "func.func(convert-linalg-to-parallel-loops)",
             "canonicalize",
+            HoistAllocations(),
             "func.func(scf-parallel-loop-fusion)",
             # Hoisting (no copy kernel per result) is safe here: calls are
             # inlined first, and the upstream crash seen on the CPU path
@@ -270,9 +280,17 @@ class LowerToGpu(Pass):
             CopiesToLinalg(),
             "func.func(convert-linalg-to-parallel-loops)",
             "canonicalize",
+            HoistAllocations(),
             "func.func(scf-parallel-loop-fusion)",
+            # Loads and stores through reshapes address the buffer itself, so
+            # that row fusion sees which row each access touches.
+            "fold-memref-alias-ops",
+            "canonicalize",
             "cse",
             BoolBuffersToBytes(),
+            RowFusion(),
+            "func.func(scf-parallel-loop-fusion)",
+            HorizontalFusion(),
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
@@ -293,8 +311,9 @@ class LowerToGpu(Pass):
             # counts for ptxas) instead of becoming kernel arguments.
             "gpu-launch-sink-index-computations",
             "gpu-kernel-outlining",
-            # Warp tiles of f16 contractions to nvgpu.mma.sync, kernel by kernel, while
-            # their index math is affine.apply (contractions.py).
+            # Tiled contractions' tiles through shared memory; warp tiles to
+            # nvgpu.mma.sync, kernel by kernel, while their index math is
+            # affine.apply (contractions.py).
             WarpTilesToMmaSync(),
             "lower-affine",
             "canonicalize",
