@@ -77,6 +77,14 @@ GPU_NUM_OUTPUTS = "autodiff.gpu.num_outputs"
 #: reduction in (transforms/gpu/reductions.py): "grid" (a whole reduction) or
 #: "row" (one block's work).
 GPU_BLOCK_REDUCTION = "autodiff.gpu.block_reduction"
+#: Tiled contractions of the GPU lowering (transforms/gpu/contractions.py): the warp
+#: loop of a tensor-core tile, the reduction loops of tensor-core and f32 register
+#: tiles, the operand reads they stage, and a gpu.module of bf16 mma.sync ops.
+GPU_WARP_LOOP = "autodiff.gpu.warp_loop"
+GPU_MMA_TILE = "autodiff.gpu.mma_tile"
+GPU_SIMT_TILE = "autodiff.gpu.simt_tile"
+GPU_TILE_READ = "autodiff.gpu.mma_read"
+GPU_BF16_MMA = "autodiff.gpu.bf16_mma"
 #: transforms/shard_to_mpi.py: the MPI process count a lowered module was made for,
 #: and the mpi op a private declaration stands for while buffers are deallocated.
 MPI_PROCESSES = "autodiff.mpi_processes"
@@ -110,6 +118,14 @@ ATTRIBUTES: dict[str, str] = {
     GPU_NUM_OUTPUTS: "on a GPU function: how many trailing memref arguments are out-parameters",
     GPU_BLOCK_REDUCTION: "on an scf.execute_region of the GPU lowering: \"grid\" (a whole "
                          "block-parallel reduction) or \"row\" (one block's work)",
+    GPU_WARP_LOOP: "on the scf.parallel over a tensor-core tile's warps (one iteration "
+                   "per warp until the kernel stage gives each 32 threads)",
+    GPU_MMA_TILE: "on the reduction loop of a tensor-core tile (its A/B tiles are staged)",
+    GPU_SIMT_TILE: "on the outer reduction loop of an f32 register tile (its A/B tiles "
+                   "are staged)",
+    GPU_TILE_READ: "on a read of a tiled contraction's operand (array<i32>: operand, "
+                   "fragment or element, transposed)",
+    GPU_BF16_MMA: "on a gpu.module whose f16-typed mma.sync ops compute on bf16 values",
     MPI_PROCESSES: "on the module (i64): the number of MPI processes its grids span",
     HIDDEN_MPI_OP: "on a private declaration while buffers are deallocated: {name, "
                    "attributes} of the mpi op its calls stand for",

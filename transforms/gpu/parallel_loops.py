@@ -133,6 +133,8 @@ class TileParallelLoops(_Step):
             op for op in walk_ops(module)
             if op.name == "scf.parallel" and on_host(op) and len(op.results) == 0
             and not contains_block_reduction(op)
+            # Block loops with their thread loops (warp tiles, contractions.py).
+            and not any(o.name == "scf.parallel" for o in ops_of(op.regions[0].blocks[0]))
         ]
         for loop in loops:
             _tile_parallel_loop(loop, self.block_size)

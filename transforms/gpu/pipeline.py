@@ -25,7 +25,8 @@ Options
 `block-size` (default 256)
     Threads per block for the parallel loops (a power of two, at most 1024);
     block-parallel reductions use at most as many (at least 64; with a
-    block size under 64 there are none).
+    block size under 64 there are none). Tiled contractions have their own
+    (128 threads for tensor-core tiles, 256 for f32 register tiles).
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
@@ -76,6 +77,15 @@ What runs where
    softmax's bias, max, exp and log-sum over 10 classes), and adjacent
    independent loops of any shapes (the SGD update of every parameter)
    become one 1-D loop dispatching each iteration to its own body.
+   Contractions whose output is a multiple of 64 x 64 and whose reduced
+   extent is a multiple of 16 (matmuls, batch matmuls, the transposed
+   contractions of their derivatives) are tiled instead (contractions.py):
+   a block per 64 x 64 output tile, the fill that initialises the output
+   folded into the accumulators. f16 and bf16 operands (f32 accumulators,
+   f16 also f16; sm_80 and newer): 4 warps each computing 2 x 4 tensor-core
+   fragments (16 x 8, 16 deep), warp-level vector ops here. f32 operands:
+   16 x 16 threads each accumulating a 4 x 4 register tile in f32 (no tf32).
+   Other shapes keep the loops above.
 3. Tensor results become caller-owned out-parameters
    (`buffer-results-to-out-params`, as in `--autodiff-lower-to-cpu`);
    temporaries are freed by `buffer-deallocation-pipeline`; i1 buffers hold
@@ -98,7 +108,12 @@ What runs where
    async tokens; the host waits only where it reads memory or returns.
 6. `gpu-map-parallel-loops` + `convert-parallel-loops-to-gpu` +
    `gpu-kernel-outlining` give `gpu.launch_func` and `gpu.module`s
-   (`stage=kernels`); `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
+   (`stage=kernels`). Tiled contractions first get 32 threads per warp, and in
+   their kernels each step of the reduction copies the block's A and B tiles
+   into shared memory (f16: `nvgpu.device_async_copy`, i.e. `cp.async`),
+   between barriers; `convert-vector-to-gpu{use-nvgpu}` turns the f16/bf16
+   warp tiles into `nvgpu.ldmatrix` and `nvgpu.mma.sync` (bf16: retyped in
+   NVVM, see contractions.py); `nvvm-attach-target` and `convert-gpu-to-nvvm` lower the
    kernels to NVVM, math functions calling libdevice (`stage=nvvm`);
    `gpu-to-llvm` lowers the host side to calls of the MLIR CUDA runtime
    (`libmlir_cuda_runtime.so`: mgpuMemAlloc, mgpuMemcpy, mgpuLaunchKernel,
@@ -116,10 +131,14 @@ Limits (what bounds the kernel count and speed)
   loop that reads another's output at other indices (a matmul reading an
   activation), is its own kernel. The benchmarks' MLP training step (b128
   784-512-512-10) is 20 launches, the ADBench GMM gradient (d10 K25) 23.
-- Contractions with many outputs (matmuls) and short reductions are one
-  thread per output element, accumulating in registers from global memory:
-  no shared-memory tiling, no tensor cores. A short reduction to a scalar
-  (under 64 elements) is still a single-thread kernel.
+- Contractions that are not multiples of the 64 x 64 x 16 tile, and short
+  reductions, are one thread per output element, accumulating in registers
+  from global memory. A short reduction to a scalar (under 64 elements) is
+  still a single-thread kernel.
+- Tiled contractions do not fuse their elementwise consumers (bias,
+  activation): an epilogue kernel of its own. The tiles are single-buffered
+  (the next step's copies wait for the current step), there is no
+  `wgmma`/TMA on sm_90, and tf32 is never used.
 """
 
 from __future__ import annotations
@@ -135,13 +154,19 @@ from ..bufferize import (
     UnshareEmptyTensors,
     entry_prologue,
 )
-from ..cpu.to_llvm import TO_LLVM, ExpandFloatClassTests
+from ..cpu.to_llvm import LOWER_VECTORS, TO_LLVM, ExpandFloatClassTests
 from ..passes import Pass, PipelineElement, register
 from .calling_convention import (
     CheckGpuLowerable,
     DistinctReturnBuffers,
     HostLoopAllocaScopes,
     HostWrappers,
+)
+from .contractions import (
+    Bf16MmaOperands,
+    WarpsToLanes,
+    WarpTileContractions,
+    WarpTilesToMmaSync,
 )
 from .device_memory import DeviceMemory
 from .fusion import HoistAllocations, HorizontalFusion, RowFusion
@@ -229,6 +254,9 @@ class LowerToGpu(Pass):
             "eliminate-empty-tensors",
             GPU_BUFFERIZE,
             "canonicalize",
+            # Contractions: tiles of blocks, tensor cores or register tiles
+            # (contractions.py), before long reductions take them.
+            WarpTileContractions(chip=self.chip),
             # Long reductions: a block of threads per output (reductions.py).
             BlockReductions(block_size=self.block_size),
             # Parallel loops before out-params: fusion needs the results to be
@@ -273,6 +301,7 @@ class LowerToGpu(Pass):
 
     def _kernel_stage(self) -> list[PipelineElement]:
         return [
+            WarpsToLanes(),
             DeviceMemory(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
@@ -282,6 +311,10 @@ class LowerToGpu(Pass):
             # counts for ptxas) instead of becoming kernel arguments.
             "gpu-launch-sink-index-computations",
             "gpu-kernel-outlining",
+            # Tiled contractions' tiles through shared memory; warp tiles to
+            # nvgpu.mma.sync, kernel by kernel, while their index math is
+            # affine.apply (contractions.py).
+            WarpTilesToMmaSync(),
             "lower-affine",
             "canonicalize",
             "cse",
@@ -299,8 +332,10 @@ class LowerToGpu(Pass):
             "math-expand-ops{ops=clampf}",
             ExpandFloatClassTests(),
             target + "}",
-            "gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm,canonicalize,cse,"
+            "gpu.module(convert-nvgpu-to-nvvm,convert-vector-to-llvm,convert-scf-to-cf,"
+            "convert-gpu-to-nvvm,canonicalize,cse,"
             "reconcile-unrealized-casts)",
+            Bf16MmaOperands(),
         ]
 
     def _binary_stage(self) -> list[PipelineElement]:
@@ -333,4 +368,6 @@ def parallel_stage_on_cpu_pipeline(**options: object) -> list[PipelineElement]:
     the CPU pipeline's LLVM steps, so tests compare it against numpy.
     `options` are further LowerToGpu options (e.g. block_size=64).
     """
-    return [LowerToGpu(stage="parallel", **options), *TO_LLVM]  # type: ignore[arg-type]
+    # The warp tiles of f16 contractions are vector ops: the CPU's vector lowering.
+    return [LowerToGpu(stage="parallel", **options),  # type: ignore[arg-type]
+            *LOWER_VECTORS, *TO_LLVM]

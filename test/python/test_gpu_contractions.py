@@ -1,0 +1,321 @@
+"""Contractions on the GPU (transforms/gpu/contractions.py): f16 and bf16 on tensor cores,
+f32 as register tiles of threads; both stage their operands' tiles through
+shared memory.
+
+No GPU is needed. The PTX is checked for the tensor-core pipeline's
+instructions (`mma.sync`, `ldmatrix` from shared memory, `cp.async`
+copies, barriers) and for the f32 tiles' shared-memory traffic, and ptxas
+compiles it for sm_80 and sm_90; the `parallel` stage (the tiles before
+the GPU mapping and the nvgpu lowering) runs on the CPU against numpy for
+every operand layout a contraction (and its derivatives) can have, a
+batch, an f16 accumulator and shapes that are not multiples of the tile
+(the generic path).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from mlir_autodiff import dialects
+from mlir_autodiff import gpu as adgpu
+from mlir_autodiff.argspec import bfloat16
+from mlir_autodiff.dialects.vocabulary import GPU_SIMT_TILE
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
+from mlir_autodiff.transforms.pipeline import run_pipeline
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+
+_PAR2 = '"parallel", "parallel", "reduction"'
+_PAR3 = '"parallel", "parallel", "parallel", "reduction"'
+
+
+def _contraction(name: str, ashape, bshape, cshape, maps, iters: str, out: str = "f32",
+                 inp: str = "f16") -> str:
+    """A contraction generic on `inp` inputs, accumulating into `out` from a zero fill."""
+    a, b, c = ("x".join(map(str, s)) for s in (ashape, bshape, cshape))
+    if inp == "f32":
+        body = "%p = arith.mulf %x, %y : f32\n    %s = arith.addf %acc, %p : f32"
+    elif out == "f32":
+        body = (f"%xa = arith.extf %x : {inp} to f32\n    %ya = arith.extf %y : {inp} to f32\n"
+                "    %p = arith.mulf %xa, %ya : f32\n    %s = arith.addf %acc, %p : f32")
+    else:
+        body = "%p = arith.mulf %x, %y : f16\n    %s = arith.addf %acc, %p : f16"
+    am, bm, cm = (f"affine_map<{m}>" for m in maps)
+    return f"""
+func.func @{name}(%a: tensor<{a}x{inp}>, %b: tensor<{b}x{inp}>) -> tensor<{c}x{out}> {{
+  %z = arith.constant 0.0 : {out}
+  %e = tensor.empty() : tensor<{c}x{out}>
+  %f = linalg.fill ins(%z : {out}) outs(%e : tensor<{c}x{out}>) -> tensor<{c}x{out}>
+  %m = linalg.generic {{indexing_maps = [{am}, {bm}, {cm}], iterator_types = [{iters}]}}
+      ins(%a, %b : tensor<{a}x{inp}>, tensor<{b}x{inp}>) outs(%f : tensor<{c}x{out}>) {{
+  ^bb0(%x: {inp}, %y: {inp}, %acc: {out}):
+    {body}
+    linalg.yield %s : {out}
+  }} -> tensor<{c}x{out}>
+  return %m : tensor<{c}x{out}>
+}}"""
+
+
+M, N, K = 128, 192, 96
+_IK, _KJ, _KI, _JK, _IJ = ("(i, j, k) -> (i, k)", "(i, j, k) -> (k, j)", "(i, j, k) -> (k, i)",
+                           "(i, j, k) -> (j, k)", "(i, j, k) -> (i, j)")
+#: name -> (function text, shapes of a and b, numpy reference on f32 copies)
+LAYOUTS = {
+    "nn": (_contraction("nn", (M, K), (K, N), (M, N), (_IK, _KJ, _IJ), _PAR2),
+           ((M, K), (K, N)), lambda a, b: a @ b),
+    # what reverse mode makes of a matmul: one operand transposed, or both
+    "tn": (_contraction("tn", (K, M), (K, N), (M, N), (_KI, _KJ, _IJ), _PAR2),
+           ((K, M), (K, N)), lambda a, b: a.T @ b),
+    "nt": (_contraction("nt", (M, K), (N, K), (M, N), (_IK, _JK, _IJ), _PAR2),
+           ((M, K), (N, K)), lambda a, b: a @ b.T),
+    "tt": (_contraction("tt", (K, M), (N, K), (M, N), (_KI, _JK, _IJ), _PAR2),
+           ((K, M), (N, K)), lambda a, b: a.T @ b.T),
+    # the first input indexes the columns
+    "swapped": (_contraction("swapped", (K, N), (M, K), (M, N), (_KJ, _IK, _IJ), _PAR2),
+                ((K, N), (M, K)), lambda a, b: b @ a),
+    "batch": (_contraction("batch", (3, M, K), (3, K, N), (3, M, N),
+                           ("(b, i, j, k) -> (b, i, k)", "(b, i, j, k) -> (b, k, j)",
+                            "(b, i, j, k) -> (b, i, j)"), _PAR3),
+              ((3, M, K), (3, K, N)), lambda a, b: a @ b),
+    "f16_accumulator": (_contraction("f16_accumulator", (64, 32), (32, 64), (64, 64),
+                                     (_IK, _KJ, _IJ), _PAR2, out="f16"),
+                        ((64, 32), (32, 64)), lambda a, b: a @ b),
+    # bf16 (f32 accumulators): the tiles are read as raw 16-bit fragments, the
+    # mma.sync ops retyped to bf16 after the NVVM lowering
+    "bf16_nt": (_contraction("bf16_nt", (M, K), (N, K), (M, N), (_IK, _JK, _IJ), _PAR2,
+                             inp="bf16"), ((M, K), (N, K)), lambda a, b: a @ b.T),
+    # not multiples of the 64 x 64 x 16 tile: the generic path
+    "ragged_rows": (_contraction("ragged_rows", (70, 64), (64, 64), (70, 64), (_IK, _KJ, _IJ),
+                                 _PAR2), ((70, 64), (64, 64)), lambda a, b: a @ b),
+    "ragged_k": (_contraction("ragged_k", (64, 40), (40, 64), (64, 64), (_IK, _KJ, _IJ), _PAR2),
+                 ((64, 40), (40, 64)), lambda a, b: a @ b),
+}
+TILED = ("nn", "tn", "nt", "tt", "swapped", "batch", "f16_accumulator", "bf16_nt")
+RAGGED = ("ragged_rows", "ragged_k")
+#: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `tt` takes both
+#: transposed branches (A's and B's are independent), `batch` the untransposed ones.
+ON_CPU = ("tt", "batch", "f16_accumulator", "bf16_nt", *RAGGED)
+
+
+def _lowered(text: str, **options) -> ir.Module:
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(**options)])
+    return module
+
+
+def _ptx(module: ir.Module) -> str:
+    return "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
+
+
+def _ptx_kernels(ptx: str) -> list[tuple[str, str]]:
+    """(kernel name, its PTX body) for each kernel (the names of several modules'
+    kernels may repeat)."""
+    parts = re.split(r"^\.visible \.entry (\w+)", ptx, flags=re.M)
+    return list(zip(parts[1::2], parts[2::2]))
+
+
+def _assert_tensor_core_kernel(body: str) -> None:
+    assert re.search(r"^\s*mma\.sync\.aligned\.m16n8k16\.row\.col\.f(32|16)\.(b?f16)\.\2",
+                     body, re.M)
+    assert re.search(r"^\s*ldmatrix\.sync\.aligned\.\S*\.shared\.b16", body, re.M)
+    assert re.search(r"^\s*cp\.async\.\S*shared\.global", body, re.M)
+    assert "cp.async.wait_group" in body and "bar.sync" in body
+
+
+def test_parallel_stage_warp_tiles_match_numpy() -> None:
+    """The layouts in one module (one compilation): the tiled ones are warp tiles of
+    vector contractions (8 mma-shaped 16x8x16 contractions per warp), the ragged ones
+    are not, and all match numpy."""
+    text = "\n".join(LAYOUTS[n][0] for n in ON_CPU)
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(stage="parallel")])
+        contracts = {}
+        for fn in module.body.operations:
+            name = ir.StringAttr(fn.attributes["sym_name"]).value
+            contracts[name] = str(fn).count("vector.contract")
+    for name in ON_CPU:
+        assert contracts[name] == (0 if name in RAGGED else 8), name
+    compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
+    rng = np.random.default_rng(22)
+    for name in ON_CPU:
+        _, shapes, ref = LAYOUTS[name]
+        dtype = bfloat16() if name.startswith("bf16") else np.float16
+        a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
+        got = compiled[name](a, b)
+        want = ref(a.astype(np.float32), b.astype(np.float32))
+        if name == "f16_accumulator":  # rounded to f16 after every product
+            np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=6e-2)
+        else:  # f16 products are exact in f32; only the summation order differs
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_f16_matmul_and_batch_matmul_ptx_use_tensor_cores(chip: str) -> None:
+    """A 256^3 f16 matmul and the tiled layouts (every one on sm_80; the batch matmul
+    and bf16 on sm_90): mma.sync fed by ldmatrix from tiles that cp.async copied into
+    shared memory; ptxas accepts the program for the chip."""
+    names = TILED if chip == "sm_80" else ("batch", "bf16_nt")
+    text = (_contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2)
+            + "\n".join(LAYOUTS[n][0] for n in names))
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip=chip, format="isa")))
+    mma = [(k, body) for k, body in kernels if "mma.sync" in body]
+    assert sorted(k.split("_kernel")[0] for k, _ in mma) == sorted({"mm", *names})
+    for k, body in mma:
+        _assert_tensor_core_kernel(body)
+        if k.startswith("bf16"):
+            assert ".f32.bf16.bf16.f32" in body
+    module = _lowered(text, chip=chip, format="bin")
+    sm = int(chip[3:])
+    for obj in adgpu.gpu_objects(module):
+        assert adgpu.cubin_arch(obj.data) == sm
+
+
+def test_before_sm80_and_ragged_shapes_take_the_generic_path() -> None:
+    text = LAYOUTS["nn"][0] + LAYOUTS["ragged_rows"][0]
+    ptx = _ptx(_lowered(text, chip="sm_75", format="isa"))
+    assert "mma.sync" not in ptx and "cp.async" not in ptx
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
+    assert any("mma.sync" in b for k, b in kernels if k.startswith("nn"))
+    assert not any("mma.sync" in b for k, b in kernels if k.startswith("ragged"))
+
+
+# -- f32: register tiles, shared memory ---------------------------------------------------------
+
+F32_LAYOUTS = {
+    "f32_tn": (_contraction("f32_tn", (K, M), (K, N), (M, N), (_KI, _KJ, _IJ), _PAR2,
+                            inp="f32"), ((K, M), (K, N)), lambda a, b: a.T @ b),
+    "f32_nt": (_contraction("f32_nt", (M, K), (N, K), (M, N), (_IK, _JK, _IJ), _PAR2,
+                            inp="f32"), ((M, K), (N, K)), lambda a, b: a @ b.T),
+    "f32_batch": (_contraction("f32_batch", (2, 64, K), (2, K, 64), (2, 64, 64),
+                               ("(b, i, j, k) -> (b, i, k)", "(b, i, j, k) -> (b, k, j)",
+                                "(b, i, j, k) -> (b, i, j)"), _PAR3, inp="f32"),
+                  ((2, 64, K), (2, K, 64)), lambda a, b: a @ b),
+    "f32_ragged": (_contraction("f32_ragged", (70, 64), (64, 64), (70, 64), (_IK, _KJ, _IJ),
+                                _PAR2, inp="f32"), ((70, 64), (64, 64)), lambda a, b: a @ b),
+}
+
+
+def test_f32_parallel_stage_register_tiles_match_numpy() -> None:
+    """f32 contractions: 4 x 4 register tiles per thread, the zero fill folded into
+    the accumulators (no read of the output, no fill kernel); exact f32 accuracy."""
+    text = "\n".join(t for t, _, _ in F32_LAYOUTS.values())
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(stage="parallel")])
+        for fn in module.body.operations:
+            name = ir.StringAttr(fn.attributes["sym_name"]).value
+            fn_text = str(fn)
+            tiled = name != "f32_ragged"
+            assert (GPU_SIMT_TILE in fn_text) == tiled, name
+            if tiled:  # one kernel: no fill loop of its own
+                assert fn_text.count("scf.parallel") == 2, name
+    compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
+    rng = np.random.default_rng(7)
+    for name, (_, shapes, ref) in F32_LAYOUTS.items():
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+        want = ref(a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(compiled[name](a, b), want, rtol=1e-5, atol=1e-5)
+
+
+@needs_ptxas
+def test_f32_matmul_ptx_stages_tiles_through_shared_memory() -> None:
+    """A 256^3 f32 matmul: one kernel of 64 x 64 tiles, 256 threads, each step's A and B
+    tiles stored to and read from shared memory between barriers; no tensor cores
+    (f32 keeps f32 accuracy: no tf32)."""
+    text = _contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2,
+                        inp="f32")
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
+    assert len(kernels) == 1
+    ((_, body),) = kernels
+    assert re.search(r"^\s*st\.shared\S*\.b32", body, re.M)
+    assert re.search(r"^\s*ld\.shared\S*\.b32", body, re.M)
+    assert "bar.sync" in body and "mma" not in body and "tf32" not in body
+    module = _lowered(text, chip="sm_90", format="bin")
+    for obj in adgpu.gpu_objects(module):
+        assert adgpu.cubin_arch(obj.data) == 90
+
+
+# -- the front end's f16: widened to f32 around the product --------------------------------------
+
+
+def test_front_end_f16_gradient_uses_tensor_cores_and_is_correct() -> None:
+    """`anp` widens f16 matmul operands to f32 (`extf` kernels) and contracts in f32:
+    the contraction reads the f16 buffers on tensor cores instead (f16 x f16 products
+    are exact in f32, so the values do not change); the backward contractions, whose
+    cotangent is f32, stay f32 register tiles. The gradient matches numpy."""
+    import mlir_autodiff as ad
+    import mlir_autodiff.numpy as anp
+
+    def f(w, x):
+        return anp.sum(anp.tanh(x @ w))
+
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 128)) * 0.1).astype(np.float16)
+    x = rng.standard_normal((128, 64)).astype(np.float16)
+    text = ad.lower(ad.grad(f, argnums=(0, 1)), w, x).as_text("autodiff")
+    kernels = _ptx_kernels(_ptx(_lowered(text, chip="sm_80", format="isa")))
+    assert sum("mma.sync" in b for _, b in kernels) == 1
+    assert sum("mma.sync" not in b and "st.shared" in b and "bar.sync" in b
+               for _, b in kernels) >= 2
+    dw, dx = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)[
+        "main"](w, x)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    # the product is rounded to f16 before tanh (the program's dtype)
+    g = 1 - np.tanh((x64 @ w64).astype(np.float16).astype(np.float64)) ** 2
+    np.testing.assert_allclose(dw.astype(np.float64), x64.T @ g, rtol=2e-2, atol=5e-2)
+    np.testing.assert_allclose(dx.astype(np.float64), g @ w64.T, rtol=2e-2, atol=5e-2)
+
+
+def test_f32_tile_takes_its_fill_copy_and_elementwise_epilogue() -> None:
+    """`tanh(x @ w + b)` whose output starts as a copy of a zero-filled buffer: the
+    copy and the bias/tanh epilogue run in the tile's kernel (one launch), on the
+    accumulators, and the result matches numpy."""
+    text = """
+func.func @layer(%x: tensor<128x96xf32>, %w: tensor<96x64xf32>, %b: tensor<64xf32>)
+    -> (tensor<128x64xf32>, tensor<128x64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<128x64xf32>) -> tensor<128x64xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<128x96xf32>, tensor<96x64xf32>)
+      outs(%f : tensor<128x64xf32>) -> tensor<128x64xf32>
+  %e2 = tensor.empty() : tensor<128x64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>],
+      iterator_types = ["parallel", "parallel"]}
+      ins(%m, %b : tensor<128x64xf32>, tensor<64xf32>) outs(%e2 : tensor<128x64xf32>) {
+  ^bb0(%v: f32, %bb: f32, %o: f32):
+    %s = arith.addf %v, %bb : f32
+    %t = math.tanh %s : f32
+    linalg.yield %t : f32
+  } -> tensor<128x64xf32>
+  return %r, %f : tensor<128x64xf32>, tensor<128x64xf32>
+}"""
+    module = _lowered(text, stage="kernels")
+    assert str(module).count("gpu.launch_func") == 2  # the tile, and %f's own fill
+    tiles = [b for _, b in _ptx_kernels(_ptx(_lowered(text, format="isa")))
+             if "st.shared" in b]
+    assert len(tiles) == 1  # the tile kernel (shared memory), epilogue included
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    w = (rng.standard_normal((96, 64)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    got, zeros = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(),
+                                opt_level=0)["layer"](x, w, b)
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w + b), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_array_equal(zeros, np.zeros((128, 64), np.float32))

@@ -1,0 +1,990 @@
+"""Contractions as tiles of blocks: tensor cores for f16/bf16, register tiles for f32.
+
+`WarpTileContractions` (parallel stage, on buffers, before the generic
+conversion to parallel loops) rewrites a contraction `linalg.generic` (a
+matmul, a batch matmul, or what AD produces: either operand transposed,
+the inputs in either order) whose output is a multiple of 64 x 64 and whose
+reduced extent is a multiple of 16 into a grid of 64 x 64 output tiles, one
+per block. The fill that initialises the output (zero, for a matmul) folds
+into the accumulators: no fill kernel, no read of the output.
+
+f16 and bf16 operands (f32 accumulators; f16 also f16), sm_80 and newer:
+each block is 4 warps, each warp owns a 32 x 32 sub-tile of 2 x 4 fragments
+of 16 x 8 accumulators kept in registers across the reduction, which
+advances 16 at a time:
+
+    scf.parallel (%b..., %i, %j) step (1..., 64, 64) {              // blocks
+      scf.parallel (%w) = (0) to (4) {                              // warps
+        scf.for %k = 0 to K step 16 iter_args(acc[f] = fill) {
+          a = vector.transfer_read A[...]        (16x16, transposed map if A is k x m)
+          b = vector.transfer_read B[...]        (16x8,  transposed map if B is n x k)
+          acc[f] = vector.contract(a, b, acc[f])
+        }
+        vector.transfer_write acc[f], C[...]
+      }
+    }
+
+On the CPU (the `parallel` stage the tests run) the warp loop runs once per
+warp: the program there is the contraction itself, with the tiling, the
+transposes and the batch indexing exercised. The kernel stage then gives
+each warp 32 lanes (`WarpsToLanes`: thread and block ids read directly, so
+that the tile's index math stays `affine.apply`, which the vector-to-nvgpu
+conversion takes in its slices where it rejects arith ops) and, after
+kernel outlining, `WarpTilesToMmaSync` stages the block's A and B tiles
+through shared memory at each step (one 16-byte `nvgpu.device_async_copy`,
+`cp.async`, of each per thread, wait, barrier; a barrier before the next
+step's copies) and runs upstream's `convert-vector-to-gpu{use-nvgpu}` on
+those kernels: `nvgpu.ldmatrix` (`.trans` for transposed reads) and
+`nvgpu.mma.sync` m16n8k16. MLIR 22's mma.sync lowering knows f16 fragments
+only, so bf16 tiles are read as f16 (the same bits, from an f16 view of the
+tile) and `Bf16MmaOperands` retypes the `nvvm.mma.sync` ops to bf16 after
+the NVVM lowering (the fragment layouts of the two types are the same).
+An f32 contraction of f16/bf16 values the front end widened (`extf`
+kernels) reads the 16-bit buffers instead: the products are exact in f32.
+
+f32 operands: 16 x 16 threads per block, each accumulating a 4 x 4 register
+tile in f32 (no tf32), the reduction in steps of 16 whose A and B tiles the
+threads copy into shared memory (k-major, 4 elements each) between barriers
+(`_stage_simt`, kernel stage).
+
+Which contractions: one output, two inputs, `acc + ext?(a) * ext?(b)` in
+the body, static shapes, dense row-major buffers (aligned 16-byte copies),
+an output no input aliases, the reduction dimension innermost (tensors.py
+puts it there), the output indexed by the parallel dimensions in order; the
+last two parallel dimensions are the output's rows and columns, at most one
+before them a batch dimension both inputs share. Other contractions keep
+the generic path (one thread per output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from mlir import ir
+from mlir.dialects import affine as affine_d
+from mlir.dialects import arith, memref, nvgpu, scf, vector
+from mlir.dialects import gpu as gpu_d
+
+from ...dialects.vocabulary import (
+    GPU_BF16_MMA,
+    GPU_MMA_TILE,
+    GPU_SIMT_TILE,
+    GPU_TILE_READ,
+    GPU_WARP_LOOP,
+)
+from ..ad_support import int_constant, walk_ops
+from ..bufferize import ContextPass as _Step
+from .reductions import _GRID, _ROW, _base, _has_views, _region
+from .support import identity_layout, index_const, new_parallel, on_host, ops_of
+
+#: Output tile per block (rows, columns), warps per block (rows x columns),
+#: mma fragment shape (m, n, k) and the reduced elements staged per step.
+BLOCK_M, BLOCK_N = 64, 64
+WARPS_M, WARPS_N = 2, 2
+FRAG_M, FRAG_N, FRAG_K = 16, 8, 16
+STAGE_K = 16
+WARPS = WARPS_M * WARPS_N
+# Staging copies one 16-byte chunk (8 halves) of each tile per thread.
+assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
+#: Marks the warp loop (one iteration per warp until WarpsToLanes).
+WARP_ATTR = GPU_WARP_LOOP
+#: Marks a gpu.module whose f16-typed mma.sync ops compute on bf16 values.
+BF16_ATTR = GPU_BF16_MMA
+#: Marks the reduction loop of a warp-tiled contraction (for the staging pass).
+TILE_ATTR = GPU_MMA_TILE
+
+_MIN_SM = 80
+
+
+def _sm(chip: str) -> int:
+    m = re.match(r"sm_(\d+)", chip)
+    return int(m.group(1)) if m else 0
+
+
+def _apply(expr: str, *operands: ir.Value) -> ir.Value:
+    """`affine.apply` of `()[s0, ...] -> (expr)`: index math the vector-to-nvgpu
+    conversion passes through (its slices take arith ops for matrix code)."""
+    syms = ", ".join(f"s{i}" for i in range(len(operands)))
+    m = ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<()[{syms}] -> ({expr})>"))
+    return affine_d.AffineApplyOp(m, list(operands)).result
+
+
+def _body_is_mul_add(generic: ir.Operation) -> bool:
+    block = generic.regions[0].blocks[0]
+    names = [op.operation.name for op in block.operations]
+    if names[-1] != "linalg.yield" or names.count("arith.mulf") != 1 or \
+            names.count("arith.addf") != 1:
+        return False
+    if any(n not in ("arith.extf", "arith.mulf", "arith.addf", "linalg.yield") for n in names):
+        return False
+    ops = [op.operation for op in block.operations]
+    add = next(o for o in ops if o.name == "arith.addf")
+    mul = next(o for o in ops if o.name == "arith.mulf")
+    acc = block.arguments[len(block.arguments) - 1]
+    if list(ops[-1].operands) != [add.results[0]]:
+        return False
+    adds = list(add.operands)
+    if not ((adds[0] == acc and adds[1] == mul.results[0])
+            or (adds[1] == acc and adds[0] == mul.results[0])):
+        return False
+
+    def root(v: ir.Value) -> ir.Value:
+        owner = v.owner
+        if isinstance(owner, ir.OpView) or isinstance(owner, ir.Operation):
+            o = owner.operation if isinstance(owner, ir.OpView) else owner
+            if o.name == "arith.extf":
+                return o.operands[0]
+        return v
+
+    ins = {root(v) for v in mul.operands}
+    return ins == {block.arguments[0], block.arguments[1]} and acc not in ins
+
+
+@dataclasses.dataclass
+class _Plan:
+    a: ir.Value
+    b: ir.Value
+    c: ir.Value
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_trans: bool  # A indexed (k, m)
+    b_trans: bool  # B indexed (n, k)
+    simt: bool  # f32: register tiles of threads, not warp tiles of tensor cores
+
+
+def _widened_from_half(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
+    """The f16 or bf16 buffer `buf` holds the f32 widening of, when an earlier op of
+    `generic`'s block wrote all of `buf` as `extf` of it and nothing since wrote either."""
+    if _has_views(buf):
+        return None
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    for k in range(pos - 1, -1, -1):
+        prev = ops[k]
+        if buf not in list(prev.operands):
+            if prev.regions and prev.name != "linalg.generic":
+                return None  # a loop or region might write buf through a view
+            continue
+        if prev.name != "linalg.generic" or len(prev.operands) != 2 or \
+                prev.operands[1] != buf:
+            if prev.name == "linalg.generic" and buf in list(prev.opview.inputs) and \
+                    buf not in list(prev.opview.outputs):
+                continue  # a read
+            return None
+        src = prev.operands[0]
+        if not isinstance(src.type, ir.MemRefType) or not identity_layout(src.type) or \
+                ir.MemRefType(src.type).element_type not in (ir.F16Type.get(),
+                                                             ir.BF16Type.get()) or \
+                ir.MemRefType(src.type).shape != ir.MemRefType(buf.type).shape:
+            return None
+        maps = [ir.AffineMapAttr(m).value
+                for m in ir.ArrayAttr(prev.attributes["indexing_maps"])]
+        rank = ir.MemRefType(buf.type).rank
+        if any(m != ir.AffineMap.get_identity(rank) for m in maps):
+            return None
+        body = ops_of(prev.regions[0].blocks[0])
+        block = prev.regions[0].blocks[0]
+        if [o.name for o in body] != ["arith.extf", "linalg.yield"] or \
+                body[0].operands[0] != block.arguments[0] or \
+                body[1].operands[0] != body[0].results[0]:
+            return None
+        # Nothing between the widening and the contraction writes the f16 source.
+        for mid in ops[k + 1:pos]:
+            if src in list(mid.operands) and not (
+                    mid.name == "linalg.generic" and src in list(mid.opview.inputs)
+                    and src not in list(mid.opview.outputs)):
+                return None
+            if _base(src) != src or any(
+                    _base(v) == src and v != src for v in mid.operands):
+                return None
+        return src
+    return None
+
+
+def _plan(generic: ir.Operation, tensor_cores: bool = True) -> _Plan | None:
+    if generic.name != "linalg.generic" or len(generic.operands) != 3 or \
+            len(generic.results) != 0:
+        return None
+    iters = [str(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"])]
+    if not iters or any("parallel" not in t for t in iters[:-1]) or "reduction" not in iters[-1]:
+        return None
+    rank = len(iters) - 1  # parallel dims
+    if rank < 2:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(generic.attributes["indexing_maps"])]
+    ops = list(generic.operands)
+    types = [ir.MemRefType(v.type) if isinstance(v.type, ir.MemRefType) else None for v in ops]
+    if any(t is None or not t.has_static_shape or not identity_layout(t) for t in types):
+        return None  # dense row-major buffers: aligned 16-byte copies, static strides
+    if _base(ops[2]) in (_base(ops[0]), _base(ops[1])):
+        return None  # other blocks would read what a block writes
+    f16, bf16, f32 = ir.F16Type.get(), ir.BF16Type.get(), ir.F32Type.get()
+    elts = [t.element_type for t in types]
+    if elts[0] == elts[1] == f16 and elts[2] in (f16, f32):
+        simt = False
+    elif elts[0] == elts[1] == bf16 and elts[2] == f32:
+        simt = False
+    elif elts[0] == elts[1] == elts[2] == f32:
+        simt = True
+        # f16/bf16 values the front end widened to f32 for the product: the 16-bit
+        # buffers feed tensor cores (their products are exact in f32).
+        sources = [_widened_from_half(generic, ops[i]) for i in (0, 1)]
+        if sources[0] is not None and sources[1] is not None and tensor_cores and \
+                sources[0].type.element_type == sources[1].type.element_type:
+            ops = [sources[0], sources[1], ops[2]]
+            simt = False
+    else:
+        return None
+    if not _body_is_mul_add(generic):
+        return None
+
+    def dims(m: ir.AffineMap) -> list[int] | None:
+        out = []
+        for e in m.results:
+            if not isinstance(e, ir.AffineDimExpr):
+                return None
+            out.append(e.position)
+        return out
+
+    d = [dims(m) for m in maps]
+    if any(x is None for x in d) or d[2] != list(range(rank)) or rank > 3:
+        return None  # one batch dimension at most: blocks are z (batch), y, x
+    batch = list(range(rank - 2))
+    mdim, ndim, kdim = rank - 2, rank - 1, rank
+    ia, ib = (0, 1) if mdim in d[0] else (1, 0)
+    da, db = d[ia], d[ib]
+    if da[:-2] != batch or db[:-2] != batch:
+        return None
+    if da[-2:] == [mdim, kdim]:
+        a_trans = False
+    elif da[-2:] == [kdim, mdim]:
+        a_trans = True
+    else:
+        return None
+    if db[-2:] == [kdim, ndim]:
+        b_trans = False
+    elif db[-2:] == [ndim, kdim]:
+        b_trans = True
+    else:
+        return None
+    cshape = types[2].shape
+    ashape = types[ia].shape
+    m, n = cshape[-2], cshape[-1]
+    k = ashape[-2] if a_trans else ashape[-1]
+    if m % BLOCK_M or n % BLOCK_N or k % STAGE_K:
+        return None
+    return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans, simt)
+
+
+def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: bool,
+          pad: ir.Value) -> ir.Value:
+    rank = ir.MemRefType(src.type).rank
+    names = ", ".join(f"d{i}" for i in range(rank))
+    lo, hi = f"d{rank - 2}", f"d{rank - 1}"
+    res = f"{hi}, {lo}" if trans else f"{lo}, {hi}"
+    pmap = ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<({names}) -> ({res})>"))
+    elt = ir.MemRefType(src.type).element_type
+    in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
+    return vector.TransferReadOp(ir.VectorType.get(list(shape), elt), src, idx, pmap, pad,
+                                 in_bounds).result
+
+
+#: On each fragment read of a warp tile: [operand (0: A, 1: B), fragment, transposed].
+READ_ATTR = GPU_TILE_READ
+
+
+def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
+    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)])
+
+
+def _fill_before(generic: ir.Operation, out: ir.Value) -> \
+        tuple[ir.Operation, ir.Operation] | None:
+    """(the op that last wrote `out` before `generic`, the fill whose value that is) when
+    no op in between uses `out` and the writer is a fill of `out` or a copy into `out`
+    of a buffer a fill wrote: the value is the contraction's initial accumulator."""
+    if _has_views(out):
+        return None  # an op between might read the fill through a view
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    for prev in reversed(ops[:pos]):
+        if any(v == out for v in prev.operands):
+            if prev.name == "linalg.fill" and prev.operands[1] == out:
+                return prev, prev
+            if _fill_value(prev) is not None and list(prev.operands) == [out]:
+                return prev, prev
+            if prev.name == "memref.copy" and prev.operands[1] == out and \
+                    prev.operands[0] != out:
+                source = _fill_before(prev, prev.operands[0])
+                return None if source is None else (prev, source[1])
+            return None
+        if prev.regions and any(out in list(o.operands) for o in walk_ops(prev)):
+            return None  # a loop or region that touches out (no views of it exist)
+    return None
+
+
+def _fill_value(op: ir.Operation) -> ir.Value | None:
+    """The value a fill writes: `linalg.fill`'s, or a generalized fill's (a generic with
+    no inputs and an identity map whose body yields a value defined outside it)."""
+    if op.name == "linalg.fill":
+        return op.operands[0]
+    if op.name != "linalg.generic" or len(op.operands) != 1:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    rank = ir.MemRefType(op.operands[0].type).rank if isinstance(op.operands[0].type,
+                                                                  ir.MemRefType) else -1
+    if rank < 0 or maps[0] != ir.AffineMap.get_identity(rank):
+        return None
+    body = ops_of(op.regions[0].blocks[0])
+    if len(body) != 1:
+        return None
+    value = body[0].operands[0] if len(body[0].operands) == 1 else None
+    if value is None or isinstance(value.owner, ir.Block):
+        return None
+    owner = value.owner.operation if isinstance(value.owner, ir.OpView) else value.owner
+    parent = owner.parent
+    while parent is not None and parent != op:
+        parent = parent.parent
+    return None if parent is not None else value
+
+
+def _fold_fill(generic: ir.Operation, out: ir.Value, constant_only: bool) -> ir.Attribute | \
+        ir.Value | None:
+    """Erase the fill of `out` before `generic` (the tiles write all of `out`) and return
+    its value: an attribute when `constant_only` (splat vector accumulators)."""
+    found = _fill_before(generic, out)
+    if found is None:
+        return None
+    writer, fill = found
+    value = _fill_value(fill)
+    owner = value.owner
+    if constant_only:
+        const = owner.operation if isinstance(owner, ir.OpView) else owner
+        if not isinstance(const, ir.Operation) or const.name != "arith.constant":
+            return None
+        writer.erase()
+        return const.attributes["value"]
+    writer.erase()
+    return value
+
+
+def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
+    ctype = ir.MemRefType(plan.c.type)
+    cshape = ctype.shape
+    acc_t = ir.VectorType.get([FRAG_M, FRAG_N], ctype.element_type)
+    contract_maps = ir.ArrayAttr.get([
+        ir.Attribute.parse(f"affine_map<{t}>")
+        for t in ("(m, n, k) -> (m, k)", "(m, n, k) -> (k, n)", "(m, n, k) -> (m, n)")
+    ])
+    iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
+                              for t in ("parallel", "parallel", "reduction")])
+    init = _fold_fill(generic, plan.c, constant_only=True)
+    # In "grid"/"row" regions as block reductions are (reductions.py): no loop fuses
+    # into the block loop and canonicalization does not merge it with the thread loop;
+    # InlineBlockReductions puts them back.
+    with ir.InsertionPoint(generic), generic.location:
+        grid = _region(_GRID)
+    with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
+        zero, one = index_const(0), index_const(1)
+        lbs = [zero] * (plan.batch + 2)
+        ubs = [index_const(s) for s in cshape]
+        steps = [one] * plan.batch + [index_const(BLOCK_M), index_const(BLOCK_N)]
+        _, blocks, bterm = new_parallel(lbs, ubs, steps)
+        with ir.InsertionPoint(bterm):
+            row = _region(_ROW)
+        with ir.InsertionPoint(ops_of(row.regions[0].blocks[0])[-1]):
+            tloop, threads, tterm = new_parallel([index_const(0)], [index_const(WARPS)],
+                                                 [index_const(1)])
+            tloop.attributes[WARP_ATTR] = ir.UnitAttr.get()
+        with ir.InsertionPoint(tterm):
+            bidx = list(blocks.arguments)
+            bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
+            t = threads.arguments[0]
+            wm = _apply(f"s1 + (s0 floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}", t, bm)
+            wn = _apply(f"s1 + (s0 mod {WARPS_N}) * {BLOCK_N // WARPS_N}", t, bn)
+            fm, fn = BLOCK_M // WARPS_M // FRAG_M, BLOCK_N // WARPS_N // FRAG_N
+            rows = [_apply(f"s0 + {FRAG_M * i}", wm) for i in range(fm)]
+            cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
+            cpad = arith.constant(ctype.element_type, 0.0)
+            apad = arith.constant(ir.MemRefType(plan.a.type).element_type, 0.0)
+            if init is not None:  # the fill folded in: accumulators start from its value
+                splat = ir.DenseElementsAttr.get_splat(acc_t, init)
+                accs = [arith.constant(acc_t, splat) for _ in range(fm * fn)]
+            else:
+                accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
+                        for i in range(fm) for j in range(fn)]
+            loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(FRAG_K), accs)
+            loop.operation.attributes[TILE_ATTR] = ir.UnitAttr.get()
+            with ir.InsertionPoint(loop.body):
+                kk = loop.induction_variable
+                a_frags = []
+                for i in range(fm):
+                    idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
+                    a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
+                    _tag(a_frags[-1], 0, i, plan.a_trans)
+                b_frags = []
+                for j in range(fn):
+                    idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
+                    b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
+                    _tag(b_frags[-1], 1, j, plan.b_trans)
+                outs = []
+                for i in range(fm):
+                    for j in range(fn):
+                        acc = loop.inner_iter_args[i * fn + j]
+                        outs.append(vector.ContractionOp(acc_t, a_frags[i], b_frags[j], acc,
+                                                         contract_maps, iters).result)
+                scf.YieldOp(outs)
+            in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
+            rank = len(cshape)
+            names = ", ".join(f"d{i}" for i in range(rank))
+            pmap = ir.AffineMapAttr(ir.Attribute.parse(
+                f"affine_map<({names}) -> (d{rank - 2}, d{rank - 1})>"))
+            for i in range(fm):
+                for j in range(fn):
+                    vector.TransferWriteOp(None, loop.results[i * fn + j], plan.c,
+                                           bat + [rows[i], cols[j]], pmap, in_bounds)
+    generic.erase()
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpTileContractions(_Step):
+    """f16 contractions become blocks of warps computing mma-shaped tiles (vector ops)."""
+
+    name = "autodiff-gpu-warp-tile-contractions"
+    summary = "Rewrite f16 contraction generics into warp-level vector tiles for mma.sync"
+
+    chip: str = "sm_80"
+
+    def apply(self, module: ir.Operation) -> None:
+        for op in list(walk_ops(module)):
+            if op.name == "linalg.generic" and on_host(op):
+                plan = _plan(op, tensor_cores=_sm(self.chip) >= _MIN_SM)
+                if plan is None:
+                    continue
+                if plan.simt:
+                    _rewrite_simt(op, plan)
+                elif _sm(self.chip) >= _MIN_SM:
+                    _rewrite(op, plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpsToLanes(_Step):
+    """Each warp loop's iteration becomes 32 threads (lanes) running the same warp code.
+
+    The `parallel` stage runs one iteration per warp (exact on the CPU: a tile is
+    read, accumulated and written once); on the GPU all 32 lanes of a warp take
+    part in the warp-level ops, which `convert-vector-to-gpu{use-nvgpu}` splits
+    into each lane's fragment.
+    """
+
+    name = "autodiff-gpu-warps-to-lanes"
+    summary = "Expand warp loops of mma tiles to 32 threads per warp"
+
+    def apply(self, module: ir.Operation) -> None:
+        for op in list(walk_ops(module)):
+            if op.name == "scf.parallel" and WARP_ATTR in op.attributes:
+                _warps_to_lanes(op)
+
+
+def _replace_uses(old: ir.Value, new: ir.Value) -> None:
+    new_owner = new.owner.operation if isinstance(new.owner, ir.OpView) else new.owner
+    for use in list(old.uses):
+        owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        if owner != new_owner:
+            owner.operands[use.operand_number] = new
+
+
+def _warps_to_lanes(loop: ir.Operation) -> None:
+    """32 lanes per warp; the tile's indices from `gpu.block_id`/`gpu.thread_id`.
+
+    The block loop's dimensions map innermost-first to x, y, z
+    (`gpu-map-parallel-loops{mapping-policy=innermost-first}`), the lane loop to
+    threads x. Reading the ids directly keeps the tile's index math free of
+    arith ops, which `convert-vector-to-gpu{use-nvgpu}` cannot take in the
+    slices of the ops it converts (affine.apply of ids and constants it can).
+    """
+    blocks = loop.parent
+    while blocks is not None and blocks.name != "scf.parallel":
+        blocks = blocks.parent
+    if blocks is None:
+        return
+    lbs, steps = list(blocks.opview.lowerBound), list(blocks.opview.step)
+    consts = [(int_constant(lb), int_constant(st)) for lb, st in zip(lbs, steps)]
+    if len(lbs) > 3 or any(c is None for pair in consts for c in pair):
+        return  # the tile stays correct vector code, without mma
+    body = loop.regions[0].blocks[0]
+    first = ops_of(body)[0]
+    dims = ("x", "y", "z")
+    with ir.InsertionPoint(first), loop.location:
+        bbody = blocks.regions[0].blocks[0]
+        n = len(lbs)
+        for k, (lb, st) in enumerate(consts):
+            bid = gpu_d.block_id(getattr(gpu_d.Dimension, dims[n - 1 - k]))
+            _replace_uses_inside(bbody.arguments[k], _apply(f"s0 * {st} + {lb}", bid), loop)
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        warp = _apply("s0 floordiv 32", tid)
+    _replace_uses(body.arguments[0], warp)
+    with ir.InsertionPoint(loop), loop.location:
+        loop.operands[1] = index_const(32 * WARPS)
+    del loop.attributes[WARP_ATTR]
+
+
+def _replace_uses_inside(old: ir.Value, new: ir.Value, region_op: ir.Operation) -> None:
+    """Replace the uses of `old` nested in `region_op` by `new`."""
+    for use in list(old.uses):
+        owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        parent = owner
+        while parent is not None and parent != region_op:
+            parent = parent.parent
+        if parent is not None and owner != (new.owner.operation
+                                            if isinstance(new.owner, ir.OpView) else new.owner):
+            owner.operands[use.operand_number] = new
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpTilesToMmaSync(_Step):
+    """`convert-vector-to-gpu{use-nvgpu}` on the kernels with warp tiles (their
+    `vector.contract`s become `nvgpu.mma.sync`); only those: the conversion
+    rejects the index arithmetic of kernels that have no contraction."""
+
+    name = "autodiff-gpu-warp-tiles-to-mma-sync"
+    summary = "Convert the warp tiles of outlined kernels to nvgpu.mma.sync"
+
+    #: Stage the A and B tiles through shared memory with cp.async (sm_80+).
+    shared_memory: bool = True
+
+    def apply(self, module: ir.Operation) -> None:
+        from mlir.passmanager import PassManager
+
+        for op in module.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name != "gpu.module":
+                continue
+            if self.shared_memory:
+                for loop in [o for o in walk_ops(op) if o.name == "scf.for"
+                             and SIMT_ATTR in o.attributes]:
+                    _stage_simt(op, loop)
+            if not any(o.name == "vector.contract" for o in walk_ops(op)):
+                continue
+            if self.shared_memory:
+                for loop in [o for o in walk_ops(op) if o.name == "scf.for"
+                             and TILE_ATTR in o.attributes]:
+                    _stage_through_shared_memory(op, loop)
+            pm = PassManager.parse("gpu.module(gpu.func(convert-vector-to-gpu{use-nvgpu=true}))")
+            pm.run(op)
+
+
+# -- the A and B tiles through shared memory -------------------------------------------------
+
+
+def _shared_tile(gpu_module: ir.Operation, shape: tuple[int, int], elt: ir.Type,
+                 taken: set[str], loc: ir.Location) -> tuple[str, ir.MemRefType]:
+    """A new `memref.global` of `shape` in the workgroup address space of `gpu_module`."""
+    space = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    n = 0
+    while f"__autodiff_tile_{n}" in taken:
+        n += 1
+    name = f"__autodiff_tile_{n}"
+    taken.add(name)
+    t = ir.MemRefType.get(list(shape), elt, memory_space=space)
+    with ir.InsertionPoint.at_block_begin(gpu_module.regions[0].blocks[0]), loc:
+        memref.GlobalOp(name, ir.TypeAttr.get(t), sym_visibility="private",
+                        alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 128))
+    return name, t
+
+_WARP_ROW = f"((s1 floordiv 32) floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}"
+_WARP_COL = f"((s1 floordiv 32) mod {WARPS_N}) * {BLOCK_N // WARPS_N}"
+
+
+def _read_tag(op: ir.Operation) -> tuple[int, int, bool] | None:
+    if op.name not in ("vector.transfer_read", "memref.load") or READ_ATTR not in op.attributes:
+        return None
+    vals = list(ir.DenseI32ArrayAttr(op.attributes[READ_ATTR]))
+    return vals[0], vals[1], bool(vals[2])
+
+
+def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -> None:
+    """Each step of the reduction loop copies the block's A tile (64 x 16) and B tile
+    (16 x 64) into shared memory (`nvgpu.device_async_copy`: one 16-byte chunk of
+    each per thread), waits and synchronises; the fragment reads then read the
+    tiles (ldmatrix), and a barrier before the next step's copies."""
+    body = loop.regions[0].blocks[0]
+    reads = [(o, _read_tag(o)) for o in ops_of(body)]
+    reads = [(o, t) for o, t in reads if t is not None]
+    if not reads:
+        return
+    kk = body.arguments[0]
+    f16 = ir.F16Type.get()
+    # Tile shapes in the operands' own orientation, and the first fragment reads.
+    shapes: dict[int, tuple[int, int]] = {}
+    first: dict[int, ir.Operation] = {}
+    trans: dict[int, bool] = {}
+    for o, (operand, frag, tr) in reads:
+        trans[operand] = tr
+        if frag == 0:
+            first[operand] = o
+        if operand == 0:
+            shapes[0] = (FRAG_K, BLOCK_M) if tr else (BLOCK_M, FRAG_K)
+        else:
+            shapes[1] = (BLOCK_N, FRAG_K) if tr else (FRAG_K, BLOCK_N)
+    if set(first) != {0, 1}:
+        return
+    mod_body = gpu_module.regions[0].blocks[0]
+    taken = {ir.StringAttr(o.operation.attributes["sym_name"]).value
+             for o in mod_body.operations if "sym_name" in o.operation.attributes}
+    buffers: dict[int, ir.Value] = {}
+    names: dict[int, tuple[str, ir.MemRefType]] = {}
+    elt = ir.MemRefType(first[0].operands[0].type).element_type
+    bf16 = elt == ir.BF16Type.get()
+    # bf16: the fragments are read as f16 (raw 16-bit values: upstream's mma.sync
+    # lowering knows f16 fragments only) from an f16 view of the bf16 tile, and the
+    # nvvm.mma.sync ops are retyped to bf16 after the NVVM lowering (Bf16MmaOperands).
+    raw = ir.IntegerType.get_signless(8)
+    for operand in (0, 1):
+        shape = shapes[operand]
+        names[operand] = _shared_tile(gpu_module, (shape[0] * shape[1] * 2,) if bf16 else shape,
+                                      raw if bf16 else f16, taken, loop.location)
+    fragment_buffers: dict[int, ir.Value] = {}
+    with ir.InsertionPoint(loop), loop.location:
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        for operand in (0, 1):
+            name, t = names[operand]
+            buffers[operand] = memref.GetGlobalOp(t, name).result
+            fragment_buffers[operand] = buffers[operand]
+            if bf16:
+                space = t.memory_space
+                raw_buf = buffers[operand]
+                views = []
+                for view_elt in (elt, f16):
+                    vt = ir.MemRefType.get(list(shapes[operand]), view_elt, memory_space=space)
+                    views.append(memref.ViewOp(vt, raw_buf, index_const(0), []).result)
+                buffers[operand], fragment_buffers[operand] = views
+    if bf16:
+        gpu_module.attributes[BF16_ATTR] = ir.UnitAttr.get()
+    terminator = ops_of(body)[-1]
+    with ir.InsertionPoint.at_block_begin(body), loop.location:
+        tokens = []
+        for operand in (0, 1):
+            rows, cols = shapes[operand]
+            per_row = cols // 8
+            r = _apply(f"s0 floordiv {per_row}", tid)
+            c = _apply(f"(s0 mod {per_row}) * 8", tid)
+            src_read = first[operand]
+            src = src_read.operands[0]
+            idx = list(src_read.operands[1:1 + ir.MemRefType(src.type).rank])
+            batch = idx[:-2]
+            # The first fragment's index along the block's rows (A) or columns (B)
+            # is the block origin plus the warp's offset.
+            if operand == 0:
+                origin_pos = -1 if trans[0] else -2
+                warp_off = _WARP_ROW
+            else:
+                origin_pos = -2 if trans[1] else -1
+                warp_off = _WARP_COL
+            origin = idx[origin_pos]
+            k_first = (operand == 0 and trans[0]) or (operand == 1 and not trans[1])
+            if k_first:  # rows are k
+                g_row = _apply("s0 + s1", kk, r)
+                g_col = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, c, tid)
+            else:
+                g_row = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, r, tid)
+                g_col = _apply("s0 + s1", kk, c)
+            tokens.append(nvgpu.DeviceAsyncCopyOp(
+                buffers[operand], [r, c], src, batch + [g_row, g_col],
+                ir.IntegerAttr.get(ir.IndexType.get(), 8)).result)
+        group = nvgpu.DeviceAsyncCreateGroupOp(tokens).result
+        nvgpu.DeviceAsyncWaitOp(group)
+        gpu_d.barrier()
+    with ir.InsertionPoint(terminator), loop.location:
+        gpu_d.barrier()
+    for o, (operand, frag, tr) in reads:
+        with ir.InsertionPoint(o), o.location:
+            zero = index_const(0)
+            if operand == 0:
+                off = _apply(f"{_WARP_ROW.replace('s1', 's0')} + {FRAG_M * frag}", tid)
+                local = [zero, off] if tr else [off, zero]
+            else:
+                off = _apply(f"{_WARP_COL.replace('s1', 's0')} + {FRAG_N * frag}", tid)
+                local = [off, zero] if tr else [zero, off]
+            pmap = ir.AffineMapAttr(ir.Attribute.parse(
+                "affine_map<(d0, d1) -> (d1, d0)>" if tr else "affine_map<(d0, d1) -> (d0, d1)>"))
+            vt = ir.VectorType(o.results[0].type)
+            pad = o.operands[len(o.operands) - 1]
+            if bf16:  # same bits, read as f16 (the contraction's operands change type)
+                vt = ir.VectorType.get(vt.shape, f16)
+                pad = arith.constant(f16, 0.0)
+            new = vector.TransferReadOp(vt, fragment_buffers[operand], local, pmap, pad,
+                                        ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)).result
+        o.results[0].replace_all_uses_with(new)
+        o.erase()
+
+
+# -- f32: register tiles of threads, tiles of A and B in shared memory ------------------------
+
+#: Threads per block (16 x 16), each computing a 4 x 4 register tile of the 64 x 64 block tile.
+SIMT_THREADS_N = 16
+SIMT_THREADS = SIMT_THREADS_N * SIMT_THREADS_N
+SIMT_TILE = 4
+assert SIMT_THREADS_N * SIMT_TILE == BLOCK_M == BLOCK_N
+assert BLOCK_M * STAGE_K == SIMT_THREADS * 4  # 4 elements of each tile copied per thread
+#: Marks the outer reduction loop (steps of STAGE_K) of an f32 register tile.
+SIMT_ATTR = GPU_SIMT_TILE
+
+
+def _load(src: ir.Value, idx: list[ir.Value]) -> ir.Value:
+    return memref.LoadOp(src, idx).result
+
+
+def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
+    """An f32 contraction as 64 x 64 block tiles of 16 x 16 threads, 4 x 4 outputs each,
+    the reduction in steps of STAGE_K (the steps the GPU stages through shared memory)."""
+    cshape = ir.MemRefType(plan.c.type).shape
+    init = _fold_fill(generic, plan.c, constant_only=False)
+    epilogue = _epilogue_of(generic, plan.c)
+    with ir.InsertionPoint(generic), generic.location:
+        grid = _region(_GRID)
+    with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
+        zero, one = index_const(0), index_const(1)
+        lbs = [zero] * (plan.batch + 2)
+        ubs = [index_const(s) for s in cshape]
+        steps = [one] * plan.batch + [index_const(BLOCK_M), index_const(BLOCK_N)]
+        _, blocks, bterm = new_parallel(lbs, ubs, steps)
+        with ir.InsertionPoint(bterm):
+            row = _region(_ROW)
+        with ir.InsertionPoint(ops_of(row.regions[0].blocks[0])[-1]):
+            _, threads, tterm = new_parallel([index_const(0)], [index_const(SIMT_THREADS)],
+                                             [index_const(1)])
+        with ir.InsertionPoint(tterm):
+            bidx = list(blocks.arguments)
+            bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
+            t = threads.arguments[0]
+            r0 = _apply(f"s1 + (s0 floordiv {SIMT_THREADS_N}) * {SIMT_TILE}", t, bm)
+            c0 = _apply(f"s1 + (s0 mod {SIMT_THREADS_N}) * {SIMT_TILE}", t, bn)
+            rows = [_apply(f"s0 + {i}", r0) for i in range(SIMT_TILE)]
+            cols = [_apply(f"s0 + {j}", c0) for j in range(SIMT_TILE)]
+            if init is not None:  # the fill folded in: accumulators start from its value
+                accs = [init] * (SIMT_TILE * SIMT_TILE)
+            else:
+                accs = [_load(plan.c, bat + [r, c]) for r in rows for c in cols]
+            outer = scf.ForOp(index_const(0), index_const(plan.k), index_const(STAGE_K), accs)
+            outer.operation.attributes[SIMT_ATTR] = ir.UnitAttr.get()
+            with ir.InsertionPoint(outer.body):
+                inner = scf.ForOp(index_const(0), index_const(STAGE_K), index_const(1),
+                                  list(outer.inner_iter_args))
+                with ir.InsertionPoint(inner.body):
+                    k = _apply("s0 + s1", outer.induction_variable, inner.induction_variable)
+                    a_vals, b_vals = [], []
+                    for i, r in enumerate(rows):
+                        a_vals.append(_load(plan.a, bat + ([k, r] if plan.a_trans else [r, k])))
+                        _tag(a_vals[-1], 0, i, plan.a_trans)
+                    for j, c in enumerate(cols):
+                        b_vals.append(_load(plan.b, bat + ([c, k] if plan.b_trans else [k, c])))
+                        _tag(b_vals[-1], 1, j, plan.b_trans)
+                    outs = []
+                    for i in range(SIMT_TILE):
+                        for j in range(SIMT_TILE):
+                            acc = inner.inner_iter_args[i * SIMT_TILE + j]
+                            outs.append(arith.addf(acc, arith.mulf(a_vals[i], b_vals[j])))
+                    scf.YieldOp(outs)
+                scf.YieldOp(list(inner.results))
+            for i, r in enumerate(rows):
+                for j, c in enumerate(cols):
+                    memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
+            if epilogue is not None:
+                for i, r in enumerate(rows):
+                    for j, c in enumerate(cols):
+                        _apply_epilogue(epilogue, plan.c, outer.results[i * SIMT_TILE + j],
+                                        bat + [r, c])
+    generic.erase()
+    if epilogue is not None:
+        epilogue.erase()
+
+
+_PURE_BODY_PREFIXES = ("arith.", "math.")
+_MOVABLE = ("memref.alloc", "memref.alloca", "arith.constant")
+
+
+def _epilogue_of(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
+    """The elementwise op right after `generic` that reads its output `out` at the same
+    indices (a bias add, an activation, an SGD update): it runs in the tile's kernel,
+    on the accumulators, before their stores (no kernel of its own)."""
+    ops = ops_of(generic.block)
+    pos = next(i for i, o in enumerate(ops) if o == generic)
+    between = []  # allocations and constants (no operands): moved before the tile
+    for nxt in ops[pos + 1:]:
+        if nxt.name in _MOVABLE and len(nxt.operands) == 0:
+            between.append(nxt)
+            continue
+        break
+    else:
+        return None
+    if nxt.name != "linalg.generic" or len(nxt.results) != 0:
+        return None
+    view = nxt.opview
+    ins, outs = list(view.inputs), list(view.outputs)
+    rank = ir.MemRefType(out.type).rank
+    iters = [str(a) for a in ir.ArrayAttr(nxt.attributes["iterator_types"])]
+    if len(outs) != 1 or len(iters) != rank or any("parallel" not in t for t in iters):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(nxt.attributes["indexing_maps"])]
+    identity = ir.AffineMap.get_identity(rank)
+    o_t = outs[0].type
+    if not isinstance(o_t, ir.MemRefType) or ir.MemRefType(o_t).shape != \
+            ir.MemRefType(out.type).shape or maps[-1] != identity:
+        return None
+    if out not in ins or any(v == out and m != identity for v, m in zip(ins, maps)):
+        return None  # reads the contraction's output at its own indices only
+    # Other blocks still read the contraction's operands: the epilogue must not write them.
+    contraction_ins = list(generic.opview.inputs)
+    if _base(outs[0]) in [_base(v) for v in contraction_ins]:
+        return None
+    for v, m in zip(ins, maps):
+        if not isinstance(v.type, ir.MemRefType) or \
+                any(not isinstance(e, ir.AffineDimExpr) for e in m.results):
+            return None
+        for written in (outs[0], out):  # read elsewhere than where this thread writes
+            if _base(v) == _base(written) and (v != written or m != identity):
+                return None
+    body = ops_of(nxt.regions[0].blocks[0])
+    if any(o.regions or not (o.name.startswith(_PURE_BODY_PREFIXES)
+                             or o.name == "linalg.yield") for o in body):
+        return None
+    for o in between:
+        o.move_before(generic)
+    return nxt
+
+
+def _apply_epilogue(epilogue: ir.Operation, out: ir.Value, acc: ir.Value,
+                    idx: list[ir.Value]) -> None:
+    """The epilogue's body at one output element `idx`: `out` read as `acc`, its other
+    inputs loaded, its result stored (at the insertion point)."""
+    view = epilogue.opview
+    ins, outs = list(view.inputs), list(view.outputs)
+    maps = [ir.AffineMapAttr(m).value
+            for m in ir.ArrayAttr(epilogue.attributes["indexing_maps"])]
+    block = epilogue.regions[0].blocks[0]
+    mapping: dict = {}
+    for arg, v, m in zip(block.arguments, ins + outs, maps):
+        if v == out and v in ins and arg.arg_number < len(ins):
+            mapping[arg] = acc
+        elif list(arg.uses):
+            mapping[arg] = _load(v, [idx[e.position] for e in m.results])
+    result = None
+    for op in ops_of(block):
+        if op.name == "linalg.yield":
+            result = op.operands[0]
+            result = mapping.get(result, result)
+            break
+        clone = op.clone(ip=ir.InsertionPoint.current)
+        for k, operand in enumerate(list(clone.operands)):
+            if operand in mapping:
+                clone.operands[k] = mapping[operand]
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    memref.StoreOp(result, outs[0], idx)
+
+
+def _stage_simt(gpu_module: ir.Operation, outer: ir.Operation) -> None:
+    """At each STAGE_K step the block's threads copy the A tile (64 x 16) and the B tile
+    (16 x 64) into shared memory, 4 elements each (contiguous in global memory), both
+    stored k-major; a barrier; the register tile's loads then read shared memory; a
+    barrier before the next step's copies."""
+    obody = outer.regions[0].blocks[0]
+    inner = next((o for o in ops_of(obody) if o.name == "scf.for"), None)
+    if inner is None:
+        return
+    ibody = inner.regions[0].blocks[0]
+    loads = [(o, _read_tag(o)) for o in ops_of(ibody)]
+    loads = [(o, t) for o, t in loads if t is not None]
+    first = {t[0]: o for o, t in loads if t[1] == 0}
+    trans = {t[0]: t[2] for o, t in loads}
+    if set(first) != {0, 1}:
+        return
+    f32 = ir.F32Type.get()
+    taken = {ir.StringAttr(o.operation.attributes["sym_name"]).value
+             for o in gpu_module.regions[0].blocks[0].operations
+             if "sym_name" in o.operation.attributes}
+    tiles = {op: _shared_tile(gpu_module, (STAGE_K, BLOCK_M), f32, taken, outer.location)
+             for op in (0, 1)}
+    nt = SIMT_THREADS_N
+    with ir.InsertionPoint(outer), outer.location:
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        smem = {op: memref.GetGlobalOp(t, name).result for op, (name, t) in tiles.items()}
+        origin = {}
+        for op in (0, 1):
+            ld = first[op]
+            src = ld.operands[0]
+            idx = list(ld.operands[1:])
+            # The first element of the thread's register tile: block origin + thread offset.
+            if op == 0:
+                pos = -1 if trans[0] else -2
+                origin[0] = _apply(f"s0 - (s1 floordiv {nt}) * {SIMT_TILE}", idx[pos], tid)
+            else:
+                pos = -2 if trans[1] else -1
+                origin[1] = _apply(f"s0 - (s1 mod {nt}) * {SIMT_TILE}", idx[pos], tid)
+        batch = list(first[0].operands[1:])[:-2]
+    k0 = obody.arguments[0]
+    with ir.InsertionPoint.at_block_begin(obody), outer.location:
+        for op in (0, 1):
+            src = first[op].operands[0]
+            # k-contiguous operand (A as m x k, B as n x k): rows of 16 = 4 chunks of 4.
+            k_contiguous = (op == 0 and not trans[0]) or (op == 1 and trans[1])
+            for e in range(4):
+                if k_contiguous:
+                    mn = _apply("s1 + s0 floordiv 4", tid, origin[op])
+                    kk = _apply(f"(s0 mod 4) * 4 + {e}", tid)
+                    g = [mn, _apply("s0 + s1", k0, kk)]
+                    local = [kk, _apply("s0 floordiv 4", tid)]
+                else:  # m- or n-contiguous: rows of 64 = 16 chunks of 4
+                    kk = _apply("s0 floordiv 16", tid)
+                    off = _apply(f"(s0 mod 16) * 4 + {e}", tid)
+                    g = [_apply("s0 + s1", k0, kk), _apply("s0 + s1", origin[op], off)]
+                    local = [kk, off]
+                memref.StoreOp(_load(src, batch + g), smem[op], local)
+        gpu_d.barrier()
+    with ir.InsertionPoint(ops_of(obody)[-1]), outer.location:
+        gpu_d.barrier()
+    kk = ibody.arguments[0]
+    for o, (op, i, _) in loads:
+        with ir.InsertionPoint(o), o.location:
+            if op == 0:
+                off = _apply(f"(s0 floordiv {nt}) * {SIMT_TILE} + {i}", tid)
+            else:
+                off = _apply(f"(s0 mod {nt}) * {SIMT_TILE} + {i}", tid)
+            new = _load(smem[op], [kk, off])
+        o.results[0].replace_all_uses_with(new)
+        o.erase()
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Bf16MmaOperands(_Step):
+    """After the NVVM lowering: the mma.sync ops of bf16 tiles (read as f16 fragments,
+    see `_stage_through_shared_memory`) take their A and B registers as bf16 pairs
+    (`i32`, `multiplicandAPtxType = bf16`), as PTX's `mma.sync...bf16.bf16` does."""
+
+    name = "autodiff-gpu-bf16-mma-operands"
+    summary = "Retype the nvvm.mma.sync ops of bf16 warp tiles"
+
+    def apply(self, module: ir.Operation) -> None:
+        from mlir.dialects import llvm
+
+        i32 = ir.IntegerType.get_signless(32)
+        bf16 = ir.Attribute.parse("#nvvm.mma_type<bf16>")
+        for gm in module.regions[0].blocks[0].operations:
+            gm = gm.operation
+            if gm.name != "gpu.module" or BF16_ATTR not in gm.attributes:
+                continue
+            for op in walk_ops(gm):
+                if op.name != "nvvm.mma.sync":
+                    continue
+                segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+                n_ab = segments[0] + segments[1]
+                with ir.InsertionPoint(op), op.location:
+                    for i in range(n_ab):
+                        op.operands[i] = llvm.BitcastOp(i32, op.operands[i]).result
+                op.attributes["multiplicandAPtxType"] = bf16
+                op.attributes["multiplicandBPtxType"] = bf16
+            del gm.attributes[BF16_ATTR]
