@@ -8,7 +8,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from ..dialects.vocabulary import AD_OPS, BOOKKEEPING, STOP_GRADIENT, symbol_of
-from .ad_support import function_type, op_name, sym_name, symbol_refs, walk_ops
+from .ad_support import function_type, sym_name, symbol_refs, walk_ops
 
 
 def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
@@ -31,27 +31,36 @@ def dedupe_private_results(module: ir.Operation) -> None:
     buffer-results-to-out-params{hoist-static-allocs} crashes on (MLIR 22).
     """
     body = module.regions[0].blocks[0]
-    funcs = [op.operation for op in body.operations if op_name(op) == "func.func"]
+    # Only private single-block functions returning some value twice change; the
+    # module-wide walks (calls, other symbol uses) run only when there is one.
+    candidates = []
+    for op in body.operations:
+        fn = op.operation
+        if fn.name != "func.func" or "sym_visibility" not in fn.attributes:
+            continue
+        if ir.StringAttr(fn.attributes["sym_visibility"]).value != "private":
+            continue
+        blocks = fn.regions[0].blocks
+        if len(blocks) != 1:
+            continue
+        ret = blocks[0].operations[len(blocks[0].operations) - 1]
+        vals = list(ret.operands)
+        if len(set(vals)) < len(vals):
+            candidates.append((fn, ret, vals))
+    if not candidates:
+        return
     calls: dict[str, list[ir.Operation]] = {}
-    for fn in funcs:
-        for o in walk_ops(fn):
-            if op_name(o) == "func.call":
-                calls.setdefault(symbol_of(o, "callee"),
-                                 []).append(o)
+    for op in body.operations:
+        if op.operation.name == "func.func":
+            for o in walk_ops(op):
+                if o.name == "func.call":
+                    calls.setdefault(symbol_of(o, "callee"), []).append(o)
     # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
     # their signature: their users check it.
     pinned = _symbol_uses_besides_calls(module)
-    for fn in funcs:
-        vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
-        if vis is None or ir.StringAttr(vis).value != "private" or not fn.regions[0].blocks:
-            continue
+    for fn, ret, vals in candidates:
         if sym_name(fn) in pinned:
             continue
-        blocks = list(fn.regions[0].blocks)
-        if len(blocks) != 1:
-            continue
-        ret = list(blocks[0].operations)[-1]
-        vals = list(ret.operands)
         first: dict[ir.Value, int] = {}
         keep, where = [], []
         for v in vals:
@@ -78,17 +87,44 @@ def dedupe_private_results(module: ir.Operation) -> None:
 def fold_stop_gradients(module: ir.Operation) -> None:
     """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it."""
     ops = walk_ops(module)
-    if any(op_name(o) in AD_OPS for o in ops):
-        return  # a later differentiation pass still needs them
-    for o in ops:
-        if op_name(o) == STOP_GRADIENT:
+    _fold_stop_gradients(ops, [o.name for o in ops])
+
+
+def _fold_stop_gradients(ops: list[ir.Operation], names: list[str]) -> bool:
+    """fold_stop_gradients on a walk made by the caller; the folded ops' names become
+    None (they are erased). False when a jvp/vjp is left (nothing folded)."""
+    if any(n in AD_OPS for n in names):
+        return False  # a later differentiation pass still needs them
+    for i, (o, n) in enumerate(zip(ops, names)):
+        if n == STOP_GRADIENT:
             o.results[0].replace_all_uses_with(o.operands[0])
             o.erase()
+            names[i] = None
+    return True
 
 
-def strip_bookkeeping(root: ir.Operation) -> None:
-    """Drop the tape rewrite's bookkeeping attributes under `root`."""
-    for o in walk_ops(root):
-        for attr in BOOKKEEPING:
-            if attr in o.attributes:
-                del o.attributes[attr]
+def strip_bookkeeping(root: ir.Operation, attrs: tuple[str, ...] = BOOKKEEPING) -> None:
+    """Drop the tape rewrite's bookkeeping attributes (`attrs`) under `root`."""
+    _strip(walk_ops(root), attrs)
+
+
+def _strip(ops: list[ir.Operation], attrs: tuple[str, ...]) -> None:
+    for o in ops:
+        if len(o.attributes):
+            for attr in attrs:
+                if attr in o.attributes:
+                    del o.attributes[attr]
+
+
+def finish_pass(module: ir.Operation, bookkeeping: tuple[str, ...] = BOOKKEEPING) -> None:
+    """The end of a differentiation or batching pass, on one walk of the module:
+    drop the `bookkeeping` attributes, then, once no autodiff.jvp/vjp is left,
+    fold stop_gradient (`fold_stop_gradients`) and lower checkpoints to calls
+    (`ad_checkpoint.lower_checkpoints`)."""
+    from .ad_checkpoint import lower_checkpoints
+
+    ops = walk_ops(module)
+    names: list[str | None] = [o.name for o in ops]
+    _strip(ops, bookkeeping)  # erases nothing: the walk stays valid
+    if _fold_stop_gradients(ops, names):
+        lower_checkpoints(module, (ops, names))
