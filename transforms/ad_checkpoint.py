@@ -208,13 +208,14 @@ def _saveable(driver: ADDriver, v: ir.Value, policy: str, names: set[str], depth
     return _saveable(driver, ret.operands[k], policy, names, depth + 1)
 
 
-def _walk(module: ir.Operation) -> tuple[list[ir.Operation], list[str]]:
+def _walk(module: ir.Operation) -> tuple[list[ir.Operation], list[str | None]]:
     ops = walk_ops(module)
     return ops, [o.name for o in ops]
 
 
 def lower_checkpoints(module: ir.Operation,
-                      walked: tuple[list[ir.Operation], list[str]] | None = None) -> None:
+                      walked: tuple[list[ir.Operation], list[str | None]] | None = None
+                      ) -> None:
     """Once no autodiff.jvp/vjp is left, nothing will be differentiated any more:
     `autodiff.checkpoint` becomes a plain `func.call` and the named identities of
     `checkpoint_name` disappear. Other passes (vmap) may call this at their end.

@@ -8,6 +8,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from ..dialects.vocabulary import AD_OPS, BOOKKEEPING, STOP_GRADIENT, symbol_of
+from .ad_checkpoint import lower_checkpoints
 from .ad_support import function_type, sym_name, symbol_refs, walk_ops
 
 
@@ -84,15 +85,10 @@ def dedupe_private_results(module: ir.Operation) -> None:
             c.erase()
 
 
-def fold_stop_gradients(module: ir.Operation) -> None:
-    """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it."""
-    ops = walk_ops(module)
-    _fold_stop_gradients(ops, [o.name for o in ops])
-
-
-def _fold_stop_gradients(ops: list[ir.Operation], names: list[str]) -> bool:
-    """fold_stop_gradients on a walk made by the caller; the folded ops' names become
-    None (they are erased). False when a jvp/vjp is left (nothing folded)."""
+def _fold_stop_gradients(ops: list[ir.Operation], names: list[str | None]) -> bool:
+    """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it.
+    `ops`, `names`: a walk of the module; the folded ops' names become None (they
+    are erased). False when a jvp/vjp is left (nothing folded)."""
     if any(n in AD_OPS for n in names):
         return False  # a later differentiation pass still needs them
     for i, (o, n) in enumerate(zip(ops, names)):
@@ -119,10 +115,8 @@ def _strip(ops: list[ir.Operation], attrs: tuple[str, ...]) -> None:
 def finish_pass(module: ir.Operation, bookkeeping: tuple[str, ...] = BOOKKEEPING) -> None:
     """The end of a differentiation or batching pass, on one walk of the module:
     drop the `bookkeeping` attributes, then, once no autodiff.jvp/vjp is left,
-    fold stop_gradient (`fold_stop_gradients`) and lower checkpoints to calls
+    fold stop_gradient and lower checkpoints to calls
     (`ad_checkpoint.lower_checkpoints`)."""
-    from .ad_checkpoint import lower_checkpoints
-
     ops = walk_ops(module)
     names: list[str | None] = [o.name for o in ops]
     _strip(ops, bookkeeping)  # erases nothing: the walk stays valid
