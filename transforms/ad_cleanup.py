@@ -24,6 +24,20 @@ def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
     return out
 
 
+def _private(fn: ir.Operation) -> bool:
+    return ("sym_visibility" in fn.attributes
+            and ir.StringAttr(fn.attributes["sym_visibility"]).value == "private")
+
+
+def _returns_a_value_twice(fn: ir.Operation) -> bool:
+    """A private single-block func.func whose return names one value twice."""
+    if fn.name != "func.func" or not _private(fn) or len(fn.regions[0].blocks) != 1:
+        return False
+    block = fn.regions[0].blocks[0]
+    vals = list(block.operations[len(block.operations) - 1].operands)
+    return len(set(vals)) < len(vals)
+
+
 def dedupe_private_results(module: ir.Operation) -> None:
     """Make private functions return each value once; calls reuse the duplicates.
 
@@ -32,36 +46,28 @@ def dedupe_private_results(module: ir.Operation) -> None:
     buffer-results-to-out-params{hoist-static-allocs} crashes on (MLIR 22).
     """
     body = module.regions[0].blocks[0]
-    # Only private single-block functions returning some value twice change; the
-    # module-wide walks (calls, other symbol uses) run only when there is one.
-    candidates = []
-    for op in body.operations:
-        fn = op.operation
-        if fn.name != "func.func" or "sym_visibility" not in fn.attributes:
-            continue
-        if ir.StringAttr(fn.attributes["sym_visibility"]).value != "private":
-            continue
-        blocks = fn.regions[0].blocks
-        if len(blocks) != 1:
-            continue
-        ret = blocks[0].operations[len(blocks[0].operations) - 1]
-        vals = list(ret.operands)
-        if len(set(vals)) < len(vals):
-            candidates.append((fn, ret, vals))
-    if not candidates:
+    # The module-wide walks below (calls, other symbol uses) only when some
+    # function has something to dedupe (rewriting one may give another duplicates:
+    # then all are looked at, in order, as before).
+    if not any(_returns_a_value_twice(op.operation) for op in body.operations):
         return
+    funcs = [op.operation for op in body.operations if op.operation.name == "func.func"]
     calls: dict[str, list[ir.Operation]] = {}
-    for op in body.operations:
-        if op.operation.name == "func.func":
-            for o in walk_ops(op):
-                if o.name == "func.call":
-                    calls.setdefault(symbol_of(o, "callee"), []).append(o)
+    for fn in funcs:
+        for o in walk_ops(fn):
+            if o.name == "func.call":
+                calls.setdefault(symbol_of(o, "callee"), []).append(o)
     # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
     # their signature: their users check it.
     pinned = _symbol_uses_besides_calls(module)
-    for fn, ret, vals in candidates:
+    for fn in funcs:
+        if not _private(fn) or len(fn.regions[0].blocks) != 1:
+            continue
         if sym_name(fn) in pinned:
             continue
+        block = fn.regions[0].blocks[0]
+        ret = block.operations[len(block.operations) - 1]
+        vals = list(ret.operands)
         first: dict[ir.Value, int] = {}
         keep, where = [], []
         for v in vals:
