@@ -1,6 +1,6 @@
 """Where compile time goes: a per-stage profile of the first call of each benchmark row.
 
-    python benchmarks/compile_profile.py [--quick] [--filter REGEX] [--json FILE]
+    python benchmarks/compile_profile.py [--quick] [--filter REGEX] [--json FILE] [--clock cpu|wall]
 
 Each row's first call runs in a fresh process (as a user's first call does),
 with the stages timed by wrapping the functions that do them:
@@ -13,6 +13,11 @@ with the stages timed by wrapping the functions that do them:
 - codegen:     LLVM: optimisation and machine code (`ExecutionEngine(...)` and the
                first lookup of `@main`, where the ORC JIT materializes it)
 - call:        the rest of the first call (argument checks, the native call)
+
+Stage times are CPU seconds of the process (`time.process_time`, the
+default: on a shared, loaded machine wall time mostly measures the other
+jobs) or wall seconds (`--clock wall`, to compare with `benchmarks/run.py`);
+the per-pass times are MLIR's wall times either way.
 
 Read the table against the steady-state time of the row (`benchmarks/run.py`)
 and against jax's compile time there. With the persistent compilation cache
@@ -69,7 +74,7 @@ def _passes_from_report(text: str) -> dict[str, float]:
     return dict(out)
 
 
-def profile_row(key: str) -> dict[str, Any]:
+def profile_row(key: str, clock_name: str = "cpu") -> dict[str, Any]:
     """Profile the first call of benchmark row `key` in this (fresh) process."""
     import numpy as np
     import run
@@ -82,15 +87,16 @@ def profile_row(key: str) -> dict[str, Any]:
     from mlir_autodiff.transforms import pipeline
 
     case = next(c for c in run.CASES if c.key == key)
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
     times: dict[str, float] = defaultdict(float)
 
     def timed(stage: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                times[stage] += time.perf_counter() - t0
+                times[stage] += clock() - t0
         return wrapper
 
     api._trace_main = timed("trace", api._trace_main)
@@ -109,28 +115,28 @@ def profile_row(key: str) -> dict[str, Any]:
     inputs = case.inputs(np.random.default_rng(0))
     with tempfile.NamedTemporaryFile(suffix=".txt") as report:
         with _stderr_to(report.name):
-            t0 = time.perf_counter()
+            t0 = clock()
             thunk = case.ours(inputs)
             thunk()
-            total = time.perf_counter() - t0
+            total = clock() - t0
             import gc
 
             gc.collect()  # destroyed pass managers print their reports
         text = open(report.name).read()
-    t0 = time.perf_counter()
+    t0 = clock()
     thunk()
-    steady = time.perf_counter() - t0
+    steady = clock() - t0
     times["call"] = max(0.0, total - sum(times[s] for s in STAGES if s != "call") - steady)
     passes = _passes_from_report(text)
     top = sorted(passes.items(), key=lambda kv: -kv[1])[:8]
     return {"key": key, "total_s": total, "steady_s": steady,
-            **{f"{s}_s": times[s] for s in STAGES}, "top_passes": top}
+            **{f"{s}_s": times[s] for s in STAGES}, "top_passes": top, "clock": clock_name}
 
 
-def _row_in_child(key: str) -> dict[str, Any]:
+def _row_in_child(key: str, clock_name: str) -> dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("AUTODIFF_CACHE", "0")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--row", key],
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--row", key, "--clock", clock_name],
                           capture_output=True, text=True, env=env, timeout=900)
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     try:
@@ -161,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="the --quick rows of run.py")
     p.add_argument("--filter", default="", help="rows whose key matches this regex")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="stage times in CPU seconds of the process (default) or wall seconds")
     p.add_argument("--row", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.row:
-        print(json.dumps(profile_row(a.row)))
+        print(json.dumps(profile_row(a.row, a.clock)))
         return 0
     import run
 
@@ -172,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             and re.search(a.filter, c.key)]
     rows = []
     for key in keys:
-        rows.append(_row_in_child(key))
+        rows.append(_row_in_child(key, a.clock))
         print(table(rows[-1:])[-1], flush=True)
     print()
     print("\n".join(table(rows)))

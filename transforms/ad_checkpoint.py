@@ -208,12 +208,23 @@ def _saveable(driver: ADDriver, v: ir.Value, policy: str, names: set[str], depth
     return _saveable(driver, ret.operands[k], policy, names, depth + 1)
 
 
-def lower_checkpoints(module: ir.Operation) -> None:
+def _walk(module: ir.Operation) -> tuple[list[ir.Operation], list[str | None]]:
+    ops = walk_ops(module)
+    return ops, [o.name for o in ops]
+
+
+def lower_checkpoints(module: ir.Operation,
+                      walked: tuple[list[ir.Operation], list[str | None]] | None = None
+                      ) -> None:
     """Once no autodiff.jvp/vjp is left, nothing will be differentiated any more:
     `autodiff.checkpoint` becomes a plain `func.call` and the named identities of
-    `checkpoint_name` disappear. Other passes (vmap) may call this at their end."""
-    ops = walk_ops(module)
-    if any(op_name(o) in AD_OPS for o in ops):
+    `checkpoint_name` disappear. Other passes (vmap) may call this at their end.
+
+    `walked`: the module's ops (pre-order) and their names, from a walk the
+    caller already made (`ad_cleanup.finish_pass`); ops erased since then are
+    skipped by name (`None`)."""
+    ops, names = walked if walked is not None else _walk(module)
+    if any(n in AD_OPS for n in names):
         return
     body = module.regions[0].blocks[0]
     named = {}
@@ -224,8 +235,7 @@ def lower_checkpoints(module: ir.Operation) -> None:
             args = list(blk.arguments)
             if len(list(blk.operations)) == 1 and all(v in args for v in ret.operands):
                 named[sym_name(f)] = [args.index(v) for v in ret.operands]
-    for o in ops:
-        kind = op_name(o)
+    for o, kind in zip(ops, names):
         if kind == CHECKPOINT:
             call = func.CallOp([r.type for r in o.results], ir.FlatSymbolRefAttr.get(
                 symbol_of(o, "fn")), list(o.operands), loc=o.location, ip=ir.InsertionPoint(o))

@@ -8,7 +8,8 @@ from mlir import ir
 from mlir.dialects import func
 
 from ..dialects.vocabulary import AD_OPS, BOOKKEEPING, STOP_GRADIENT, symbol_of
-from .ad_support import function_type, op_name, sym_name, symbol_refs, walk_ops
+from .ad_checkpoint import lower_checkpoints
+from .ad_support import function_type, sym_name, symbol_refs, walk_ops
 
 
 def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
@@ -23,6 +24,20 @@ def _symbol_uses_besides_calls(module: ir.Operation) -> set[str]:
     return out
 
 
+def _private(fn: ir.Operation) -> bool:
+    return ("sym_visibility" in fn.attributes
+            and ir.StringAttr(fn.attributes["sym_visibility"]).value == "private")
+
+
+def _returns_a_value_twice(fn: ir.Operation) -> bool:
+    """A private single-block func.func whose return names one value twice."""
+    if fn.name != "func.func" or not _private(fn) or len(fn.regions[0].blocks) != 1:
+        return False
+    block = fn.regions[0].blocks[0]
+    vals = list(block.operations[len(block.operations) - 1].operands)
+    return len(set(vals)) < len(vals)
+
+
 def dedupe_private_results(module: ir.Operation) -> None:
     """Make private functions return each value once; calls reuse the duplicates.
 
@@ -31,26 +46,27 @@ def dedupe_private_results(module: ir.Operation) -> None:
     buffer-results-to-out-params{hoist-static-allocs} crashes on (MLIR 22).
     """
     body = module.regions[0].blocks[0]
-    funcs = [op.operation for op in body.operations if op_name(op) == "func.func"]
+    # The module-wide walks below (calls, other symbol uses) only when some
+    # function has something to dedupe (rewriting one may give another duplicates:
+    # then all are looked at, in order, as before).
+    if not any(_returns_a_value_twice(op.operation) for op in body.operations):
+        return
+    funcs = [op.operation for op in body.operations if op.operation.name == "func.func"]
     calls: dict[str, list[ir.Operation]] = {}
     for fn in funcs:
         for o in walk_ops(fn):
-            if op_name(o) == "func.call":
-                calls.setdefault(symbol_of(o, "callee"),
-                                 []).append(o)
+            if o.name == "func.call":
+                calls.setdefault(symbol_of(o, "callee"), []).append(o)
     # Functions named other than by calls (custom rules, autodiff ops' `fn`) keep
     # their signature: their users check it.
     pinned = _symbol_uses_besides_calls(module)
     for fn in funcs:
-        vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
-        if vis is None or ir.StringAttr(vis).value != "private" or not fn.regions[0].blocks:
+        if not _private(fn) or len(fn.regions[0].blocks) != 1:
             continue
         if sym_name(fn) in pinned:
             continue
-        blocks = list(fn.regions[0].blocks)
-        if len(blocks) != 1:
-            continue
-        ret = list(blocks[0].operations)[-1]
+        block = fn.regions[0].blocks[0]
+        ret = block.operations[len(block.operations) - 1]
         vals = list(ret.operands)
         first: dict[ir.Value, int] = {}
         keep, where = [], []
@@ -75,20 +91,40 @@ def dedupe_private_results(module: ir.Operation) -> None:
             c.erase()
 
 
-def fold_stop_gradients(module: ir.Operation) -> None:
-    """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it."""
-    ops = walk_ops(module)
-    if any(op_name(o) in AD_OPS for o in ops):
-        return  # a later differentiation pass still needs them
-    for o in ops:
-        if op_name(o) == STOP_GRADIENT:
+def _fold_stop_gradients(ops: list[ir.Operation], names: list[str | None]) -> bool:
+    """Once no autodiff.jvp/vjp is left, stop_gradient is the identity: drop it.
+    `ops`, `names`: a walk of the module; the folded ops' names become None (they
+    are erased). False when a jvp/vjp is left (nothing folded)."""
+    if any(n in AD_OPS for n in names):
+        return False  # a later differentiation pass still needs them
+    for i, (o, n) in enumerate(zip(ops, names)):
+        if n == STOP_GRADIENT:
             o.results[0].replace_all_uses_with(o.operands[0])
             o.erase()
+            names[i] = None
+    return True
 
 
-def strip_bookkeeping(root: ir.Operation) -> None:
-    """Drop the tape rewrite's bookkeeping attributes under `root`."""
-    for o in walk_ops(root):
-        for attr in BOOKKEEPING:
-            if attr in o.attributes:
-                del o.attributes[attr]
+def strip_bookkeeping(root: ir.Operation, attrs: tuple[str, ...] = BOOKKEEPING) -> None:
+    """Drop the tape rewrite's bookkeeping attributes (`attrs`) under `root`."""
+    _strip(walk_ops(root), attrs)
+
+
+def _strip(ops: list[ir.Operation], attrs: tuple[str, ...]) -> None:
+    for o in ops:
+        if len(o.attributes):
+            for attr in attrs:
+                if attr in o.attributes:
+                    del o.attributes[attr]
+
+
+def finish_pass(module: ir.Operation, bookkeeping: tuple[str, ...] = BOOKKEEPING) -> None:
+    """The end of a differentiation or batching pass, on one walk of the module:
+    drop the `bookkeeping` attributes, then, once no autodiff.jvp/vjp is left,
+    fold stop_gradient and lower checkpoints to calls
+    (`ad_checkpoint.lower_checkpoints`)."""
+    ops = walk_ops(module)
+    names: list[str | None] = [o.name for o in ops]
+    _strip(ops, bookkeeping)  # erases nothing: the walk stays valid
+    if _fold_stop_gradients(ops, names):
+        lower_checkpoints(module, (ops, names))

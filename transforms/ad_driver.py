@@ -61,8 +61,8 @@ from ..dialects.vocabulary import (
     VMAP,
     symbol_of,
 )
-from .ad_checkpoint import CheckpointPlan, checkpoint_plan, lower_checkpoints
-from .ad_cleanup import fold_stop_gradients, strip_bookkeeping
+from .ad_checkpoint import CheckpointPlan, checkpoint_plan
+from .ad_cleanup import finish_pass, strip_bookkeeping
 from .ad_modes import ForwardAD, ReverseAD
 from .ad_support import (
     Builder,
@@ -129,6 +129,8 @@ class ADDriver:
         self.in_progress: set[str] = set()
         #: functions whose fwd/bwd are being generated (a call reaching one is recursion)
         self.vjp_in_progress: set[str] = set()
+        #: functions lift_control_flow has made (or found) structured
+        self.structured: set[str] = set()
 
     # -- utilities -------------------------------------------------------------
 
@@ -144,9 +146,12 @@ class ADDriver:
             raise self.fail(at, f"'{op_name(at)}' refers to an unknown function @{name}")
         if len(fn.regions[0].blocks) == 0:
             raise self.fail(at, f"cannot differentiate @{name}: it is only a declaration")
-        from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
+        if name not in self.structured:
+            from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
 
-        lift_control_flow(fn, self.fail, f"differentiate @{name}")
+            lift_control_flow(fn, self.fail, f"differentiate @{name}")
+            # (the rules only build single-block regions: checked once per function)
+            self.structured.add(name)
         if len(fn.regions[0].blocks) != 1:
             raise self.fail(at, f"cannot differentiate @{name}: it has more than one block")
         return fn
@@ -201,6 +206,8 @@ class ADDriver:
 
     def _load_inner_lowerers(self, root: ir.Operation) -> None:
         """Import the modules registering lowerers of the inner ops under `root`."""
+        if all(kind in INNER_LOWERERS for kind in INNER_LOWERER_MODULES):
+            return  # all imported already: no walk
         for o in walk_ops(root):
             kind = op_name(o)
             if kind not in INNER_LOWERERS and kind in INNER_LOWERER_MODULES:
@@ -632,6 +639,4 @@ def run_pass(module: ir.Operation, pass_name: str, kind: str) -> None:
     """Body of --autodiff-jvp / --autodiff-vjp: lower every op of `kind`."""
     with module.location:
         ADDriver(module, pass_name).lower_all(module, (kind,))
-        fold_stop_gradients(module)
-        lower_checkpoints(module)
-        strip_bookkeeping(module)
+        finish_pass(module)

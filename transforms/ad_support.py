@@ -74,12 +74,13 @@ def lower_each(root: ir.Operation | ir.OpView, names: Container[str],
     changes the IR, so the next op is looked up again after each. A module's
     top-level ops are swept one by one (a lookup walks one function, not the
     module), then the module once more for ops that the lowerings added."""
+    if root.operation.name != "builtin.module":
+        # (the lookup that ends the loop walked all of `root`: nothing to look at again)
+        while (op := first_op(root, names)) is not None:
+            lower(op)
+        return
     while True:
-        if root.operation.name == "builtin.module":
-            scopes = list(root.operation.regions[0].blocks[0].operations)
-        else:
-            scopes = [root]
-        for scope in scopes:
+        for scope in list(root.operation.regions[0].blocks[0].operations):
             while (op := first_op(scope, names)) is not None:
                 lower(op)
         if first_op(root, names) is None:
@@ -191,22 +192,17 @@ def is_known_zero(v: ir.Value) -> bool:
 
 def captured_values(op: ir.Operation) -> list[ir.Value]:
     """Values used inside `op`'s regions but defined outside `op` (in order, unique)."""
+    nested = walk_ops(op)  # op itself, then what its regions hold
     inner = set()
-    for o in walk_ops(op)[1:]:
-        for r in o.results:
-            inner.add(r)
-    for region in op.regions:
-        for block in region.blocks:
-            for a in block.arguments:
-                inner.add(a)
-    for o in walk_ops(op)[1:]:
+    for o in nested[1:]:
+        inner.update(o.results)
+    for o in nested:
         for region in o.regions:
             for block in region.blocks:
-                for a in block.arguments:
-                    inner.add(a)
+                inner.update(block.arguments)
     seen: list[ir.Value] = []
     seen_set = set()
-    for o in walk_ops(op)[1:]:
+    for o in nested[1:]:
         for v in o.operands:
             if v not in inner and v not in seen_set:
                 seen_set.add(v)

@@ -9,6 +9,7 @@ timing and verification treat every pass alike.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -264,10 +265,30 @@ def _clean_pipeline_error(message: str, element: str) -> str:
     return lines[0] if lines else f"invalid pass pipeline element '{element}'"
 
 
+#: "1": the library's pipelines (`run_pipeline`: jit, export, lowering) verify the IR
+#: after every pass; otherwise once, at the end (the test suite sets it).
+VERIFY_EACH_ENV = "AUTODIFF_VERIFY_EACH"
+
+
+def verify_each_default() -> bool:
+    """Whether `run_pipeline` verifies after every pass (`VERIFY_EACH_ENV` is "1")."""
+    return os.environ.get(VERIFY_EACH_ENV) == "1"
+
+
 def run_pipeline(
-    module: ir.Module | ir.Operation, pipeline: str | Sequence[PipelineElement], **kwargs: Any
+    module: ir.Module | ir.Operation, pipeline: str | Sequence[PipelineElement], *,
+    verify_each: bool | None = None, **kwargs: Any
 ) -> None:
-    """Parse (if text) and run a pipeline on `module`; errors as in PassManagerRunner.run."""
+    """Parse (if text) and run a pipeline on `module`; errors as in PassManagerRunner.run.
+
+    `verify_each` (default `verify_each_default()`): verify the IR after every pass,
+    as autodiff-opt does. Off, the result is verified once, at the end (invalid IR
+    raises ir.MLIRError with the verifier's diagnostics): the verifier after each
+    of a compilation's ~80 passes is 10-30% of the time the passes take."""
     op = module.operation if isinstance(module, ir.Module) else module
     elements = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
-    PassManagerRunner(elements, op.context, **kwargs).run(op)
+    if verify_each is None:
+        verify_each = verify_each_default()
+    PassManagerRunner(elements, op.context, verify_each=verify_each, **kwargs).run(op)
+    if not verify_each:
+        op.verify()

@@ -81,8 +81,7 @@ from ..dialects.vocabulary import (
     i64s_of,
     symbol_of,
 )
-from .ad_checkpoint import lower_checkpoints
-from .ad_cleanup import fold_stop_gradients
+from .ad_cleanup import finish_pass
 from .ad_driver import ADDriver, register_inner_lowerer
 from .ad_support import (
     Builder,
@@ -124,6 +123,8 @@ class VmapDriver:
         #: batched functions whose primal has custom derivative rules still to batch
         self.pending: list[PendingRules] = []
         self.depth = 0
+        #: functions lift_control_flow has made (or found) structured
+        self.structured: set[str] = set()
 
     def fail(self, where: Any, msg: str) -> PassFailure:
         return fail(where, f"{PASS}: {msg}")
@@ -135,9 +136,12 @@ class VmapDriver:
         fn = self.functions().get(name)
         if fn is None:
             raise self.fail(at, f"'{op_name(at)}' refers to an unknown function @{name}")
-        from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
+        if name not in self.structured:
+            from .lift_cf import lift_control_flow  # cf branches, multi-block regions -> scf
 
-        lift_control_flow(fn, self.fail, f"batch @{name}")
+            lift_control_flow(fn, self.fail, f"batch @{name}")
+            # (batched functions only get single-block regions: checked once per function)
+            self.structured.add(name)
         if len(fn.regions[0].blocks) != 1:
             what = "only a declaration" if not fn.regions[0].blocks else "has several blocks"
             raise self.fail(at, f"cannot batch @{name}: it is {what}")
@@ -487,13 +491,10 @@ def run_pass(module: ir.Operation) -> None:
 
     with module.location:
         VmapDriver(module).lower_all(module)
-        fold_stop_gradients(module)
-        # Checkpoints only matter to a later jvp/vjp: none left, they become calls.
-        lower_checkpoints(module)
-        for o in walk_ops(module):  # bookkeeping of inner vjp lowerings (see ad_cleanup)
-            for attr in (TAPED, TAPE):
-                if attr in o.attributes:
-                    del o.attributes[attr]
+        # Once no jvp/vjp is left: stop_gradient folds and checkpoints (they only
+        # matter to a later jvp/vjp) become calls; the bookkeeping of inner vjp
+        # lowerings goes (see ad_cleanup).
+        finish_pass(module, (TAPED, TAPE))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,9 @@ import pytest
 # (correct, slow, and silent: the transform script stops at the failing op,
 # so every op of the module loses its schedule). The suite raises instead.
 os.environ["AUTODIFF_STRICT_SCHEDULES"] = "1"
+# The library verifies a pipeline's result once; the suite verifies after every pass,
+# so a pass that breaks the IR is named by the verifier.
+os.environ["AUTODIFF_VERIFY_EACH"] = "1"
 
 
 # jit's persistent compilation cache goes to a directory of this test session (shared

@@ -130,6 +130,35 @@ def test_pass_failure_carries_located_diagnostic(module):
     assert diags[0].severity == "error"
 
 
+@passes.register
+@dataclasses.dataclass(frozen=True)
+class _BreakReturn(passes.Pass):
+    name = "test-break-return"
+    summary = "give @b a type its return contradicts (test only)"
+
+    def run(self, module: ir.Operation) -> None:
+        fn = module.regions[0].blocks[0].operations[1]
+        f32 = ir.F32Type.get()
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([f32], []))
+
+
+@pytest.mark.parametrize("verify_each", [True, False])
+def test_invalid_ir_from_a_pass_is_a_verifier_error(module, verify_each):
+    # Verified after every pass or (the library's default) once at the end: either
+    # way, IR a pass broke is an MLIRError with the verifier's diagnostic.
+    with pytest.raises(ir.MLIRError, match="'func.return' op has 1 operands"):
+        pipeline.run_pipeline(module, [_BreakReturn()], verify_each=verify_each)
+
+
+def test_library_pipelines_verify_each_pass_only_when_asked(monkeypatch):
+    monkeypatch.setenv(pipeline.VERIFY_EACH_ENV, "1")
+    assert pipeline.verify_each_default()
+    monkeypatch.setenv(pipeline.VERIFY_EACH_ENV, "0")
+    assert not pipeline.verify_each_default()
+    monkeypatch.delenv(pipeline.VERIFY_EACH_ENV)
+    assert not pipeline.verify_each_default()
+
+
 def test_crashing_pass_becomes_internal_error(module):
     with pytest.raises(pipeline.InternalError, match="internal error in pass 'test-crash'"):
         pipeline.run_pipeline(module, "test-crash")
