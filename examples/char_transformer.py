@@ -18,6 +18,7 @@ test/python/test_transformer.py) starts from the same point.
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import time
 from typing import NamedTuple
@@ -82,7 +83,7 @@ def causal_attention(x, qkv, out, heads):
     batch, length, d = x.shape
     q, k, v = jnp.split(x @ qkv, 3, axis=-1)
     q, k, v = (a.reshape(batch, length, heads, d // heads) for a in (q, k, v))
-    logits = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(d // heads)
+    logits = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(d // heads)  # a Python float: keeps the dtype
     causal = jnp.tril(jnp.ones((length, length), dtype=bool))   # query t sees keys s <= t
     logits = jnp.where(causal, logits, -1e9)
     weights = nn.softmax(logits, axis=-1)
