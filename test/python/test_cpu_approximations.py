@@ -5,6 +5,8 @@ against numpy's float64 functions over the whole f32 range, against the bounds i
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from cpu_cases import (
@@ -127,3 +129,27 @@ func.func @f(%x: {t2}) -> {t2} {{
     e = np.exp(x64 - x64.max(1, keepdims=True))
     np.testing.assert_allclose(cm["f"](x), e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
     assert "llvm.intr.exp" not in cm.lowered_text
+
+
+def test_exp_below_the_range_selects_zero_without_underflow() -> None:
+    """exp(x) for x < -104 (masked attention scores: -1e9) is +0 selected from a
+    lane that computed exp(0), not the product y * 2^-75 * 2^-75 underflowing
+    (a microcode assist per vector on Intel cores: a causal softmax ran 3-4x
+    slower than an unmasked one). Values at and around the bound as libm's."""
+    cm = CompiledModule(unary_text("math.exp", N_APPROX))
+    text = cm.lowered_text
+    assert "vector<" in text
+    bounds = re.findall(r"(%\w+) = llvm.mlir.constant\(dense<-1.040000e\+02> : vector", text)
+    assert bounds, "no -104 bound"
+    assert any(re.search(rf'llvm.fcmp "olt" %\w+, {b} ', text) for b in bounds), \
+        "no x < -104 test: the scaling underflows"
+    x = np.zeros(N_APPROX, np.float32)
+    edge = np.array([-1e9, -1e30, -np.inf, -104.5, -104.0, -103.97, -103.9, -100.0, -87.5,
+                     np.nan, 0.0], np.float32)
+    x[:len(edge)] = edge
+    got = cm["f"](x)[:len(edge)]
+    ref = np.exp(edge.astype(np.float64))
+    np.testing.assert_array_equal(got[:3], 0.0)
+    assert not np.signbit(got[:3]).any()
+    assert np.isnan(got[9]) and got[10] == 1.0
+    assert ulp_error(got[3:9], ref[3:9]).max() <= APPROX_MAX_ULP["math.exp"]

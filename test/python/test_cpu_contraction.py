@@ -170,3 +170,45 @@ def test_contraction_written_as_a_generic_compiles_and_is_right():
     x, w = randn(16, 1, 16), randn(16, 16)
     np.testing.assert_allclose(cm["f"](x, w), np.einsum("bik,kj->bij", x, w), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_batched_rows_times_one_matrix_split_into_heads() -> None:
+    """`x[b, t, d] @ w[d, 3d]` split into q, k, v, each reshaped into heads (a
+    transformer's fused qkv projection). The batch_matmul numpy's broadcasting
+    writes reads w in place, not copied b times, and is one [b * t, d] x
+    [d, 3d] matmul (ReadBroadcastsInContractions, collapse_contraction_dims);
+    the strided slices are copied into the results by loops, not the runtime's
+    memrefCopy (StridedCopiesToLoops). Values, and the gradient of
+    sum(q * k * v), against float64 numpy."""
+    from cpu_cases import facts, fused_ir
+
+    b, t, d, h = 4, 32, 64, 4
+
+    def qkv(x, w):
+        return tuple(a.reshape(b, t, h, d // h) for a in anp.split(x @ w, 3, axis=-1))
+
+    x, w = randn(b, t, d), randn(d, 3 * d) / 8
+    text = ad.lower(qkv, x, w).as_text("autodiff")
+    fused = fused_ir(text, through="ReadBroadcastsInContractions")
+    assert "linalg.broadcast" not in fused and "linalg.batch_matmul" not in fused
+    contractions = facts(fused, lambda op: op.name == "linalg.generic" and len(
+        op.attributes["iterator_types"]) or None)
+    assert contractions == [4]  # b, t, n parallel; k reduced (collapsed when scheduled)
+    copied = fused_ir(text, through="StridedCopiesToLoops")
+    assert "memref.copy" not in copied and copied.count("linalg.copy") == 3
+
+    def loss(x, w):
+        q, k, v = qkv(x, w)
+        return anp.sum(q * k * v)
+
+    (value, (gx, gw)), outs = ad.jit(lambda x, w: (ad.value_and_grad(loss, (0, 1))(x, w),
+                                                  qkv(x, w)))(x, w)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    y = x64 @ w64
+    q, k, v = np.split(y, 3, axis=-1)
+    for got, want in zip(outs, (q, k, v)):
+        np.testing.assert_allclose(got, want.reshape(b, t, h, d // h), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(value, np.sum(q * k * v), rtol=1e-4)
+    gy = np.concatenate([k * v, q * v, q * k], axis=-1)
+    np.testing.assert_allclose(gx, gy @ w64.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw, np.einsum("btd,btn->dn", x64, gy), rtol=1e-4, atol=1e-4)

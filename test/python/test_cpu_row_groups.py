@@ -98,6 +98,57 @@ def test_row_group_gradient_matches_the_analytic_one(monkeypatch: pytest.MonkeyP
     np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
+def _masked_softmax(x):
+    """Causal attention's softmax: scores [..., t, s] with s > t masked out."""
+    t = x.shape[-1]
+    return ad.nn.softmax(anp.where(anp.tril(anp.ones((t, t), dtype=bool)), x, -1e9), axis=-1)
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 32), (4, 4, 32, 32)])
+def test_masked_softmax_is_one_row_group(shape: tuple[int, ...],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A softmax over rows of any rank whose scores go through a boolean mask read
+    by the row dims (a causal mask [t, s] of scores [b, h, t, s], bytes beside
+    f32) is one row group: the mask's select joins the max, the exp, the sum and
+    the division (it was left to scalar loops, with the exp unvectorized). The
+    value and the gradient of sum(softmax * w) against float64 numpy."""
+    from mlir_autodiff.transforms.cpu.classify import classify
+
+    masked: list[int] = []  # per row group: its members that read the mask
+    real = row_groups.row_groups
+
+    def record(module):
+        groups = real(module)
+        masked.extend(sum(any("xi8>" in str(v.type) for v in op.operands) for op in g.members)
+                      for g in groups)
+        return groups
+
+    monkeypatch.setattr(row_groups, "row_groups", record)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal(shape).astype(np.float32)
+    f = ad.jit(ad.value_and_grad(lambda x, w: anp.sum(_masked_softmax(x) * w)))
+    value, g = f(x, w)
+    assert masked and max(masked) >= 2, masked  # the max's and the exp's selects
+    mask = np.tril(np.ones(shape[-2:], bool))
+    x64 = np.where(mask, x.astype(np.float64), -1e9)
+    s = _np_softmax(x64)
+    np.testing.assert_allclose(value, (s * w).sum(), rtol=1e-5, atol=1e-5)
+    want = s * (w - (s * w).sum(axis=-1, keepdims=True))
+    np.testing.assert_allclose(g, np.where(mask, want, 0.0), rtol=1e-4, atol=1e-6)
+    # An elementwise op reading a byte mask beside f32 is classified (vectorized)
+    # without the row group too.
+    text = fused_ir(ad.lower(_masked_softmax, x).as_text("autodiff"),
+                    through="ReciprocalOfBroadcastDivisors")
+
+    def masked_kind(op):
+        if op.name != "linalg.generic" or not any("xi8>" in str(v.type) for v in op.operands):
+            return None
+        c = classify(op)
+        return c.kind if c is not None else "unscheduled"
+
+    assert sorted(facts(text, masked_kind)) == ["elementwise", "reduction"]
+
+
 def _allocs_in_loops(text: str) -> int:
     """The number of memref.alloc ops inside an scf.for in module `text`."""
     def in_loop(op):

@@ -19,6 +19,7 @@ from mlir import ir
 from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
 from .parameters import (
     ELEMENTWISE,
+    MASK_ELEMENT_TYPES,
     REDUCTION,
     RELAYOUT_MIN_REUSE,
     VECTOR_ELEMENT_TYPES,
@@ -61,14 +62,23 @@ def _static_operand_types(op: ir.Operation) -> list[ir.Type] | None:
     return out
 
 
-def _element_width(op: ir.Operation) -> int | None:
-    """The common bit width of the op's element types, if all are vectorizable."""
+def _element_width(op: ir.Operation, masks: bool = False) -> int | None:
+    """The common bit width of the op's element types, if all are vectorizable.
+
+    With `masks`, inputs of `MASK_ELEMENT_TYPES` (boolean masks stored as
+    bytes: `where(mask, x, y)`, a causal mask) do not count: the vectors of
+    the other types set the width, and the masks are read as vectors of as
+    many lanes.
+    """
     types = _static_operand_types(op)
     if types is None:
         return None
+    n_in = len(op.operands) - len(op.results)
     widths = set()
-    for t in types:
+    for i, t in enumerate(types):
         et = _element_type(t)
+        if masks and i < n_in and et is not None and str(et) in MASK_ELEMENT_TYPES:
+            continue
         if et is None or str(et) not in VECTOR_ELEMENT_TYPES:
             return None
         widths.add(int(str(et)[1:]))
@@ -134,7 +144,7 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
         return Candidate(op, "transpose", shape, width)
     if name not in ("linalg.generic", "linalg.reduce"):
         return None
-    width = _element_width(op)
+    width = _element_width(op, masks=True)
     if width is None or not _body_ok(op) or not plain_maps(op):
         return None
     if name == "linalg.reduce":

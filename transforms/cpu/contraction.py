@@ -308,3 +308,75 @@ def pack_rhs(c: Candidate) -> list[Candidate]:
     pack = Candidate(packed.owner, "pack", [n // nr, k, nr], c.width)
     return [pack, Candidate(gen.operation, "packed_matmul", [m, n // nr, nr, k], c.width,
                             tiles=(mr, nr))]
+
+
+def _broadcast_source(v: ir.Value) -> tuple[ir.Value, list[int]] | None:
+    """If `v` is a `linalg.broadcast` result: its input and the dims of `v`
+    that the input keeps (in order)."""
+    owner = v.owner
+    if not isinstance(owner, ir.OpView) or owner.operation.name != "linalg.broadcast":
+        return None
+    op = owner.operation
+    added = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+    rank = ir.RankedTensorType(v.type).rank
+    return op.operands[0], [d for d in range(rank) if d not in added]
+
+
+def _read_broadcasts_in_place(op: ir.Operation) -> None:
+    """Rewrite contraction `op` (matmul, batch_matmul or a generic `acc + a * b`)
+    with an input that is a `linalg.broadcast` to read the broadcast's input
+    through a map without the broadcast dims."""
+    if len(op.results) != 1 or float_width(op) is None:
+        return
+    if op.name == "linalg.generic" and (len(op.operands) != 3 or not is_mul_add(op)):
+        return
+    maps = contraction_maps(op)
+    dims = map_dims(maps) if len(maps) == 3 else None
+    if dims is None:
+        return
+    ins = list(op.operands[:2])
+    broadcasts = []
+    for i in range(2):
+        src = _broadcast_source(ins[i])
+        if src is None:
+            continue
+        broadcasts.append(ins[i].owner.operation)
+        ins[i], kept = src
+        dims[i] = [dims[i][p] for p in kept]
+    if not broadcasts:
+        return
+    with op.context, op.location, ir.InsertionPoint(op):
+        _replace_by_mul_add(op, ins[0], ins[1], op.operands[2], dims, maps[0].n_dims,
+                            [[p] for p in range(len(dims[2]))])
+    for bc in broadcasts:
+        if not list(bc.results[0].uses):
+            bc.erase()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadBroadcastsInContractions(Pass):
+    """Contractions read a broadcast operand in place instead of its broadcast copy.
+
+    `x @ w` for a batch of rows x [b, m, k] and one matrix w [k, n] is traced
+    as numpy broadcasts it: a batch_matmul of x and w copied b times (a
+    transformer's `x @ qkv` with x [16, 32, 64]: 16 copies of w, written and
+    read again per call). Read through a map without the batch dim, w is a
+    plain matrix, and `collapse_contraction_dims` then makes the batch and
+    row loops one: a [b * m, k] x [k, n] matmul. The unused broadcast goes
+    away in canonicalization.
+    """
+
+    name = "autodiff-read-broadcasts-in-contractions"
+    summary = "Contractions read broadcast operands through maps instead of their copies"
+
+    def run(self, module: ir.Operation) -> None:
+        found: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit)
+        for op in found:
+            _read_broadcasts_in_place(op)

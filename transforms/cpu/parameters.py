@@ -169,6 +169,9 @@ REDUCTION = ReductionSchedule(lanes={32: 64, 64: 32}, min_elements=4096)
 #: Element types a schedule accepts (i1 memory is bytes in this project's
 #: lowering, so vectors of i1 in memory would be wrong; index has no fixed width).
 VECTOR_ELEMENT_TYPES = ("f32", "f64", "i32", "i64")
+#: Element types an elementwise op or reduction may also read (not write): boolean masks, stored
+#: as bytes, read as vectors with as many lanes as the op's other vectors.
+MASK_ELEMENT_TYPES = ("i8",)
 
 #: Ops allowed in the body of an op that gets vectorized: everything here
 #: lowers to vector LLVM instructions or to per-lane libm calls.

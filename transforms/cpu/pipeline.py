@@ -52,7 +52,8 @@ from ..bufferize import (
 )
 from ..diagnostics import fail
 from ..passes import Pass, PipelineElement, register
-from .contraction import OuterProductsToElementwise
+from .contraction import OuterProductsToElementwise, ReadBroadcastsInContractions
+from .copies import StridedCopiesToLoops
 from .divisions import ReciprocalOfBroadcastDivisors
 from .donation import (
     HideDonatingFunctions,
@@ -144,6 +145,8 @@ class LowerToCpu(Pass):
             "canonicalize",
             # K = 1 contractions (per-sample weight gradients) fuse as elementwise ops.
             OuterProductsToElementwise(),
+            # x[b, m, k] @ w[k, n]: w read in place, not copied b times.
+            ReadBroadcastsInContractions(),
             # Reductions as generics: their elementwise producers fuse into them.
             GeneralizeReductions(strict=strict),
             # Before fusion: upstream fusion miscompiles producers that read their init.
@@ -193,6 +196,7 @@ class LowerToCpu(Pass):
             PrefetchRowTiles(tiles_ahead=self.prefetch_tiles_ahead),
             *openmp_lowering(self.threads)[0],
             *LOWER_VECTORS,
+            StridedCopiesToLoops(),  # (lowered by the next step's linalg to loops)
             *TO_LLVM[:2],  # c wrappers, linalg to loops
             BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
             *TO_LLVM[2:],

@@ -66,9 +66,21 @@ def _row_operands(op: ir.Operation, k: int) -> list[ir.Value] | None:
     for v, m in zip(op.operands, maps):
         if _dim_prefix(m, k):
             follow.append(v)
-        elif _uses_dims_below(m, k):
-            return None  # a partial dependence on the rows: not sliced row for row
+        elif _uses_dims_below(m, k) and _row_local_producer(v, k):
+            # A partial dependence on the rows (a causal mask [t, s] read by
+            # scores [b, h, t, s]): a tile of rows reads a slice of it, which
+            # tiling computes from the map, but a producer fused into the loop
+            # would be tiled row for row. Not followed, and only allowed when
+            # its producer could not be a member anyway.
+            return None
     return follow
+
+
+def _row_local_producer(v: ir.Value, k: int) -> bool:
+    """`v` is the result of a linalg op that could itself join a row group over k dims."""
+    p = defining_op(v)
+    return (p is not None and p.name.startswith("linalg.")
+            and (p.name == "linalg.fill" or classify(p, sized=False) is not None))
 
 
 def _row_group(sink: ir.Operation, k: int, taken: set[ir.Operation]) -> list[ir.Operation]:
