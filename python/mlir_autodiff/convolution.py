@@ -436,6 +436,9 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
         raise _err(who, f"init_value must be a static scalar, got {type(init_value).__name__}")
     axes = list(range(nd))
     x = _pad(x, axes, pads, bdil, init)
+    if kind == "add" and _named_pool_ok(x, window, strides, wdil):
+        acc = _named_sum_pool(who, x, window, strides, wdil)
+        return acc + init if init != 0 else acc
     slices, _ = _windows(who, x, axes, window, strides, wdil)
     if kind == "add":
         acc = slices[0]
@@ -453,6 +456,65 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
     for s in slices[1:]:
         acc = fn(acc, s)
     return acc
+
+
+def _pooled_axes(window: Sequence[int], strides: Sequence[int],
+                 dilation: Sequence[int]) -> list[int]:
+    """The axes a window reduces or strides over (the others are copied)."""
+    return [ax for ax, k, s, d in zip(itertools.count(), window, strides, dilation)
+            if k != 1 or s != 1 or d != 1]
+
+
+def _named_pool_ok(x: Any, window: Sequence[int], strides: Sequence[int],
+                   dilation: Sequence[int]) -> bool:
+    """Whether a sum over windows of the (padded) `x` is `linalg.pooling_nhwc_sum`:
+    a traced f32/f64 array whose windows span one or two axes."""
+    return (isinstance(x, Tracer) and 1 <= len(_pooled_axes(window, strides, dilation)) <= 2
+            and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype(np.float64)))
+
+
+def _named_sum_pool(who: str, x: Any, window: Sequence[int], strides: Sequence[int],
+                    dilation: Sequence[int]) -> Any:
+    """The window sums of `x` as one `linalg.pooling_nhwc_sum`: the pooled axes
+    become H, W (one of them: H of size 1), the copied axes before the last
+    of them N, the last copied axis C (a transpose first where the layout is
+    not already so, e.g. NCHW). Its derivatives and batching are rules of
+    the op (transforms/rules/linalg_pool.py)."""
+    pooled = _pooled_axes(window, strides, dilation)
+    rest = [ax for ax in range(x.ndim) if ax not in pooled]
+    chan, lead = rest[-1:], rest[:-1]
+    perm = lead + pooled + chan
+    xt = anp.transpose(x, perm) if perm != list(range(x.ndim)) else x
+    sizes = [x.shape[ax] for ax in pooled]
+    k = [window[ax] for ax in pooled]
+    s = [strides[ax] for ax in pooled]
+    d = [dilation[ax] for ax in pooled]
+    if len(pooled) == 1:
+        sizes, k, s, d = [1, *sizes], [1, *k], [1, *s], [1, *d]
+    n = math.prod(x.shape[ax] for ax in lead)
+    c = math.prod(x.shape[ax] for ax in chan)
+    out = []
+    for ax in pooled:
+        eff = (window[ax] - 1) * dilation[ax] + 1
+        if x.shape[ax] < eff:
+            raise _err(who, f"the window (size {window[ax]}, dilation {dilation[ax]}) is "
+                            f"larger than the padded input ({x.shape[ax]}) along dimension {ax}")
+        out.append((x.shape[ax] - eff) // strides[ax] + 1)
+    if len(pooled) == 1:
+        out = [1, *out]
+    trace = require_trace(who)
+    x4 = trace.lift(anp.reshape(xt, (n, *sizes, c)))
+    shape = [n, *out, c]
+    with trace.emitting():
+        init = primitives._filled(shape, x4.dtype, 0)
+        kernel = primitives._empty(k, x4.dtype)
+        v = linalg.pooling_nhwc_sum(x4.value, kernel, outs=[init], strides=s, dilations=d)
+    y = Tracer(v, ShapedArray(shape, x4.dtype), trace)
+    # back to the copied axes' shapes and the input's axis order
+    yshape = [x.shape[ax] for ax in lead] + out[-len(pooled):] + [x.shape[ax] for ax in chan]
+    y = anp.reshape(y, tuple(yshape))
+    inv = [perm.index(ax) for ax in range(x.ndim)]
+    return anp.transpose(y, inv) if perm != list(range(x.ndim)) else y
 
 
 # --------------------------------------------------------------------------- nn pooling

@@ -391,3 +391,36 @@ def test_cpu_schedule_vectorizes_named_convolutions(kernel, features) -> None:
 }}"""
     ir_text = scheduled_ir(text)
     assert "linalg.conv" not in ir_text and "vector.contract" in ir_text
+
+
+# -- the named sum pooling: linalg.pooling_nhwc_sum and its rules -----------------------------
+
+_POOL_MLIR = """func.func @pool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x2x3xf64>)
+    -> tensor<2x3x2x3xf64> {
+  %k = tensor.empty() : tensor<2x3xf64>
+  %y = linalg.pooling_nhwc_sum {dilations = dense<[2, 1]> : tensor<2xi64>,
+                                strides = dense<[2, 2]> : tensor<2xi64>}
+       ins(%x, %k : tensor<2x7x6x3xf64>, tensor<2x3xf64>)
+       outs(%acc : tensor<2x3x2x3xf64>) -> tensor<2x3x2x3xf64>
+  %r = math.tanh %y : tensor<2x3x2x3xf64>
+  return %r : tensor<2x3x2x3xf64>
+}"""
+
+
+def test_named_sum_pool_rules_match_finite_differences_and_jax() -> None:
+    """The rules of `linalg.pooling_nhwc_sum` (strides, dilations, an input
+    column no window reaches, an accumulating init) at the MLIR level: jvp
+    and vjp against central differences, the transpose identity and jax;
+    second order against differences."""
+    def want(x, acc):
+        return jnp.tanh(acc + jax.lax.reduce_window(
+            x, 0.0, jax.lax.add, (1, 2, 3, 1), (1, 2, 2, 1), "VALID",
+            window_dilation=(1, 2, 1, 1)))
+
+    t = "tensor<2x3x2x3xf64>"
+    f = Fn("pool", _POOL_MLIR, ["tensor<2x7x6x3xf64>", t], [t], jax_fn=want)
+    cm = compile_fns([f])
+    rng = np.random.default_rng(207)
+    check_first_order(cm, f, rng)
+    check_second_order(cm, f, rng)
+    check_against_jax(cm, f, rng)

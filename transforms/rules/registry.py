@@ -143,6 +143,7 @@ def load_all() -> None:
         func,
         linalg,
         linalg_conv,
+        linalg_pool,
         linalg_generic,
         math,
         scf,
