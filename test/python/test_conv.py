@@ -424,3 +424,52 @@ def test_named_sum_pool_rules_match_finite_differences_and_jax() -> None:
     check_first_order(cm, f, rng)
     check_second_order(cm, f, rng)
     check_against_jax(cm, f, rng)
+
+
+def test_sum_and_avg_pooling_are_the_named_op_in_every_transform() -> None:
+    """Sum windows over one or two axes trace to `linalg.pooling_nhwc_sum`
+    (NHWC as is, NCHW through a transpose, 1-D at height 1), and reverse
+    mode, the Hessian-vector product and vmap stay on it. avg_pool with
+    padding not counted, base and window dilations; values against jax."""
+    x = RNG.standard_normal((2, 5, 6, 3))
+    xs = RNG.standard_normal((2, 3, 7))
+    SCALES = np.array([1.0, -0.5]).reshape(2, 1, 1, 1, 1)  # noqa: N806
+
+    def program(lax_, grad, jvp, vmap, avg):
+        def pools(x, xs):
+            a = avg(x, (2, 3), (2, 1), "SAME")
+            b = lax_.reduce_window(x.transpose(0, 3, 1, 2), 0.0, lax_.add, (1, 1, 3, 2),
+                                   (1, 1, 1, 2), [(1, 0), (0, 0), (0, 1), (1, 1)],
+                                   base_dilation=(1, 1, 2, 1), window_dilation=(1, 1, 1, 2))
+            c = lax_.reduce_window(xs, 0.0, lax_.add, (1, 1, 3), (1, 1, 2), "VALID")
+            return a, b, c
+
+        def loss(x, xs):
+            a, b, c = pools(x, xs)
+            return (jnp_or(lax_).sin(a) ** 2).sum() + (b ** 3).sum() + (c * c.sum()).sum()
+
+        def run(x, xs):
+            g = grad(loss, argnums=(0, 1))
+            hvp = jvp(lambda x: g(x, xs)[0], (x,), (jnp_or(lax_).cos(x),))[1]
+            return pools(x, xs), g(x, xs), hvp, vmap(lambda x: g(x, xs)[0])(x[None] * SCALES)
+        return run
+
+    def jnp_or(lax_):
+        return jnp if lax_ is jax.lax else anp
+
+    def jax_avg(x, window, strides, padding):
+        w, s = (1, *window, 1), (1, *strides, 1)
+        ones = jnp.ones_like(x)
+        return (jax.lax.reduce_window(x, 0.0, jax.lax.add, w, s, padding)
+                / jax.lax.reduce_window(ones, 0.0, jax.lax.add, w, s, padding))
+
+    def our_avg(x, window, strides, padding):
+        return nn.avg_pool(x, window, strides, padding, count_include_pad=False)
+
+    fn = program(lax, ad.grad, ad.jvp, ad.vmap, our_avg)
+    got = ad.jit(fn)(x, xs)
+    want = jax.jit(program(jax.lax, jax.grad, jax.jvp, jax.vmap, jax_avg))(x, xs)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    text = ad.jit(fn).lower(x, xs).as_text("autodiff")
+    assert text.count("linalg.pooling_nhwc_sum") >= 6, _ops(text)
