@@ -21,7 +21,12 @@
   Reverse mode is then the transposed matmul and strided `insert_slice`s:
   the same sums as jax's transposed convolution (lhs-dilated by the strides,
   flipped kernel), in another order.
-- `reduce_window` reads the same strided window slices: `add` sums them;
+- a traced f32/f64 `reduce_window` with add whose windows reduce or stride
+  over one or two axes (`nn.avg_pool` among them) is one
+  `linalg.pooling_nhwc_sum` (the pooled axes as H, W; the copied ones as N
+  and C, through a transpose where needed), whose rules
+  (transforms/rules/linalg_pool.py) are again that op;
+- other `reduce_window`s read the same strided window slices: `add` sums them;
   `max` / `min` run a chain of selects that keeps the first extremal element
   of each window in row-major window order, so derivatives go to that one
   element, as jax's select-and-scatter (`ge` / `le` selection) does at ties.
