@@ -442,8 +442,11 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
     axes = list(range(nd))
     x = _pad(x, axes, pads, bdil, init)
     if kind == "add" and _named_pool_ok(x, window, strides, wdil):
-        acc = _named_sum_pool(who, x, window, strides, wdil)
+        acc = _named_pool(who, "sum", x, window, strides, wdil)
         return acc + init if init != 0 else acc
+    if kind == "max" and _named_pool_ok(x, window, strides, wdil):
+        acc = _named_pool(who, "max", x, window, strides, wdil)
+        return anp.maximum(acc, init) if float(init) != -math.inf else acc
     slices, _ = _windows(who, x, axes, window, strides, wdil)
     if kind == "add":
         acc = slices[0]
@@ -478,9 +481,11 @@ def _named_pool_ok(x: Any, window: Sequence[int], strides: Sequence[int],
             and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype(np.float64)))
 
 
-def _named_sum_pool(who: str, x: Any, window: Sequence[int], strides: Sequence[int],
-                    dilation: Sequence[int]) -> Any:
-    """The window sums of `x` as one `linalg.pooling_nhwc_sum`: the pooled axes
+def _named_pool(who: str, kind: str, x: Any, window: Sequence[int], strides: Sequence[int],
+                dilation: Sequence[int]) -> Any:
+    """The window sums (maxima) of `x` as one `linalg.pooling_nhwc_sum` (`_max`,
+    from -inf, its rules keeping the first maximum as the select chain
+    does): the pooled axes
     become H, W (one of them: H of size 1), the copied axes before the last
     of them N, the last copied axis C (a transpose first where the layout is
     not already so, e.g. NCHW). Its derivatives and batching are rules of
@@ -511,9 +516,10 @@ def _named_sum_pool(who: str, x: Any, window: Sequence[int], strides: Sequence[i
     x4 = trace.lift(anp.reshape(xt, (n, *sizes, c)))
     shape = [n, *out, c]
     with trace.emitting():
-        init = primitives._filled(shape, x4.dtype, 0)
+        init = primitives._filled(shape, x4.dtype, 0 if kind == "sum" else -math.inf)
         kernel = primitives._empty(k, x4.dtype)
-        v = linalg.pooling_nhwc_sum(x4.value, kernel, outs=[init], strides=s, dilations=d)
+        pool = linalg.pooling_nhwc_sum if kind == "sum" else linalg.pooling_nhwc_max
+        v = pool(x4.value, kernel, outs=[init], strides=s, dilations=d)
     y = Tracer(v, ShapedArray(shape, x4.dtype), trace)
     # back to the copied axes' shapes and the input's axis order
     yshape = [x.shape[ax] for ax in lead] + out[-len(pooled):] + [x.shape[ax] for ax in chan]

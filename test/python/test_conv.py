@@ -473,3 +473,58 @@ def test_sum_and_avg_pooling_are_the_named_op_in_every_transform() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
     text = ad.jit(fn).lower(x, xs).as_text("autodiff")
     assert text.count("linalg.pooling_nhwc_sum") >= 6, _ops(text)
+
+
+_MAXPOOL_MLIR = """func.func @maxpool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x2x3xf64>)
+    -> tensor<2x3x2x3xf64> {
+  %k = tensor.empty() : tensor<2x3xf64>
+  %y = linalg.pooling_nhwc_max {dilations = dense<[2, 1]> : tensor<2xi64>,
+                                strides = dense<[2, 2]> : tensor<2xi64>}
+       ins(%x, %k : tensor<2x7x6x3xf64>, tensor<2x3xf64>)
+       outs(%acc : tensor<2x3x2x3xf64>) -> tensor<2x3x2x3xf64>
+  %r = math.tanh %y : tensor<2x3x2x3xf64>
+  return %r : tensor<2x3x2x3xf64>
+}"""
+
+
+def test_named_max_pool_rules_match_finite_differences_and_jax() -> None:
+    """The rules of `linalg.pooling_nhwc_max` (strides, dilations, an init that
+    wins some windows) at the MLIR level, on inputs without ties: jvp and
+    vjp against central differences, the transpose identity and jax; second
+    order against differences."""
+    def want(x, acc):   # jax has no reverse mode of dilated max windows: the slices
+        windows = [x[:, 2 * p:2 * p + 5:2, q:q + 3:2] for p in range(2) for q in range(3)]
+        return jnp.tanh(jnp.maximum(acc, jnp.max(jnp.stack(windows), axis=0)))
+
+    t = "tensor<2x3x2x3xf64>"
+    f = Fn("maxpool", _MAXPOOL_MLIR, ["tensor<2x7x6x3xf64>", t], [t], jax_fn=want)
+    cm = compile_fns([f])
+    rng = np.random.default_rng(208)
+    check_first_order(cm, f, rng)
+    check_second_order(cm, f, rng)
+    check_against_jax(cm, f, rng)
+
+
+def test_max_pooling_is_the_named_op_and_its_derivative_goes_to_the_first_nan() -> None:
+    """Max windows of traced floats are `linalg.pooling_nhwc_max` through
+    jvp, vjp and vmap, and keep the composite's rule: a window's derivative
+    goes to its first NaN if it has one (the NaN is its value), else to its
+    first maximum. Hand-derived oracle (jax's select-and-scatter moves past
+    a NaN, so it is no oracle here)."""
+    x = np.array([[np.nan, 1.0, 3.0, np.nan, 2.0, 2.0, np.nan, np.nan]])
+    t = np.arange(1.0, 9.0)[None]
+
+    def pool(x):
+        return lax.reduce_window(x, -np.inf, "max", (1, 2), (1, 2), "VALID")
+
+    def run(x, t):
+        y, ty = ad.jvp(pool, (x,), (t,))
+        gx = ad.grad(lambda x: (pool(x) * np.array([1.0, 10.0, 100.0, 1000.0])).sum())(x)
+        return y, ty, gx, ad.vmap(ad.grad(lambda x: pool(x).sum()))(x[None] * 1.0)
+    y, ty, gx, gv = ad.jit(run)(x, t)
+    np.testing.assert_array_equal(y, [[np.nan, np.nan, 2.0, np.nan]])
+    np.testing.assert_array_equal(ty, [[1.0, 4.0, 5.0, 7.0]])
+    np.testing.assert_array_equal(gx, [[1.0, 0, 0, 10.0, 100.0, 0, 1000.0, 0]])
+    np.testing.assert_array_equal(gv, [[[1.0, 0, 0, 1.0, 1.0, 0, 1.0, 0]]])
+    text = ad.jit(run).lower(x, t).as_text("autodiff")
+    assert "linalg.pooling_nhwc_max" in text, _ops(text)

@@ -23,13 +23,14 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import linalg
 
-from ..ad_support import Builder, element_type
+from ..ad_support import Builder, element_type, op_name
 from .batching import BatchBuilder, defbatch
 from .linalg_conv import conv_params
 from .registry import defjvp_rule, defvjp
-from .structured import collapse, expand, insert_slice, value_of
+from .structured import collapse, expand, extract_slice, insert_slice, value_of
 
 POOL_SUM = "linalg.pooling_nhwc_sum"
+POOL_MAX = "linalg.pooling_nhwc_max"
 
 
 def _tensor(shape, like: ir.Value) -> ir.RankedTensorType:
@@ -80,13 +81,94 @@ defjvp_rule(POOL_SUM, _pool_jvp)
 defvjp(POOL_SUM, _pool_vjp)
 
 
+# -- max pooling: the derivative at each window's first maximum --------------------------------
+
+
+def _window_slices(b: Builder, x: ir.Value, op) -> list[ir.Value]:
+    """Every window position's strided slice of x (N, OH, OW, C), row-major."""
+    s, d = conv_params(op)
+    kh, kw = op.operands[1].type.shape
+    n, oh, ow, c = op.results[0].type.shape
+    return [extract_slice(b, x, [0, p * d[0], q * d[1], 0], [n, oh, ow, c], [1, s[0], s[1], 1])
+            for p in range(kh) for q in range(kw)]
+
+
+def _keep(b: Builder, acc: ir.Value, other: ir.Value) -> ir.Value:
+    """acc >= other, or acc is NaN: the earlier element stays selected (a NaN, once
+    chosen, stays: it is the window's value, as `arith.maximumf` propagates it)."""
+    return b.binary("arith.ori", b.cmpf("oge", acc, other), b.cmpf("une", acc, acc))
+
+
+def _first_max(b: Builder, op, carried: list[ir.Value]) -> tuple[ir.Value, list[ir.Value]]:
+    """The keep masks of the select chain over the window: (the window maximum,
+    for each carried (N, OH, OW, C) list of per-position tensors, the element
+    at the first maximal position)."""
+    x = op.operands[0]
+    vals = _window_slices(b, x, op)
+    acc = vals[0]
+    out = [c[0] for c in carried]
+    for k in range(1, len(vals)):
+        keep = _keep(b, acc, vals[k])
+        acc = b.select(keep, acc, vals[k])
+        out = [b.select(keep, o, c[k]) for o, c in zip(out, carried)]
+    return acc, out
+
+
+def _max_jvp(b, op, ts):
+    x, _window, init = list(op.operands)
+    tx, _tw, tinit = ts
+    if tx is None and tinit is None:
+        return [None]
+    like = op.results[0]
+    tx_slices = _window_slices(b, b.materialize(tx, x), op)
+    m, (t,) = _first_max(b, op, [tx_slices])
+    # the init is an element before the window (chosen only where it is larger)
+    return [b.select(_keep(b, m, init), t, b.materialize(tinit, like))]
+
+
+def _max_vjp(b, op, cts):
+    x, window, init = list(op.operands)
+    (ct,) = cts
+    ct = b.materialize(ct, op.results[0])
+    s, d = conv_params(op)
+    kh, kw = window.type.shape
+    positions = [b.constant(ct, float(k)) for k in range(kh * kw)]
+    m, (idx,) = _first_max(b, op, [positions])
+    keep = _keep(b, m, init)
+    zero = b.zeros_like(ct)
+    gx = None
+    if b.ad.is_active(x):
+        gx = b.zeros_like(x)
+        for k in range(kh * kw):
+            part = b.select(b.cmpf("oeq", idx, positions[k]), b.select(keep, ct, zero), zero)
+            p, q = divmod(k, kw)
+            gx = b.addf(gx, insert_slice(b, part, b.zeros_like(x), [0, p * d[0], q * d[1], 0],
+                                         [1, s[0], s[1], 1]))
+    return [gx, None, b.select(keep, zero, ct)]
+
+
+defjvp_rule(POOL_MAX, _max_jvp)
+defvjp(POOL_MAX, _max_vjp)
+
+
+def pool_max(b: Builder, x: ir.Value, window: ir.Value, init: ir.Value, strides, dilations
+             ) -> ir.Value:
+    """`linalg.pooling_nhwc_max` of x (N, H, W, C) over a `window` (KH, KW) into `init`."""
+    with b.loc, b.ip:
+        return value_of(linalg.pooling_nhwc_max(x, window, outs=[init], strides=list(strides),
+                                                dilations=list(dilations)))
+
+
+# -- batching ---------------------------------------------------------------------------------
+
+
 def _pool_batch(b: BatchBuilder, op, vals, batched):
     x, window, init = vals
     bx, bwin, binit = batched
     s, d = conv_params(op)
     nb = b.size
     for v in vals:
-        b.static(v.type, f"an operand of '{POOL_SUM}'")
+        b.static(v.type, f"an operand of '{op_name(op)}'")
     if bwin:   # only the window's shape matters
         window = b.empty(ir.RankedTensorType.get(list(window.type.shape[1:]),
                                                  element_type(window.type)))
@@ -98,8 +180,9 @@ def _pool_batch(b: BatchBuilder, op, vals, batched):
     _, n, oh, ow, c = init.type.shape
     xs = collapse(b, x, [[0, 1], [2], [3], [4]], [nb * n, *x.type.shape[2:]])
     outs = collapse(b, init, [[0, 1], [2], [3], [4]], [nb * n, oh, ow, c])
-    y = pool_sum(b, xs, window, outs, s, d)
+    y = (pool_sum if op_name(op) == POOL_SUM else pool_max)(b, xs, window, outs, s, d)
     return [(expand(b, y, [[0, 1], [2], [3], [4]], [nb, n, oh, ow, c]), True)]
 
 
 defbatch(POOL_SUM, _pool_batch)
+defbatch(POOL_MAX, _pool_batch)
