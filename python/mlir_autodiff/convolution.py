@@ -444,7 +444,7 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
     if kind == "add" and _named_pool_ok(x, window, strides, wdil):
         acc = _named_pool(who, "sum", x, window, strides, wdil)
         return acc + init if init != 0 else acc
-    if kind == "max" and _named_pool_ok(x, window, strides, wdil):
+    if kind == "max" and NAMED_MAX_POOL and _named_pool_ok(x, window, strides, wdil):
         acc = _named_pool(who, "max", x, window, strides, wdil)
         return anp.maximum(acc, init) if float(init) != -math.inf else acc
     slices, _ = _windows(who, x, axes, window, strides, wdil)
@@ -464,6 +464,14 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
     for s in slices[1:]:
         acc = fn(acc, s)
     return acc
+
+
+#: Whether max windows of traced floats are `linalg.pooling_nhwc_max` (its rules,
+#: transforms/rules/linalg_pool.py, keep the select chain's first-maximum and
+#: first-NaN rule). Off by default: the CNN of benchmarks/cnn_cases.py
+#: (2x2 max pools, batch 128) trained 25% slower with it (3.9 vs 3.0 ms a
+#: step; its reverse mode reruns the select chain after the named forward).
+NAMED_MAX_POOL = False
 
 
 def _pooled_axes(window: Sequence[int], strides: Sequence[int],

@@ -152,13 +152,18 @@ def test_reverse_mode_is_the_transposed_convolution() -> None:
         np.testing.assert_allclose(b, r, rtol=1e-12, atol=1e-12)
 
 
-def test_max_pool_ties_route_to_first_maximum_like_jax() -> None:
+@pytest.mark.parametrize("named", [False, True])
+def test_max_pool_ties_route_to_first_maximum_like_jax(named, monkeypatch) -> None:
     """Integer-valued inputs tie everywhere; overlapping windows and -inf padding
     (SAME). jax's reverse mode (select_and_scatter_add) gives each window's
     cotangent to its first maximal element in row-major window order; ours
     does that in reverse and forward mode alike (jax's forward mode,
     select_and_gather_add, may pick another tied element, so the forward
-    oracle is jax's reverse-mode Jacobian), and the two are transposes."""
+    oracle is jax's reverse-mode Jacobian), and the two are transposes; as
+    the select chain and as `linalg.pooling_nhwc_max` (`NAMED_MAX_POOL`)."""
+    from mlir_autodiff import convolution
+
+    monkeypatch.setattr(convolution, "NAMED_MAX_POOL", named)
     x = np.floor(RNG.uniform(0, 3, (2, 5, 6, 2)))
     t = RNG.standard_normal(x.shape)
     ct = RNG.standard_normal((2, 5, 3, 2))
@@ -505,12 +510,17 @@ def test_named_max_pool_rules_match_finite_differences_and_jax() -> None:
     check_against_jax(cm, f, rng)
 
 
-def test_max_pooling_is_the_named_op_and_its_derivative_goes_to_the_first_nan() -> None:
-    """Max windows of traced floats are `linalg.pooling_nhwc_max` through
-    jvp, vjp and vmap, and keep the composite's rule: a window's derivative
-    goes to its first NaN if it has one (the NaN is its value), else to its
-    first maximum. Hand-derived oracle (jax's select-and-scatter moves past
-    a NaN, so it is no oracle here)."""
+@pytest.mark.parametrize("named", [False, True])
+def test_max_window_derivative_goes_to_the_first_nan_or_first_tied_maximum(
+        named, monkeypatch) -> None:
+    """Max windows, as the select chain and (`NAMED_MAX_POOL`) as
+    `linalg.pooling_nhwc_max` through jvp, vjp and vmap, have one rule: a
+    window's derivative goes to its first NaN if it has one (the NaN is its
+    value), else to its first maximum (the tie [2, 2]). Hand-derived oracle
+    (jax's select-and-scatter moves past a NaN, so it is no oracle here)."""
+    from mlir_autodiff import convolution
+
+    monkeypatch.setattr(convolution, "NAMED_MAX_POOL", named)
     x = np.array([[np.nan, 1.0, 3.0, np.nan, 2.0, 2.0, np.nan, np.nan]])
     t = np.arange(1.0, 9.0)[None]
 
@@ -527,4 +537,4 @@ def test_max_pooling_is_the_named_op_and_its_derivative_goes_to_the_first_nan() 
     np.testing.assert_array_equal(gx, [[1.0, 0, 0, 10.0, 100.0, 0, 1000.0, 0]])
     np.testing.assert_array_equal(gv, [[[1.0, 0, 0, 1.0, 1.0, 0, 1.0, 0]]])
     text = ad.jit(run).lower(x, t).as_text("autodiff")
-    assert "linalg.pooling_nhwc_max" in text, _ops(text)
+    assert ("linalg.pooling_nhwc_max" in text) == named, _ops(text)

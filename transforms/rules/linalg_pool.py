@@ -1,4 +1,5 @@
-"""Rules of the named 2-D sum pooling `linalg.pooling_nhwc_sum` (jvp, vjp, batching).
+"""Rules of the named 2-D poolings `linalg.pooling_nhwc_sum` and
+`linalg.pooling_nhwc_max` (jvp, vjp, batching).
 
     y[n, i, j, c] = init[n, i, j, c]
                     + sum_{p < KH, q < KW} x[n, i*s0 + p*d0, j*s1 + q*d1, c]
@@ -16,6 +17,21 @@ differentiation and batching stays on it:
   convolution's filter does); the init's cotangent is the cotangent.
 * batching: the batch folds into N (a batched window shape operand is
   re-created unbatched: its values are never read).
+
+Max pooling, y = max(init, max over the window), follows the select chain
+of the composite (python/mlir_autodiff/convolution.py): each window's
+derivative goes to its first NaN if it has one, else to its first maximal
+element in row-major window order (jax's select-and-scatter at ties); the
+init counts only where it is larger than the window (or NaN where the
+window is not). Its rules are built from strided `tensor.extract_slice`s of
+the window positions, selects and strided `tensor.insert_slice`s, whose own
+rules give every higher order and batching:
+
+* jvp: the chain of selects run on the values and, alongside, on the
+  tangent's slices.
+* vjp: one elementwise generic runs the chain per output element and
+  writes each window position's share of the cotangent; each share is
+  added into that position's strided slice of the input's cotangent.
 """
 
 from __future__ import annotations
@@ -27,7 +43,16 @@ from ..ad_support import Builder, element_type, op_name
 from .batching import BatchBuilder, defbatch
 from .linalg_conv import conv_params
 from .registry import defjvp_rule, defvjp
-from .structured import collapse, expand, extract_slice, insert_slice, value_of
+from .structured import (
+    PAR,
+    collapse,
+    expand,
+    extract_slice,
+    identity_map,
+    insert_slice,
+    make_generic,
+    value_of,
+)
 
 POOL_SUM = "linalg.pooling_nhwc_sum"
 POOL_MAX = "linalg.pooling_nhwc_max"
@@ -127,24 +152,45 @@ def _max_jvp(b, op, ts):
 
 
 def _max_vjp(b, op, cts):
+    """One elementwise generic over the output runs the select chain per window
+    and writes each position's share of the cotangent (and the init's); each
+    share is then added into its strided slice of the input's cotangent."""
     x, window, init = list(op.operands)
     (ct,) = cts
     ct = b.materialize(ct, op.results[0])
     s, d = conv_params(op)
     kh, kw = window.type.shape
-    positions = [b.constant(ct, float(k)) for k in range(kh * kw)]
-    m, (idx,) = _first_max(b, op, [positions])
-    keep = _keep(b, m, init)
-    zero = b.zeros_like(ct)
+    vals = _window_slices(b, x, op)
+    kk = len(vals)
+    et = element_type(ct.type)
+    rank = ct.type.rank
+
+    def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        xs, c, i0 = args[:kk], args[kk], args[kk + 1]
+        zero = bb.constant(et, 0.0)
+        acc, idx = xs[0], bb.constant(et, 0.0)
+        for k in range(1, kk):
+            keep = _keep(bb, acc, xs[k])
+            acc = bb.select(keep, acc, xs[k])
+            idx = bb.select(keep, idx, bb.constant(et, float(k)))
+        keep = _keep(bb, acc, i0)
+        cw = bb.select(keep, c, zero)
+        parts = [bb.select(bb.cmpf("oeq", idx, bb.constant(et, float(k))), cw, zero)
+                 for k in range(kk)]
+        return [*parts, bb.select(keep, zero, c)]
+
+    gen = make_generic(b, [*vals, ct, init], [b.empty_like(ct) for _ in range(kk + 1)],
+                       [identity_map(rank)] * (2 * kk + 3), [PAR] * rank, body)
+    parts = list(gen.results)
     gx = None
     if b.ad.is_active(x):
         gx = b.zeros_like(x)
-        for k in range(kh * kw):
-            part = b.select(b.cmpf("oeq", idx, positions[k]), b.select(keep, ct, zero), zero)
+        for k in range(kk):
             p, q = divmod(k, kw)
-            gx = b.addf(gx, insert_slice(b, part, b.zeros_like(x), [0, p * d[0], q * d[1], 0],
-                                         [1, s[0], s[1], 1]))
-    return [gx, None, b.select(keep, zero, ct)]
+            # added into the strided slice of position k only (in place)
+            gx = b.accumulate(gx, insert_slice(b, parts[k], b.zeros_like(x),
+                                               [0, p * d[0], q * d[1], 0], [1, s[0], s[1], 1]))
+    return [gx, None, parts[kk]]
 
 
 defjvp_rule(POOL_MAX, _max_jvp)
