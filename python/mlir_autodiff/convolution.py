@@ -21,7 +21,12 @@
   Reverse mode is then the transposed matmul and strided `insert_slice`s:
   the same sums as jax's transposed convolution (lhs-dilated by the strides,
   flipped kernel), in another order.
-- `reduce_window` reads the same strided window slices: `add` sums them;
+- a traced f32/f64 `reduce_window` with add whose windows reduce or stride
+  over one or two axes (`nn.avg_pool` among them) is one
+  `linalg.pooling_nhwc_sum` (the pooled axes as H, W; the copied ones as N
+  and C, through a transpose where needed), whose rules
+  (transforms/rules/linalg_pool.py) are again that op;
+- other `reduce_window`s read the same strided window slices: `add` sums them;
   `max` / `min` run a chain of selects that keeps the first extremal element
   of each window in row-major window order, so derivatives go to that one
   element, as jax's select-and-scatter (`ge` / `le` selection) does at ties.
@@ -436,6 +441,12 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
         raise _err(who, f"init_value must be a static scalar, got {type(init_value).__name__}")
     axes = list(range(nd))
     x = _pad(x, axes, pads, bdil, init)
+    if kind == "add" and _named_pool_ok(x, window, strides, wdil):
+        acc = _named_pool(who, "sum", x, window, strides, wdil)
+        return acc + init if init != 0 else acc
+    if kind == "max" and NAMED_MAX_POOL and _named_pool_ok(x, window, strides, wdil):
+        acc = _named_pool(who, "max", x, window, strides, wdil)
+        return anp.maximum(acc, init) if float(init) != -math.inf else acc
     slices, _ = _windows(who, x, axes, window, strides, wdil)
     if kind == "add":
         acc = slices[0]
@@ -453,6 +464,76 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
     for s in slices[1:]:
         acc = fn(acc, s)
     return acc
+
+
+#: Whether max windows of traced floats are `linalg.pooling_nhwc_max` (its rules,
+#: transforms/rules/linalg_pool.py, keep the select chain's first-maximum and
+#: first-NaN rule). Off by default: the CNN of benchmarks/cnn_cases.py
+#: (2x2 max pools, batch 128) trained 25% slower with it (3.9 vs 3.0 ms a
+#: step; its reverse mode reruns the select chain after the named forward).
+NAMED_MAX_POOL = False
+
+
+def _pooled_axes(window: Sequence[int], strides: Sequence[int],
+                 dilation: Sequence[int]) -> list[int]:
+    """The axes a window reduces or strides over (the others are copied)."""
+    return [ax for ax, k, s, d in zip(itertools.count(), window, strides, dilation)
+            if k != 1 or s != 1 or d != 1]
+
+
+def _named_pool_ok(x: Any, window: Sequence[int], strides: Sequence[int],
+                   dilation: Sequence[int]) -> bool:
+    """Whether a sum over windows of the (padded) `x` is `linalg.pooling_nhwc_sum`:
+    a traced f32/f64 array whose windows span one or two axes."""
+    return (isinstance(x, Tracer) and 1 <= len(_pooled_axes(window, strides, dilation)) <= 2
+            and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype(np.float64)))
+
+
+def _named_pool(who: str, kind: str, x: Any, window: Sequence[int], strides: Sequence[int],
+                dilation: Sequence[int]) -> Any:
+    """The window sums (maxima) of `x` as one `linalg.pooling_nhwc_sum` (`_max`,
+    from -inf, its rules keeping the first maximum as the select chain
+    does): the pooled axes
+    become H, W (one of them: H of size 1), the copied axes before the last
+    of them N, the last copied axis C (a transpose first where the layout is
+    not already so, e.g. NCHW). Its derivatives and batching are rules of
+    the op (transforms/rules/linalg_pool.py)."""
+    pooled = _pooled_axes(window, strides, dilation)
+    rest = [ax for ax in range(x.ndim) if ax not in pooled]
+    chan, lead = rest[-1:], rest[:-1]
+    perm = lead + pooled + chan
+    xt = anp.transpose(x, perm) if perm != list(range(x.ndim)) else x
+    sizes = [x.shape[ax] for ax in pooled]
+    k = [window[ax] for ax in pooled]
+    s = [strides[ax] for ax in pooled]
+    d = [dilation[ax] for ax in pooled]
+    if len(pooled) == 1:
+        sizes, k, s, d = [1, *sizes], [1, *k], [1, *s], [1, *d]
+    n = math.prod(x.shape[ax] for ax in lead)
+    c = math.prod(x.shape[ax] for ax in chan)
+    out = []
+    for ax in pooled:
+        eff = (window[ax] - 1) * dilation[ax] + 1
+        if x.shape[ax] < eff:
+            raise _err(who, f"the window (size {window[ax]}, dilation {dilation[ax]}) is "
+                            f"larger than the padded input ({x.shape[ax]}) along dimension {ax}")
+        out.append((x.shape[ax] - eff) // strides[ax] + 1)
+    if len(pooled) == 1:
+        out = [1, *out]
+    trace = require_trace(who)
+    x4 = trace.lift(anp.reshape(xt, (n, *sizes, c)))
+    shape = [n, *out, c]
+    with trace.emitting():
+        init = primitives._filled(shape, x4.dtype, 0 if kind == "sum" else -math.inf)
+        kernel = primitives._empty(k, x4.dtype)
+        pool = linalg.pooling_nhwc_sum if kind == "sum" else linalg.pooling_nhwc_max
+        v = pool(x4.value, kernel, outs=[init], strides=s, dilations=d)
+    y = Tracer(v, ShapedArray(shape, x4.dtype), trace)
+    # back to the copied axes' shapes and the input's axis order
+    yshape = [x.shape[ax] for ax in lead] + out[-len(pooled):] + [x.shape[ax] for ax in chan]
+    y = anp.reshape(y, tuple(yshape))
+    inv = [perm.index(ax) for ax in range(x.ndim)]
+    return anp.transpose(y, inv) if perm != list(range(x.ndim)) else y
 
 
 # --------------------------------------------------------------------------- nn pooling

@@ -152,13 +152,18 @@ def test_reverse_mode_is_the_transposed_convolution() -> None:
         np.testing.assert_allclose(b, r, rtol=1e-12, atol=1e-12)
 
 
-def test_max_pool_ties_route_to_first_maximum_like_jax() -> None:
+@pytest.mark.parametrize("named", [False, True])
+def test_max_pool_ties_route_to_first_maximum_like_jax(named, monkeypatch) -> None:
     """Integer-valued inputs tie everywhere; overlapping windows and -inf padding
     (SAME). jax's reverse mode (select_and_scatter_add) gives each window's
     cotangent to its first maximal element in row-major window order; ours
     does that in reverse and forward mode alike (jax's forward mode,
     select_and_gather_add, may pick another tied element, so the forward
-    oracle is jax's reverse-mode Jacobian), and the two are transposes."""
+    oracle is jax's reverse-mode Jacobian), and the two are transposes; as
+    the select chain and as `linalg.pooling_nhwc_max` (`NAMED_MAX_POOL`)."""
+    from mlir_autodiff import convolution
+
+    monkeypatch.setattr(convolution, "NAMED_MAX_POOL", named)
     x = np.floor(RNG.uniform(0, 3, (2, 5, 6, 2)))
     t = RNG.standard_normal(x.shape)
     ct = RNG.standard_normal((2, 5, 3, 2))
@@ -391,3 +396,145 @@ def test_cpu_schedule_vectorizes_named_convolutions(kernel, features) -> None:
 }}"""
     ir_text = scheduled_ir(text)
     assert "linalg.conv" not in ir_text and "vector.contract" in ir_text
+
+
+# -- the named sum pooling: linalg.pooling_nhwc_sum and its rules -----------------------------
+
+_POOL_MLIR = """func.func @pool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x2x3xf64>)
+    -> tensor<2x3x2x3xf64> {
+  %k = tensor.empty() : tensor<2x3xf64>
+  %y = linalg.pooling_nhwc_sum {dilations = dense<[2, 1]> : tensor<2xi64>,
+                                strides = dense<[2, 2]> : tensor<2xi64>}
+       ins(%x, %k : tensor<2x7x6x3xf64>, tensor<2x3xf64>)
+       outs(%acc : tensor<2x3x2x3xf64>) -> tensor<2x3x2x3xf64>
+  %r = math.tanh %y : tensor<2x3x2x3xf64>
+  return %r : tensor<2x3x2x3xf64>
+}"""
+
+
+def test_named_sum_pool_rules_match_finite_differences_and_jax() -> None:
+    """The rules of `linalg.pooling_nhwc_sum` (strides, dilations, an input
+    column no window reaches, an accumulating init) at the MLIR level: jvp
+    and vjp against central differences, the transpose identity and jax;
+    second order against differences."""
+    def want(x, acc):
+        return jnp.tanh(acc + jax.lax.reduce_window(
+            x, 0.0, jax.lax.add, (1, 2, 3, 1), (1, 2, 2, 1), "VALID",
+            window_dilation=(1, 2, 1, 1)))
+
+    t = "tensor<2x3x2x3xf64>"
+    f = Fn("pool", _POOL_MLIR, ["tensor<2x7x6x3xf64>", t], [t], jax_fn=want)
+    cm = compile_fns([f])
+    rng = np.random.default_rng(207)
+    check_first_order(cm, f, rng)
+    check_second_order(cm, f, rng)
+    check_against_jax(cm, f, rng)
+
+
+def test_sum_and_avg_pooling_are_the_named_op_in_every_transform() -> None:
+    """Sum windows over one or two axes trace to `linalg.pooling_nhwc_sum`
+    (NHWC as is, NCHW through a transpose, 1-D at height 1), and reverse
+    mode, the Hessian-vector product and vmap stay on it. avg_pool with
+    padding not counted, base and window dilations; values against jax."""
+    x = RNG.standard_normal((2, 5, 6, 3))
+    xs = RNG.standard_normal((2, 3, 7))
+    SCALES = np.array([1.0, -0.5]).reshape(2, 1, 1, 1, 1)  # noqa: N806
+
+    def program(lax_, grad, jvp, vmap, avg):
+        def pools(x, xs):
+            a = avg(x, (2, 3), (2, 1), "SAME")
+            b = lax_.reduce_window(x.transpose(0, 3, 1, 2), 0.0, lax_.add, (1, 1, 3, 2),
+                                   (1, 1, 1, 2), [(1, 0), (0, 0), (0, 1), (1, 1)],
+                                   base_dilation=(1, 1, 2, 1), window_dilation=(1, 1, 1, 2))
+            c = lax_.reduce_window(xs, 0.0, lax_.add, (1, 1, 3), (1, 1, 2), "VALID")
+            return a, b, c
+
+        def loss(x, xs):
+            a, b, c = pools(x, xs)
+            return (jnp_or(lax_).sin(a) ** 2).sum() + (b ** 3).sum() + (c * c.sum()).sum()
+
+        def run(x, xs):
+            g = grad(loss, argnums=(0, 1))
+            hvp = jvp(lambda x: g(x, xs)[0], (x,), (jnp_or(lax_).cos(x),))[1]
+            return pools(x, xs), g(x, xs), hvp, vmap(lambda x: g(x, xs)[0])(x[None] * SCALES)
+        return run
+
+    def jnp_or(lax_):
+        return jnp if lax_ is jax.lax else anp
+
+    def jax_avg(x, window, strides, padding):
+        w, s = (1, *window, 1), (1, *strides, 1)
+        ones = jnp.ones_like(x)
+        return (jax.lax.reduce_window(x, 0.0, jax.lax.add, w, s, padding)
+                / jax.lax.reduce_window(ones, 0.0, jax.lax.add, w, s, padding))
+
+    def our_avg(x, window, strides, padding):
+        return nn.avg_pool(x, window, strides, padding, count_include_pad=False)
+
+    fn = program(lax, ad.grad, ad.jvp, ad.vmap, our_avg)
+    got = ad.jit(fn)(x, xs)
+    want = jax.jit(program(jax.lax, jax.grad, jax.jvp, jax.vmap, jax_avg))(x, xs)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    text = ad.jit(fn).lower(x, xs).as_text("autodiff")
+    assert text.count("linalg.pooling_nhwc_sum") >= 6, _ops(text)
+
+
+_MAXPOOL_MLIR = """func.func @maxpool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x2x3xf64>)
+    -> tensor<2x3x2x3xf64> {
+  %k = tensor.empty() : tensor<2x3xf64>
+  %y = linalg.pooling_nhwc_max {dilations = dense<[2, 1]> : tensor<2xi64>,
+                                strides = dense<[2, 2]> : tensor<2xi64>}
+       ins(%x, %k : tensor<2x7x6x3xf64>, tensor<2x3xf64>)
+       outs(%acc : tensor<2x3x2x3xf64>) -> tensor<2x3x2x3xf64>
+  %r = math.tanh %y : tensor<2x3x2x3xf64>
+  return %r : tensor<2x3x2x3xf64>
+}"""
+
+
+def test_named_max_pool_rules_match_finite_differences_and_jax() -> None:
+    """The rules of `linalg.pooling_nhwc_max` (strides, dilations, an init that
+    wins some windows) at the MLIR level, on inputs without ties: jvp and
+    vjp against central differences, the transpose identity and jax; second
+    order against differences."""
+    def want(x, acc):   # jax has no reverse mode of dilated max windows: the slices
+        windows = [x[:, 2 * p:2 * p + 5:2, q:q + 3:2] for p in range(2) for q in range(3)]
+        return jnp.tanh(jnp.maximum(acc, jnp.max(jnp.stack(windows), axis=0)))
+
+    t = "tensor<2x3x2x3xf64>"
+    f = Fn("maxpool", _MAXPOOL_MLIR, ["tensor<2x7x6x3xf64>", t], [t], jax_fn=want)
+    cm = compile_fns([f])
+    rng = np.random.default_rng(208)
+    check_first_order(cm, f, rng)
+    check_second_order(cm, f, rng)
+    check_against_jax(cm, f, rng)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_max_window_derivative_goes_to_the_first_nan_or_first_tied_maximum(
+        named, monkeypatch) -> None:
+    """Max windows, as the select chain and (`NAMED_MAX_POOL`) as
+    `linalg.pooling_nhwc_max` through jvp, vjp and vmap, have one rule: a
+    window's derivative goes to its first NaN if it has one (the NaN is its
+    value), else to its first maximum (the tie [2, 2]). Hand-derived oracle
+    (jax's select-and-scatter moves past a NaN, so it is no oracle here)."""
+    from mlir_autodiff import convolution
+
+    monkeypatch.setattr(convolution, "NAMED_MAX_POOL", named)
+    x = np.array([[np.nan, 1.0, 3.0, np.nan, 2.0, 2.0, np.nan, np.nan]])
+    t = np.arange(1.0, 9.0)[None]
+
+    def pool(x):
+        return lax.reduce_window(x, -np.inf, "max", (1, 2), (1, 2), "VALID")
+
+    def run(x, t):
+        y, ty = ad.jvp(pool, (x,), (t,))
+        gx = ad.grad(lambda x: (pool(x) * np.array([1.0, 10.0, 100.0, 1000.0])).sum())(x)
+        return y, ty, gx, ad.vmap(ad.grad(lambda x: pool(x).sum()))(x[None] * 1.0)
+    y, ty, gx, gv = ad.jit(run)(x, t)
+    np.testing.assert_array_equal(y, [[np.nan, np.nan, 2.0, np.nan]])
+    np.testing.assert_array_equal(ty, [[1.0, 4.0, 5.0, 7.0]])
+    np.testing.assert_array_equal(gx, [[1.0, 0, 0, 10.0, 100.0, 0, 1000.0, 0]])
+    np.testing.assert_array_equal(gv, [[[1.0, 0, 0, 1.0, 1.0, 0, 1.0, 0]]])
+    text = ad.jit(run).lower(x, t).as_text("autodiff")
+    assert ("linalg.pooling_nhwc_max" in text) == named, _ops(text)

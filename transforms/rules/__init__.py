@@ -8,6 +8,7 @@ Each dialect module registers, side by side, an op's forward-mode rule
     linalg.py             named linalg ops: map, reduce, elementwise named ops,
                           fill, copy, transpose, broadcast, contractions (matmul ...)
     linalg_conv.py        linalg.conv_2d_nhwc_hwcf (every derivative again that op)
+    linalg_pool.py        linalg.pooling_nhwc_sum (the same), linalg.pooling_nhwc_max
     linalg_generic.py     linalg.generic
     linalg_reductions.py  reductions inside a generic (the max/min/product weights
                           that linalg_generic.py's rules use)

@@ -144,6 +144,7 @@ def load_all() -> None:
         linalg,
         linalg_conv,
         linalg_generic,
+        linalg_pool,
         math,
         scf,
         scf_while,
