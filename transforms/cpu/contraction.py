@@ -228,16 +228,21 @@ class OuterProductsToElementwise(Pass):
     summary = "Rewrite contractions over unit reduction dims as elementwise linalg.generic ops"
 
     def run(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for op in found:
+        for op in _contraction_candidates(module):
             _outer_product_to_elementwise(op)
+
+
+def _contraction_candidates(module: ir.Operation) -> list[ir.Operation]:
+    """The linalg.matmul, batch_matmul and generic ops of `module`, in walk order."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
 
 
 def _outer_product_to_elementwise(op: ir.Operation) -> None:
@@ -370,13 +375,5 @@ class ReadBroadcastsInContractions(Pass):
     summary = "Contractions read broadcast operands through maps instead of their copies"
 
     def run(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for op in found:
+        for op in _contraction_candidates(module):
             _read_broadcasts_in_place(op)

@@ -58,8 +58,10 @@ the generic path (one thread per output).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+from collections.abc import Iterator, Sequence
 
 from mlir import ir
 from mlir.dialects import affine as affine_d
@@ -370,20 +372,15 @@ def _fold_fill(generic: ir.Operation, out: ir.Value, constant_only: bool) -> ir.
     return value
 
 
-def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
-    ctype = ir.MemRefType(plan.c.type)
-    cshape = ctype.shape
-    acc_t = ir.VectorType.get([FRAG_M, FRAG_N], ctype.element_type)
-    contract_maps = ir.ArrayAttr.get([
-        ir.Attribute.parse(f"affine_map<{t}>")
-        for t in ("(m, n, k) -> (m, k)", "(m, n, k) -> (k, n)", "(m, n, k) -> (m, n)")
-    ])
-    iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
-                              for t in ("parallel", "parallel", "reduction")])
-    init = _fold_fill(generic, plan.c, constant_only=True)
-    # In "grid"/"row" regions as block reductions are (reductions.py): no loop fuses
-    # into the block loop and canonicalization does not merge it with the thread loop;
-    # InlineBlockReductions puts them back.
+@contextlib.contextmanager
+def _block_tiles(generic: ir.Operation, plan: _Plan, cshape: Sequence[int],
+                 threads_per_block: int) -> Iterator[tuple[ir.Operation, ir.Block, ir.Block]]:
+    """Before `generic`: a parallel loop over the BLOCK_M x BLOCK_N tiles of the output
+    (and its batch), with a loop of `threads_per_block` threads inside. They sit in
+    "grid"/"row" regions as block reductions do (reductions.py): no loop fuses into
+    the block loop and canonicalization does not merge it with the thread loop;
+    InlineBlockReductions puts them back. Yields (thread loop, block loop's body,
+    thread loop's body), inserting into the thread loop at `generic`'s location."""
     with ir.InsertionPoint(generic), generic.location:
         grid = _region(_GRID)
     with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
@@ -395,56 +392,72 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
         with ir.InsertionPoint(bterm):
             row = _region(_ROW)
         with ir.InsertionPoint(ops_of(row.regions[0].blocks[0])[-1]):
-            tloop, threads, tterm = new_parallel([index_const(0)], [index_const(WARPS)],
+            tloop, threads, tterm = new_parallel([index_const(0)],
+                                                 [index_const(threads_per_block)],
                                                  [index_const(1)])
-            tloop.attributes[WARP_ATTR] = ir.UnitAttr.get()
         with ir.InsertionPoint(tterm):
-            bidx = list(blocks.arguments)
-            bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
-            t = threads.arguments[0]
-            wm = _apply(f"s1 + (s0 floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}", t, bm)
-            wn = _apply(f"s1 + (s0 mod {WARPS_N}) * {BLOCK_N // WARPS_N}", t, bn)
-            fm, fn = BLOCK_M // WARPS_M // FRAG_M, BLOCK_N // WARPS_N // FRAG_N
-            rows = [_apply(f"s0 + {FRAG_M * i}", wm) for i in range(fm)]
-            cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
-            cpad = arith.constant(ctype.element_type, 0.0)
-            apad = arith.constant(ir.MemRefType(plan.a.type).element_type, 0.0)
-            if init is not None:  # the fill folded in: accumulators start from its value
-                splat = ir.DenseElementsAttr.get_splat(acc_t, init)
-                accs = [arith.constant(acc_t, splat) for _ in range(fm * fn)]
-            else:
-                accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
-                        for i in range(fm) for j in range(fn)]
-            loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(FRAG_K), accs)
-            loop.operation.attributes[TILE_ATTR] = ir.UnitAttr.get()
-            with ir.InsertionPoint(loop.body):
-                kk = loop.induction_variable
-                a_frags = []
-                for i in range(fm):
-                    idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
-                    a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
-                    _tag(a_frags[-1], 0, i, plan.a_trans)
-                b_frags = []
-                for j in range(fn):
-                    idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
-                    b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
-                    _tag(b_frags[-1], 1, j, plan.b_trans)
-                outs = []
-                for i in range(fm):
-                    for j in range(fn):
-                        acc = loop.inner_iter_args[i * fn + j]
-                        outs.append(vector.ContractionOp(acc_t, a_frags[i], b_frags[j], acc,
-                                                         contract_maps, iters).result)
-                scf.YieldOp(outs)
-            in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
-            rank = len(cshape)
-            names = ", ".join(f"d{i}" for i in range(rank))
-            pmap = ir.AffineMapAttr(ir.Attribute.parse(
-                f"affine_map<({names}) -> (d{rank - 2}, d{rank - 1})>"))
+            yield tloop, blocks, threads
+
+
+def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
+    ctype = ir.MemRefType(plan.c.type)
+    cshape = ctype.shape
+    acc_t = ir.VectorType.get([FRAG_M, FRAG_N], ctype.element_type)
+    contract_maps = ir.ArrayAttr.get([
+        ir.Attribute.parse(f"affine_map<{t}>")
+        for t in ("(m, n, k) -> (m, k)", "(m, n, k) -> (k, n)", "(m, n, k) -> (m, n)")
+    ])
+    iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
+                              for t in ("parallel", "parallel", "reduction")])
+    init = _fold_fill(generic, plan.c, constant_only=True)
+    with _block_tiles(generic, plan, cshape, WARPS) as (tloop, blocks, threads):
+        tloop.attributes[WARP_ATTR] = ir.UnitAttr.get()
+        bidx = list(blocks.arguments)
+        bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
+        t = threads.arguments[0]
+        wm = _apply(f"s1 + (s0 floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}", t, bm)
+        wn = _apply(f"s1 + (s0 mod {WARPS_N}) * {BLOCK_N // WARPS_N}", t, bn)
+        fm, fn = BLOCK_M // WARPS_M // FRAG_M, BLOCK_N // WARPS_N // FRAG_N
+        rows = [_apply(f"s0 + {FRAG_M * i}", wm) for i in range(fm)]
+        cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
+        cpad = arith.constant(ctype.element_type, 0.0)
+        apad = arith.constant(ir.MemRefType(plan.a.type).element_type, 0.0)
+        if init is not None:  # the fill folded in: accumulators start from its value
+            splat = ir.DenseElementsAttr.get_splat(acc_t, init)
+            accs = [arith.constant(acc_t, splat) for _ in range(fm * fn)]
+        else:
+            accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
+                    for i in range(fm) for j in range(fn)]
+        loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(FRAG_K), accs)
+        loop.operation.attributes[TILE_ATTR] = ir.UnitAttr.get()
+        with ir.InsertionPoint(loop.body):
+            kk = loop.induction_variable
+            a_frags = []
+            for i in range(fm):
+                idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
+                a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
+                _tag(a_frags[-1], 0, i, plan.a_trans)
+            b_frags = []
+            for j in range(fn):
+                idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
+                b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
+                _tag(b_frags[-1], 1, j, plan.b_trans)
+            outs = []
             for i in range(fm):
                 for j in range(fn):
-                    vector.TransferWriteOp(None, loop.results[i * fn + j], plan.c,
-                                           bat + [rows[i], cols[j]], pmap, in_bounds)
+                    acc = loop.inner_iter_args[i * fn + j]
+                    outs.append(vector.ContractionOp(acc_t, a_frags[i], b_frags[j], acc,
+                                                     contract_maps, iters).result)
+            scf.YieldOp(outs)
+        in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
+        rank = len(cshape)
+        names = ", ".join(f"d{i}" for i in range(rank))
+        pmap = ir.AffineMapAttr(ir.Attribute.parse(
+            f"affine_map<({names}) -> (d{rank - 2}, d{rank - 1})>"))
+        for i in range(fm):
+            for j in range(fn):
+                vector.TransferWriteOp(None, loop.results[i * fn + j], plan.c,
+                                       bat + [rows[i], cols[j]], pmap, in_bounds)
     generic.erase()
 
 
@@ -743,60 +756,47 @@ def _rewrite_simt(generic: ir.Operation, plan: _Plan) -> None:
     cshape = ir.MemRefType(plan.c.type).shape
     init = _fold_fill(generic, plan.c, constant_only=False)
     epilogue = _epilogue_of(generic, plan.c)
-    with ir.InsertionPoint(generic), generic.location:
-        grid = _region(_GRID)
-    with ir.InsertionPoint(ops_of(grid.regions[0].blocks[0])[-1]), generic.location:
-        zero, one = index_const(0), index_const(1)
-        lbs = [zero] * (plan.batch + 2)
-        ubs = [index_const(s) for s in cshape]
-        steps = [one] * plan.batch + [index_const(BLOCK_M), index_const(BLOCK_N)]
-        _, blocks, bterm = new_parallel(lbs, ubs, steps)
-        with ir.InsertionPoint(bterm):
-            row = _region(_ROW)
-        with ir.InsertionPoint(ops_of(row.regions[0].blocks[0])[-1]):
-            _, threads, tterm = new_parallel([index_const(0)], [index_const(SIMT_THREADS)],
-                                             [index_const(1)])
-        with ir.InsertionPoint(tterm):
-            bidx = list(blocks.arguments)
-            bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
-            t = threads.arguments[0]
-            r0 = _apply(f"s1 + (s0 floordiv {SIMT_THREADS_N}) * {SIMT_TILE}", t, bm)
-            c0 = _apply(f"s1 + (s0 mod {SIMT_THREADS_N}) * {SIMT_TILE}", t, bn)
-            rows = [_apply(f"s0 + {i}", r0) for i in range(SIMT_TILE)]
-            cols = [_apply(f"s0 + {j}", c0) for j in range(SIMT_TILE)]
-            if init is not None:  # the fill folded in: accumulators start from its value
-                accs = [init] * (SIMT_TILE * SIMT_TILE)
-            else:
-                accs = [_load(plan.c, bat + [r, c]) for r in rows for c in cols]
-            outer = scf.ForOp(index_const(0), index_const(plan.k), index_const(STAGE_K), accs)
-            outer.operation.attributes[SIMT_ATTR] = ir.UnitAttr.get()
-            with ir.InsertionPoint(outer.body):
-                inner = scf.ForOp(index_const(0), index_const(STAGE_K), index_const(1),
-                                  list(outer.inner_iter_args))
-                with ir.InsertionPoint(inner.body):
-                    k = _apply("s0 + s1", outer.induction_variable, inner.induction_variable)
-                    a_vals, b_vals = [], []
-                    for i, r in enumerate(rows):
-                        a_vals.append(_load(plan.a, bat + ([k, r] if plan.a_trans else [r, k])))
-                        _tag(a_vals[-1], 0, i, plan.a_trans)
-                    for j, c in enumerate(cols):
-                        b_vals.append(_load(plan.b, bat + ([c, k] if plan.b_trans else [k, c])))
-                        _tag(b_vals[-1], 1, j, plan.b_trans)
-                    outs = []
-                    for i in range(SIMT_TILE):
-                        for j in range(SIMT_TILE):
-                            acc = inner.inner_iter_args[i * SIMT_TILE + j]
-                            outs.append(arith.addf(acc, arith.mulf(a_vals[i], b_vals[j])))
-                    scf.YieldOp(outs)
-                scf.YieldOp(list(inner.results))
+    with _block_tiles(generic, plan, cshape, SIMT_THREADS) as (tloop, blocks, threads):
+        bidx = list(blocks.arguments)
+        bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
+        t = threads.arguments[0]
+        r0 = _apply(f"s1 + (s0 floordiv {SIMT_THREADS_N}) * {SIMT_TILE}", t, bm)
+        c0 = _apply(f"s1 + (s0 mod {SIMT_THREADS_N}) * {SIMT_TILE}", t, bn)
+        rows = [_apply(f"s0 + {i}", r0) for i in range(SIMT_TILE)]
+        cols = [_apply(f"s0 + {j}", c0) for j in range(SIMT_TILE)]
+        if init is not None:  # the fill folded in: accumulators start from its value
+            accs = [init] * (SIMT_TILE * SIMT_TILE)
+        else:
+            accs = [_load(plan.c, bat + [r, c]) for r in rows for c in cols]
+        outer = scf.ForOp(index_const(0), index_const(plan.k), index_const(STAGE_K), accs)
+        outer.operation.attributes[SIMT_ATTR] = ir.UnitAttr.get()
+        with ir.InsertionPoint(outer.body):
+            inner = scf.ForOp(index_const(0), index_const(STAGE_K), index_const(1),
+                              list(outer.inner_iter_args))
+            with ir.InsertionPoint(inner.body):
+                k = _apply("s0 + s1", outer.induction_variable, inner.induction_variable)
+                a_vals, b_vals = [], []
+                for i, r in enumerate(rows):
+                    a_vals.append(_load(plan.a, bat + ([k, r] if plan.a_trans else [r, k])))
+                    _tag(a_vals[-1], 0, i, plan.a_trans)
+                for j, c in enumerate(cols):
+                    b_vals.append(_load(plan.b, bat + ([c, k] if plan.b_trans else [k, c])))
+                    _tag(b_vals[-1], 1, j, plan.b_trans)
+                outs = []
+                for i in range(SIMT_TILE):
+                    for j in range(SIMT_TILE):
+                        acc = inner.inner_iter_args[i * SIMT_TILE + j]
+                        outs.append(arith.addf(acc, arith.mulf(a_vals[i], b_vals[j])))
+                scf.YieldOp(outs)
+            scf.YieldOp(list(inner.results))
+        for i, r in enumerate(rows):
+            for j, c in enumerate(cols):
+                memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
+        if epilogue is not None:
             for i, r in enumerate(rows):
                 for j, c in enumerate(cols):
-                    memref.StoreOp(outer.results[i * SIMT_TILE + j], plan.c, bat + [r, c])
-            if epilogue is not None:
-                for i, r in enumerate(rows):
-                    for j, c in enumerate(cols):
-                        _apply_epilogue(epilogue, plan.c, outer.results[i * SIMT_TILE + j],
-                                        bat + [r, c])
+                    _apply_epilogue(epilogue, plan.c, outer.results[i * SIMT_TILE + j],
+                                    bat + [r, c])
     generic.erase()
     if epilogue is not None:
         epilogue.erase()
