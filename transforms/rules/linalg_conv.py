@@ -97,17 +97,24 @@ def _filter_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.V
     return transpose(b, out, [1, 2, 0, 3])               # (KH, KW, C, F)
 
 
+def strided_to_stride1(b: Builder, ct: ir.Value, h: int, wd: int, kh: int, kw: int, s, d
+                       ) -> ir.Value:
+    """A window op's cotangent ct (N, OH, OW, F) dilated by its strides `s`, with
+    (kh - 1) * d[0] ((kw - 1) * d[1]) zeros before and enough after that a stride-1
+    window op over it, the window dilated by `d`, has h x wd outputs: the input
+    cotangent of a strided convolution or sum pooling is a stride-1 one over this."""
+    n, f = ct.type.shape[0], ct.type.shape[3]
+    eh, ew = (kh - 1) * d[0], (kw - 1) * d[1]            # dilated window extent - 1
+    full = [n, h + eh, wd + ew, f]
+    return insert_slice(b, ct, b.constant(_tensor(full, ct), 0.0),
+                        [0, eh, ew, 0], [1, s[0], s[1], 1])
+
+
 def _input_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.Value:
     """dx[n, h, v, c] = sum over the windows that read x[n, h, v, c] of ct * w."""
-    n, h, wd, c = x.type.shape
+    _, h, wd, c = x.type.shape
     kh, kw, _, f = w.type.shape
-    oh, ow = ct.type.shape[1:3]
-    eh, ew = (kh - 1) * d[0], (kw - 1) * d[1]            # dilated kernel extent - 1
-    # ct dilated by the strides, with eh (ew) zeros before and enough after
-    # that the stride-1 convolution below has H (W) output rows.
-    full = [n, h + eh, wd + ew, f]
-    padded = insert_slice(b, ct, b.constant(_tensor(full, ct), 0.0),
-                          [0, eh, ew, 0], [1, s[0], s[1], 1])
+    padded = strided_to_stride1(b, ct, h, wd, kh, kw, s, d)
     # the flipped filter with its features exchanged: (KH, KW, F, C)
     r = ir.AffineDimExpr.get
     flip = ir.AffineMap.get(4, 0, [ir.AffineConstantExpr.get(kh - 1) - r(0),

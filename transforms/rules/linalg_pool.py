@@ -41,7 +41,7 @@ from mlir.dialects import linalg
 
 from ..ad_support import Builder, element_type, op_name
 from .batching import BatchBuilder, defbatch
-from .linalg_conv import conv_params
+from .linalg_conv import conv_params, strided_to_stride1
 from .registry import defjvp_rule, defvjp
 from .structured import (
     PAR,
@@ -84,12 +84,9 @@ def _pool_jvp(b, op, ts):
 
 def spread(b: Builder, x: ir.Value, window: ir.Value, ct: ir.Value, s, d) -> ir.Value:
     """dx[n, h, v, c] = the sum of ct over the windows that read x[n, h, v, c]."""
-    n, h, wd, c = x.type.shape
+    _, h, wd, _ = x.type.shape
     kh, kw = window.type.shape
-    eh, ew = (kh - 1) * d[0], (kw - 1) * d[1]            # dilated window extent - 1
-    full = [n, h + eh, wd + ew, c]
-    padded = insert_slice(b, ct, b.constant(_tensor(full, ct), 0.0),
-                          [0, eh, ew, 0], [1, s[0], s[1], 1])
+    padded = strided_to_stride1(b, ct, h, wd, kh, kw, s, d)
     return pool_sum(b, padded, window, b.zeros_like(x), [1, 1], d)
 
 
