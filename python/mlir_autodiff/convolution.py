@@ -468,10 +468,11 @@ def reduce_window(operand: ArrayLike, init_value: Any, computation: Any,
 
 #: Whether max windows of traced floats are `linalg.pooling_nhwc_max` (its rules,
 #: transforms/rules/linalg_pool.py, keep the select chain's first-maximum and
-#: first-NaN rule). Off by default: the CNN of benchmarks/cnn_cases.py
-#: (2x2 max pools, batch 128) trained 25% slower with it (3.9 vs 3.0 ms a
-#: step; its reverse mode reruns the select chain after the named forward).
-NAMED_MAX_POOL = False
+#: first-NaN rule) rather than the select chain. On by default: for the CNN of
+#: benchmarks/cnn_cases.py (2x2 max pools at stride 2, batch 128, f32) the
+#: train step's vjp of tiling windows is two generics (no per-position
+#: copies) and the step compiles in less time than the chain's.
+NAMED_MAX_POOL = True
 
 
 def _pooled_axes(window: Sequence[int], strides: Sequence[int],

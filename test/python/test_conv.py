@@ -538,3 +538,33 @@ def test_max_window_derivative_goes_to_the_first_nan_or_first_tied_maximum(
     np.testing.assert_array_equal(gv, [[[1.0, 0, 0, 1.0, 1.0, 0, 1.0, 0]]])
     text = ad.jit(run).lower(x, t).as_text("autodiff")
     assert ("linalg.pooling_nhwc_max" in text) == named, _ops(text)
+
+
+def test_tiling_max_pool_is_the_named_op_with_every_order_like_jax() -> None:
+    """2x2 windows at stride 2 (the usual pool) over a 7x9 input (a row and a
+    column past the last window) are `linalg.pooling_nhwc_max` by default and
+    its tiling vjp (window maximum, then the cotangent written at it): the
+    gradient, both Hessian-vector products and the per-example gradients
+    equal jax's."""
+    x = RNG.standard_normal((3, 7, 9, 2))
+    v = RNG.standard_normal(x.shape)
+
+    def f(x):
+        return (nn.max_pool(x, (2, 2), (2, 2), padding="VALID") ** 3).sum()
+
+    def jf(x):
+        return (jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                                      "VALID") ** 3).sum()
+
+    def run(x, v):
+        return (ad.grad(f)(x), ad.jvp(ad.grad(f), (x,), (v,))[1],
+                ad.grad(lambda x: (ad.grad(f)(x) * v).sum())(x), ad.vmap(ad.grad(f))(x[:, None]))
+
+    g, hv, vh, per = ad.jit(run)(x, v)
+    assert "linalg.pooling_nhwc_max" in ad.jit(run).lower(x, v).as_text("autodiff")
+    jhv = jax.jvp(jax.grad(jf), (x,), (v,))[1]
+    np.testing.assert_allclose(g, jax.grad(jf)(x), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(hv, jhv, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(vh, jhv, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(per, jax.vmap(jax.grad(jf))(x[:, None]), rtol=1e-13, atol=1e-13)
+    assert np.count_nonzero(g) == 3 * 3 * 4 * 2       # one element per window

@@ -40,7 +40,7 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from ..ad_support import Builder, element_type, op_name
-from .batching import BatchBuilder, defbatch
+from .batching import BatchBuilder, defbatch, loop_index
 from .linalg_conv import conv_params, strided_to_stride1
 from .registry import defjvp_rule, defvjp
 from .structured import (
@@ -51,6 +51,7 @@ from .structured import (
     identity_map,
     insert_slice,
     make_generic,
+    projection,
     value_of,
 )
 
@@ -176,6 +177,8 @@ def _max_vjp(b, op, cts):
                  for k in range(kk)]
         return [*parts, bb.select(keep, zero, c)]
 
+    if _tiles(x, op, s, d):
+        return _max_vjp_tiles(b, op, vals, ct, init)
     gen = make_generic(b, [*vals, ct, init], [b.empty_like(ct) for _ in range(kk + 1)],
                        [identity_map(rank)] * (2 * kk + 3), [PAR] * rank, body)
     parts = list(gen.results)
@@ -188,6 +191,64 @@ def _max_vjp(b, op, cts):
             gx = b.accumulate(gx, insert_slice(b, parts[k], b.zeros_like(x),
                                                [0, p * d[0], q * d[1], 0], [1, s[0], s[1], 1]))
     return [gx, None, parts[kk]]
+
+
+def _tiles(x: ir.Value, op, s, d) -> bool:
+    """The windows tile the input: stride = window, no dilation (each input
+    element is in at most one window: the common 2x2 pool at stride 2)."""
+    kh, kw = op.operands[1].type.shape
+    return list(s) == [kh, kw] and list(d) == [1, 1]
+
+
+def _max_vjp_tiles(b: Builder, op, vals: list[ir.Value], ct: ir.Value, init: ir.Value
+                   ) -> list[ir.Value | None]:
+    """The max pool's vjp where the windows tile the input. One generic over
+    the output finds each window's first maximum (its position k as a number)
+    and the cotangent it takes (none where the init is larger); a second one,
+    over the input viewed as (N, OH, KH, OW, KW, C), writes the cotangent at
+    position k of each window and zero elsewhere: two passes over the data,
+    no per-position copies."""
+    x = op.operands[0]
+    kh, kw = op.operands[1].type.shape
+    kk = kh * kw
+    n, oh, ow, c = ct.type.shape
+    et = element_type(ct.type)
+
+    def first(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        xs, cv, i0 = args[:kk], args[kk], args[kk + 1]
+        zero = bb.constant(et, 0.0)
+        acc, idx = xs[0], bb.constant(et, 0.0)
+        for k in range(1, kk):
+            keep = _keep(bb, acc, xs[k])
+            acc = bb.select(keep, acc, xs[k])
+            idx = bb.select(keep, idx, bb.constant(et, float(k)))
+        keep = _keep(bb, acc, i0)
+        return [bb.select(keep, cv, zero), idx, bb.select(keep, zero, cv)]
+
+    gen = make_generic(b, [*vals, ct, init], [b.empty_like(ct) for _ in range(3)],
+                       [identity_map(4)] * (kk + 5), [PAR] * 4, first)
+    taken, where, ginit = gen.results
+    if not b.ad.is_active(x):
+        return [None, None, ginit]
+
+    def scatter(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
+        cv, kv = args[0], args[1]
+        p, q = loop_index(bb, 2), loop_index(bb, 4)
+        pos = bb.create("arith.addi", [bb.create("arith.muli", [p, bb.index(kw)],
+                                                 [p.type]).result, q], [p.type]).result
+        i64 = ir.IntegerType.get_signless(64)
+        posf = bb.cast("arith.sitofp", bb.cast("arith.index_cast", pos, i64), et)
+        return [bb.select(bb.cmpf("oeq", kv, posf), cv, bb.constant(et, 0.0))]
+
+    six = ir.RankedTensorType.get([n, oh, kh, ow, kw, c], et)
+    outer = projection(6, [0, 1, 3, 5])
+    gen6 = make_generic(b, [taken, where], [b.empty(six)], [outer, outer, identity_map(6)],
+                        [PAR] * 6, scatter)
+    _, h, w, _ = x.type.shape
+    gx = collapse(b, gen6.results[0], [[0], [1, 2], [3, 4], [5]], [n, oh * kh, ow * kw, c])
+    if (oh * kh, ow * kw) != (h, w):      # rows/columns past the last window: zero
+        gx = insert_slice(b, gx, b.zeros_like(x), [0, 0, 0, 0], [1, 1, 1, 1])
+    return [gx, None, ginit]
 
 
 defjvp_rule(POOL_MAX, _max_jvp)
