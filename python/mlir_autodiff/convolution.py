@@ -11,7 +11,9 @@
   then one `linalg.conv_2d_nhwc_hwcf` (window strides and
   kernel dilation are its attributes; 1-D runs at height 1), whose jvp, vjp
   and batching rules (transforms/rules/linalg_conv.py) are again that op,
-  and which the CPU pipeline tiles, decomposes to 1-D and vectorizes;
+  and which the CPU pipeline tiles, decomposes to 1-D and vectorizes; a
+  depthwise one (`feature_group_count` = input features = output features)
+  is one `linalg.depthwise_conv_2d_nhwc_hwc`, again with rules of its own;
 - any other convolution is a composite of the ops `mlir_autodiff.numpy`
   already emits, so every transform (jvp, vjp, vmap, any order) comes from
   the rules of those ops: an im2col, one strided `tensor.extract_slice` per
@@ -278,6 +280,9 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
         preferred_element_type)
     x, w = anp.astype(x, dtype), anp.astype(w, dtype)
     x = _pad(x, axes, pads, ldil, 0)
+    if g > 1 and g == c == co and _named_ok(x, w, nd, 1):     # depthwise
+        y = _named_conv(who, x, anp.reshape(w, (*ksize, c)), strides, rdil, depthwise=True)
+        return _to_out_layout(y, op, nd)
     if _named_ok(x, w, nd, g):
         if g == 1:
             y = _named_conv(who, x, w, strides, rdil)        # (N, out..., O)
@@ -328,18 +333,20 @@ def _named_ok(x: Any, w: Any, nd: int, groups: int) -> bool:
 
 
 def _named_conv(who: str, x: Any, w: Any, strides: Sequence[int],
-                dilation: Sequence[int]) -> Any:
+                dilation: Sequence[int], depthwise: bool = False) -> Any:
     """`linalg.conv_2d_nhwc_hwcf` of x (N, spatial..., C) and w (spatial..., I, O) with
     the window strides and kernel dilation (attributes of the op); one spatial
-    dimension runs as a 2-D convolution of height 1. Its derivatives and batching
-    are rules of the op (transforms/rules/linalg_conv.py)."""
+    dimension runs as a 2-D convolution of height 1. `depthwise`:
+    `linalg.depthwise_conv_2d_nhwc_hwc` of w (spatial..., C), each channel
+    convolved with its own filter. Their derivatives and batching are rules of
+    the ops (transforms/rules/linalg_conv.py)."""
     if x.ndim == 3:
         y = _named_conv(who, anp.expand_dims(x, 1), anp.expand_dims(w, 0),
-                        [1, *strides], [1, *dilation])
+                        [1, *strides], [1, *dilation], depthwise)
         return anp.squeeze(y, 1)
     trace = require_trace(who)
     x, w = trace.lift(x), trace.lift(w)
-    n, f = x.shape[0], w.shape[3]
+    n, f = x.shape[0], w.shape[-1]
     out = []
     for size, k, s, d in zip(x.shape[1:3], w.shape[:2], strides, dilation):
         eff = (k - 1) * d + 1
@@ -350,8 +357,9 @@ def _named_conv(who: str, x: Any, w: Any, strides: Sequence[int],
     shape = [n, *out, f]
     with trace.emitting():
         init = primitives._filled(shape, x.dtype, 0)
-        v = linalg.conv_2d_nhwc_hwcf(x.value, w.value, outs=[init], strides=list(strides),
-                                     dilations=list(dilation))
+        named = linalg.depthwise_conv_2d_nhwc_hwc if depthwise else linalg.conv_2d_nhwc_hwcf
+        v = named(x.value, w.value, outs=[init], strides=list(strides),
+                  dilations=list(dilation))
     return Tracer(v, ShapedArray(shape, x.dtype), trace)
 
 

@@ -344,6 +344,22 @@ LINALG: list[Case] = [
            "ins(%a, %k : tensor<1x5x7x2xf64>, tensor<2x3xf64>) "
            "outs(%b : tensor<1x2x2x2xf64>) -> tensor<1x2x2x2xf64>\n"
            "%ret = math.tanh %y : tensor<1x2x2x2xf64>"),
+    # windows that tile the input (stride = window): the max pool's two-generic vjp
+    _lcase("pooling_nhwc_max_tiles", ["tensor<1x5x7x2xf64>", "tensor<1x2x3x2xf64>"],
+           ["tensor<1x2x3x2xf64>"],
+           "%k = tensor.empty() : tensor<2x2xf64>\n"
+           "%y = linalg.pooling_nhwc_max {strides = dense<[2, 2]> : tensor<2xi64>, "
+           "dilations = dense<[1, 1]> : tensor<2xi64>} "
+           "ins(%a, %k : tensor<1x5x7x2xf64>, tensor<2x2xf64>) "
+           "outs(%b : tensor<1x2x3x2xf64>) -> tensor<1x2x3x2xf64>\n"
+           "%ret = math.tanh %y : tensor<1x2x3x2xf64>"),
+    _lcase("depthwise_conv_2d_nhwc_hwc", ["tensor<2x5x6x3xf64>", "tensor<2x2x3xf64>",
+                                          "tensor<2x2x3x3xf64>"], ["tensor<2x2x3x3xf64>"],
+           "%y = linalg.depthwise_conv_2d_nhwc_hwc {strides = dense<[2, 1]> : tensor<2xi64>, "
+           "dilations = dense<[1, 2]> : tensor<2xi64>} "
+           "ins(%a, %b : tensor<2x5x6x3xf64>, tensor<2x2x3xf64>) "
+           "outs(%c : tensor<2x2x3x3xf64>) -> tensor<2x2x3x3xf64>\n"
+           "%ret = math.tanh %y : tensor<2x2x3x3xf64>"),
     _lcase("matvec", [M43, V3, V4], [V4],
            f"%ret = linalg.matvec ins(%a, %b : {M43}, {V3}) outs(%c : {V4}) -> {V4}"),
     _lcase("vecmat", [V4, M43, V3], [V3],

@@ -568,3 +568,69 @@ def test_tiling_max_pool_is_the_named_op_with_every_order_like_jax() -> None:
     np.testing.assert_allclose(vh, jhv, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(per, jax.vmap(jax.grad(jf))(x[:, None]), rtol=1e-13, atol=1e-13)
     assert np.count_nonzero(g) == 3 * 3 * 4 * 2       # one element per window
+
+
+def test_depthwise_conv_is_the_named_op_in_every_transform() -> None:
+    """`feature_group_count` = input features = output features (depthwise;
+    2-D with strides and kernel dilation, 1-D SAME) is one
+    `linalg.depthwise_conv_2d_nhwc_hwc` (no im2col matmul) through the
+    gradient, a Hessian-vector product and vmap over the images, the
+    filters and both: values against jax."""
+    x = RNG.standard_normal((2, 9, 8, 4))
+    w = RNG.standard_normal((3, 2, 1, 4))
+    x1 = RNG.standard_normal((2, 11, 5))
+    w1 = RNG.standard_normal((3, 1, 5))
+    vx, vw = RNG.standard_normal(x.shape), RNG.standard_normal(w.shape)
+
+    def program(lax_, grad, vmap, jvp):
+        def f(x, w):
+            return (lax_.conv_general_dilated(x, w, (2, 2), "VALID", rhs_dilation=(1, 2),
+                                              dimension_numbers=NHWC,
+                                              feature_group_count=4) ** 2).sum()
+
+        def f1(x, w):
+            return (lax_.conv_general_dilated(x, w, (2,), "SAME", rhs_dilation=(2,),
+                                              dimension_numbers=("NWC", "WIO", "NWC"),
+                                              feature_group_count=5) ** 3).sum()
+
+        g = grad(f, argnums=(0, 1))
+
+        def run(x, w, vx, vw, x1, w1):
+            ws = w[None] * np.array([1.0, 2.0])[:, None, None, None, None]
+            return (g(x, w), jvp(g, (x, w), (vx, vw))[1], grad(f1, argnums=(0, 1))(x1, w1),
+                    vmap(g, in_axes=(0, None))(x[:, None], w),
+                    vmap(g, in_axes=(None, 0))(x, ws),
+                    vmap(g)(x[None] * np.ones((2, 1, 1, 1, 1)), ws))
+        return run
+
+    args = (x, w, vx, vw, x1, w1)
+    got = ad.jit(program(lax, ad.grad, ad.vmap, ad.jvp))(*args)
+    want = jax.jit(program(jax.lax, jax.grad, jax.vmap, jax.jvp))(*args)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    ops = _ops(ad.jit(program(lax, ad.grad, ad.vmap, ad.jvp)).lower(*args).as_text("autodiff"))
+    assert "linalg.depthwise_conv_2d_nhwc_hwc" in ops
+    assert not ops & {"linalg.matmul", "linalg.batch_matmul"}, ops
+
+
+@pytest.mark.parametrize("kernel, out", [((3, 3), 8), ((10, 10), 3)])
+def test_cpu_schedule_vectorizes_depthwise_convolutions(kernel, out) -> None:
+    """The depthwise schedule (tile, decompose to 1-D, vectorize) applies in
+    strict mode to a layer's shape and to the wide-window one a filter
+    cotangent is; left alone, the window loops are innermost and the channels
+    a stride apart."""
+    from cpu_cases import scheduled_ir
+
+    kh, kw = kernel
+    xt = f"tensor<4x{out + kh - 1}x{out + kw - 1}x64xf32>"
+    wt = f"tensor<{kh}x{kw}x64xf32>"
+    yt = f"tensor<4x{out}x{out}x64xf32>"
+    text = f"""func.func @f(%x: {xt}, %w: {wt}) -> {yt} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {yt}
+  %i = linalg.fill ins(%z : f32) outs(%e : {yt}) -> {yt}
+  %y = linalg.depthwise_conv_2d_nhwc_hwc ins(%x, %w : {xt}, {wt}) outs(%i : {yt}) -> {yt}
+  return %y : {yt}
+}}"""
+    ir_text = scheduled_ir(text)
+    assert "linalg.depthwise" not in ir_text and "vector.fma" in ir_text

@@ -35,7 +35,7 @@ class Candidate:
     """One linalg op the schedule will transform."""
 
     op: ir.Operation
-    kind: str  # "contraction", "elementwise", "reduction", "outer_reduction", "transpose"
+    kind: str  # "contraction", "elementwise", "reduction", ..., "conv", "depthwise"
     ranges: list[int]  # static loop ranges
     width: int  # element bit width
     reduced: list[int] = dataclasses.field(default_factory=list)  # reduction loops
@@ -128,6 +128,8 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
         return _contraction_candidate(op, named_maps(op))
     if name in CONV_OPS:
         return _conv_candidate(op, sized)
+    if name == DEPTHWISE_OP:
+        return _depthwise_candidate(op, sized)
     if name == "linalg.fill":
         width = _element_width(op)
         shape = op.results[0].type.shape if width else None
@@ -223,6 +225,25 @@ def _conv_candidate(op: ir.Operation, sized: bool) -> Candidate | None:
     if sized and 2 * pymath.prod(ranges) < matmul_schedule().min_flops:
         return None
     return Candidate(op, "conv", ranges, width, reduced=[4, 5, 6])
+
+
+#: The depthwise convolution with a schedule (`schedules._schedule_depthwise`):
+#: loops (n, oh, ow, c, kh, kw).
+DEPTHWISE_OP = "linalg.depthwise_conv_2d_nhwc_hwc"
+
+
+def _depthwise_candidate(op: ir.Operation, sized: bool) -> Candidate | None:
+    """A static f32/f64 `linalg.depthwise_conv_2d_nhwc_hwc` of at least a
+    matmul's minimum size."""
+    width = _element_width(op)
+    if width is None:
+        return None
+    w = op.operands[1].type.shape
+    out = op.results[0].type.shape
+    ranges = [out[0], out[1], out[2], out[3], w[0], w[1]]
+    if sized and 2 * pymath.prod(ranges) < matmul_schedule().min_flops:
+        return None
+    return Candidate(op, "depthwise", ranges, width, reduced=[4, 5])
 
 
 #: Combiners linalg's vectorizer recognizes in a reduction's body.

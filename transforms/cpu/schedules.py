@@ -408,6 +408,32 @@ def _schedule_conv(s: Script, c: Candidate, tag: int) -> None:
     s.vectorize.append(d)
 
 
+#: Depthwise windows up to this many columns are unrolled into the vector code.
+DEPTHWISE_UNROLL_KW = 8
+
+
+def _schedule_depthwise(s: Script, c: Candidate, tag: int) -> None:
+    """A 2-D NHWC depthwise convolution: tiles of one output row (`ow` by a
+    few elements, channels by vector lanes) and one kernel row, decomposed to
+    the 1-D depthwise convolution that linalg's vectorizer turns into
+    multiply-adds over channel vectors. Left to the loops, the kernel window
+    is innermost and the channels a stride apart (scalar code)."""
+    h = s.match(tag)
+    n, oh, ow, ch, kh, kw = c.ranges
+    lanes = ELEMENTWISE.lanes[c.width]
+    ct = _largest_divisor(ch, (lanes, lanes // 2, lanes // 4, 2))
+    wt = ow if ow <= CONV_OW_TILE else _largest_divisor(ow, (CONV_OW_TILE, 2))
+    kt = 0 if kw <= DEPTHWISE_UNROLL_KW else 1
+    h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
+    sizes = [1, 1, wt, ct, 1, kt]
+    sizes = [0 if r == 1 else t for t, r in zip(sizes, c.ranges)]
+    t = s.tile(h, sizes)
+    d = s.fresh("dec")
+    s.lines.append(f"{d} = transform.structured.decompose {t} "
+                   ": (!transform.any_op) -> !transform.any_op")
+    s.vectorize.append(d)
+
+
 SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "contraction": _schedule_contraction,
     "packed_matmul": _schedule_packed_matmul,
@@ -417,6 +443,7 @@ SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {
     "outer_reduction": _schedule_outer_reduction,
     "transpose": _schedule_transpose,
     "conv": _schedule_conv,
+    "depthwise": _schedule_depthwise,
 }
 
 

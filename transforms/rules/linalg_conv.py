@@ -38,6 +38,7 @@ from .structured import (
     identity_map,
     insert_slice,
     make_generic,
+    sum_to,
     transpose,
     value_of,
 )
@@ -187,14 +188,16 @@ def _lane_slice(b: Builder, v: ir.Value, lane: ir.Value) -> ir.Value:
     }).result
 
 
-def _per_lane(b: BatchBuilder, x: ir.Value, w: ir.Value, init: ir.Value, s, d) -> ir.Value:
+def _per_lane(b: BatchBuilder, x: ir.Value, w: ir.Value, init: ir.Value, s, d,
+              conv=None) -> ir.Value:
     """Input and filter both batched: one convolution per lane (an `scf.for`)."""
+    conv = conv or conv2d
     loop = scf.ForOp(b.index(0), b.index(b.size), b.index(1), [init], loc=b.loc, ip=b.ip)
     lb = Builder(ir.InsertionPoint(loop.body), b.loc, b.ad, b.op)
     lane = loop.induction_variable
     acc = loop.inner_iter_args[0]
-    y = conv2d(lb, _lane_slice(lb, x, lane), _lane_slice(lb, w, lane),
-               _lane_slice(lb, acc, lane), s, d)
+    y = conv(lb, _lane_slice(lb, x, lane), _lane_slice(lb, w, lane),
+             _lane_slice(lb, acc, lane), s, d)
     shape = list(init.type.shape)
     dyn = ir.ShapedType.get_dynamic_size()
     row = lb.create("tensor.insert_slice", [y, acc, lane], [init.type], {
@@ -208,3 +211,106 @@ def _per_lane(b: BatchBuilder, x: ir.Value, w: ir.Value, init: ir.Value, s, d) -
 
 
 defbatch(CONV2D, _conv_batch)
+
+
+# -- depthwise: linalg.depthwise_conv_2d_nhwc_hwc ----------------------------------------------
+#
+#     y[n, i, j, c] = init[n, i, j, c] + sum_{p, q} x[n, i*s0 + p*d0, j*s1 + q*d1, c] * w[p, q, c]
+#
+# (jax's feature_group_count = C with one output feature per group). The same
+# formulas as the full convolution with the channel sum dropped, each again a
+# depthwise convolution: jvp bilinear; the input's cotangent the dilated,
+# padded cotangent convolved with the flipped filter; the filter's cotangent a
+# depthwise convolution of x with the cotangent as its filter, batch and
+# channels folded into one channel dim ((1, H, W, N*C) and (OH, OW, N*C)),
+# strides and dilations swapped, then summed over N.
+
+DEPTHWISE = "linalg.depthwise_conv_2d_nhwc_hwc"
+
+
+def depthwise(b: Builder, x: ir.Value, w: ir.Value, init: ir.Value, strides, dilations
+              ) -> ir.Value:
+    """`linalg.depthwise_conv_2d_nhwc_hwc` of x (N, H, W, C) and w (KH, KW, C) into `init`."""
+    with b.loc, b.ip:
+        return value_of(linalg.depthwise_conv_2d_nhwc_hwc(
+            x, w, outs=[init], strides=list(strides), dilations=list(dilations)))
+
+
+def _dw_jvp(b, op, ts):
+    x, w, init = list(op.operands)
+    tx, tw, tinit = ts
+    if tx is None and tw is None and tinit is None:
+        return [None]
+    s, d = conv_params(op)
+    acc = b.materialize(tinit, init)
+    if tx is not None:
+        acc = depthwise(b, tx, w, acc, s, d)
+    if tw is not None:
+        acc = depthwise(b, x, tw, acc, s, d)
+    return [acc]
+
+
+def _dw_input_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.Value:
+    _, h, wd, _ = x.type.shape
+    kh, kw, c = w.type.shape
+    padded = strided_to_stride1(b, ct, h, wd, kh, kw, s, d)
+    r = ir.AffineDimExpr.get
+    flip = ir.AffineMap.get(3, 0, [ir.AffineConstantExpr.get(kh - 1) - r(0),
+                                   ir.AffineConstantExpr.get(kw - 1) - r(1), r(2)])
+    wf = make_generic(b, [w], [b.empty_like(w)], [flip, identity_map(3)], [PAR] * 3,
+                      lambda bb, a: [a[0]]).result
+    return depthwise(b, padded, wf, b.zeros_like(x), [1, 1], d)
+
+
+def _dw_filter_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.Value:
+    n, h, wd, c = x.type.shape
+    kh, kw, _ = w.type.shape
+    oh, ow = ct.type.shape[1:3]
+    xt = collapse(b, transpose(b, x, [1, 2, 0, 3]), [[0], [1], [2, 3]], [h, wd, n * c])
+    xt = expand(b, xt, [[0, 1], [2], [3]], [1, h, wd, n * c])       # (1, H, W, N*C)
+    ctt = collapse(b, transpose(b, ct, [1, 2, 0, 3]), [[0], [1], [2, 3]], [oh, ow, n * c])
+    rh = (h - (oh - 1) * s[0] - 1) // d[0] + 1           # >= kh: rows no window reaches
+    rw = (wd - (ow - 1) * s[1] - 1) // d[1] + 1
+    out = depthwise(b, xt, ctt, b.constant(_tensor([1, rh, rw, n * c], x), 0.0), d, s)
+    out = collapse(b, out, [[0, 1], [2], [3]], [rh, rw, n * c])
+    if (rh, rw) != (kh, kw):
+        out = extract_slice(b, out, [0, 0, 0], [kh, kw, n * c], [1, 1, 1])
+    return sum_to(b, expand(b, out, [[0], [1], [2, 3]], [kh, kw, n, c]), [0, 1, 3])
+
+
+def _dw_vjp(b, op, cts):
+    x, w, _init = list(op.operands)
+    (ct,) = cts
+    ct = b.materialize(ct, op.results[0])
+    s, d = conv_params(op)
+    gx = _dw_input_ct(b, x, w, ct, s, d) if b.ad.is_active(x) else None
+    gw = _dw_filter_ct(b, x, w, ct, s, d) if b.ad.is_active(w) else None
+    return [gx, gw, ct]
+
+
+def _dw_batch(b: BatchBuilder, op, vals, batched):
+    x, w, init = vals
+    bx, bw, binit = batched
+    s, d = conv_params(op)
+    nb = b.size
+    for v in vals:
+        b.static(v.type, f"an operand of '{DEPTHWISE}'")
+    if not bx and not bw:
+        if not binit:
+            new = b.bt.clone_unbatched(op, b.ip, operands=[x, w, init])
+            return [(r, False) for r in new.results]
+        x, bx = b.bcast(x), True
+    init = b.ensure_batched(init, binit)
+    _, n, oh, ow, c = init.type.shape
+    if bx and not bw:       # the batch is more images: (B*N, H, W, C)
+        xs = collapse(b, x, [[0, 1], [2], [3], [4]], [nb * n, *x.type.shape[2:]])
+        outs = collapse(b, init, [[0, 1], [2], [3], [4]], [nb * n, oh, ow, c])
+        y = depthwise(b, xs, w, outs, s, d)
+        return [(expand(b, y, [[0, 1], [2], [3], [4]], [nb, n, oh, ow, c]), True)]
+    x = b.ensure_batched(x, bx)
+    return [(_per_lane(b, x, w, init, s, d, depthwise), True)]
+
+
+defjvp_rule(DEPTHWISE, _dw_jvp)
+defvjp(DEPTHWISE, _dw_vjp)
+defbatch(DEPTHWISE, _dw_batch)
