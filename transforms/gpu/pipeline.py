@@ -171,6 +171,7 @@ from .contractions import (
 from .device_memory import DeviceMemory
 from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
+from .reduction_fusion import FuseBlockReductions
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
 
@@ -294,6 +295,7 @@ class LowerToGpu(Pass):
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
+            FuseBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
             "cse",
