@@ -51,6 +51,7 @@ from mlir.dialects import arith, scf
 
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
+from .fusion import _root as _fusion_root
 from .fusion import _accesses, _candidate, _fuse_chain, _static_space, _trip_count
 from .parallel_loops import _pure
 from .support import index_const, new_parallel, on_host, ops_of
@@ -359,7 +360,109 @@ def _fuse_group(group: list[_Member], anchor: ir.Operation) -> None:
         m.loop.erase()
 
 
+# -- a reduction recomputes its elementwise producer ------------------------------
+
+
+def _root(v: ir.Value) -> ir.Value:
+    return _fusion_root(v)
+
+
+def _slices(p: ir.Operation) -> dict:
+    """Buffer -> (store, ops) for each buffer loop `p` writes whole, element by
+    element at its own indices, with a value computed in straight-line code from
+    loads of buffers `p` does not write: `ops` that code, in order."""
+    space = _static_space(p)
+    if space is None or any(lo != 0 or st != 1 for lo, _, st in space):
+        return {}
+    body = p.regions[0].blocks[0]
+    ivs = list(body.arguments)
+    ops = ops_of(body)[:-1]
+    writes = {_root(o.operands[1]) for o in walk_ops(p) if o.name == "memref.store"}
+    out = {}
+    for store in ops:
+        if store.name != "memref.store":
+            continue
+        buf = store.operands[1]
+        t = buf.type
+        if _root(buf) != buf or list(store.operands[2:]) != ivs or \
+                list(ir.MemRefType(t).shape) != [hi for _, hi, _ in space]:
+            continue
+        if sum(1 for o in walk_ops(p) if o.name == "memref.store"
+               and _root(o.operands[1]) == buf) != 1:
+            continue
+        needed: list[ir.Operation] = []
+        stack = [store.operands[0]]
+        ok = True
+        while stack and ok:
+            v = stack.pop()
+            owner = v.owner
+            if isinstance(owner, ir.Block):
+                ok = owner != body or v in ivs
+                continue
+            o = owner.operation
+            if o.block != body or o in needed:
+                continue
+            if o.regions or not (_pure(o) or (o.name == "memref.load"
+                                             and _root(o.operands[0]) not in writes)):
+                ok = False
+                break
+            needed.append(o)
+            stack.extend(o.operands)
+        if ok:
+            out[buf] = (store, sorted(needed, key=ops.index))
+    return out
+
+
+def _recompute(r: _Member, p: _Member, between: list[_Member]) -> bool:
+    """Replace `r`'s reads of what `p` writes by `p`'s computation at the read's
+    indices, where legal; whether any read was replaced."""
+    changed = False
+    for buf, (store, needed) in _slices(p.loop).items():
+        inputs = {_root(o.operands[0]) for o in needed if o.name == "memref.load"}
+        if any(m.writes & (inputs | {buf}) for m in between) or buf in r.writes:
+            continue
+        loads = [o for o in walk_ops(r.threads)[1:]
+                 if o.name == "memref.load" and o.operands[0] == buf]
+        if not loads or inputs & r.writes:
+            continue
+        ivs = list(p.loop.regions[0].blocks[0].arguments)
+        for load in loads:
+            vmap = dict(zip(ivs, load.operands[1:]))
+            with ir.InsertionPoint(load), load.location:
+                for o in needed:
+                    clone = o.clone(ip=ir.InsertionPoint(load))
+                    for i, v in enumerate(list(clone.operands)):
+                        if v in vmap:
+                            clone.operands[i] = vmap[v]
+                    for a, b in zip(o.results, clone.results):
+                        vmap[a] = b
+            value = store.operands[0]
+            load.results[0].replace_all_uses_with(vmap.get(value, value))
+            load.erase()
+            changed = True
+    return changed
+
+
+def _recompute_producers(window: list[_Member]) -> None:
+    """Each block reduction of `window` that reads what an earlier elementwise loop
+    of the window wrote (a bias gradient's column sums of the activation
+    gradient) recomputes it instead, so that the two no longer depend on each
+    other and share a grid."""
+    for k, r in enumerate(window):
+        if not r.reduces:
+            continue
+        for j in range(k - 1, -1, -1):
+            p = window[j]
+            if p.reduces or not _conflict(p, r):
+                continue
+            if _recompute(r, p, window[j + 1:k]):
+                acc = _accesses(r.loop)
+                if acc is not None:
+                    r.reads, r.writes = acc
+
+
 def _fuse_window(window: list[_Member]) -> bool:
+    _recompute_producers(window)
     groups = _schedule(window)
     if all(len(g) < 2 for g in groups):
         return False
