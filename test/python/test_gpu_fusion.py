@@ -7,7 +7,6 @@ CPU against numpy (and the CPU pipeline), and the fused kernels through ptxas.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest

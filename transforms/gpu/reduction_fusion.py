@@ -51,8 +51,8 @@ from mlir.dialects import arith, scf
 
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
-from .fusion import _root as _fusion_root
 from .fusion import _accesses, _candidate, _fuse_chain, _static_space, _trip_count
+from .fusion import _root as _fusion_root
 from .parallel_loops import _pure
 from .support import index_const, new_parallel, on_host, ops_of
 
