@@ -15,6 +15,8 @@ docstring explains what runs where):
   as fills, reduction dimensions innermost).
 - `fusion.py`: fewer kernels: allocations hoisted for upstream loop fusion,
   row fusion and horizontal fusion of parallel loops.
+- `reduction_fusion.py`: block reductions sharing a grid with independent
+  reductions and elementwise loops (and recomputing elementwise producers).
 - `parallel_loops.py`: the program as parallel loops shaped for the GPU
   (copies as loops, blocks x threads tiling, single-thread kernels for host
   code that touches memory).

@@ -76,7 +76,16 @@ What runs where
    rest of each running sequentially per row (at most 64 elements: a
    softmax's bias, max, exp and log-sum over 10 classes), and adjacent
    independent loops of any shapes (the SGD update of every parameter)
-   become one 1-D loop dispatching each iteration to its own body.
+   become one 1-D loop dispatching each iteration to its own body. Block
+   reductions then share grids (reduction_fusion.py): a run of reductions and
+   parallel loops is rescheduled in dependency levels, and the independent
+   reductions of one level (same combiner) with the level's elementwise loops
+   become one block loop, each taking its own range of blocks, around one
+   reducing thread loop (the upstream mapping allows one per block loop); a
+   reduction that reads an elementwise loop's output recomputes it instead,
+   so that the two share the grid (a bias gradient beside its activation
+   gradient). The partial passes of the weight-decay sums share one kernel,
+   their combining passes another.
    Contractions whose output is a multiple of 64 x 64 and whose reduced
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):
@@ -126,11 +135,18 @@ first checks for a CUDA driver and device and raises `NoCudaDevice`).
 
 Limits (what bounds the kernel count and speed)
 -----------------------------------------------
-- Fusion merges adjacent loops only (same space, same rows, or independent),
-  and never a block reduction with anything: each block reduction, and each
-  loop that reads another's output at other indices (a matmul reading an
-  activation), is its own kernel. The benchmarks' MLP training step (b128
-  784-512-512-10) is 20 launches, the ADBench GMM gradient (d10 K25) 23.
+- Fusion merges adjacent loops only (same space, same rows, or independent);
+  block reductions share a kernel only with independent neighbours (or
+  producers they can recompute). A reduction and its consumer in the same row
+  (softmax: max, then the sum of exp(x - max), then the normalisation) stay
+  separate kernels: `convert-parallel-loops-to-gpu` maps one thread loop per
+  block loop and one reduced value per thread loop, so a row's second
+  reduction, or an elementwise pass after the all-reduce, needs a kernel of
+  its own. A producer updated in place (tanh's derivative on a reused buffer)
+  is not recomputed. Each loop that reads another's output at other indices
+  (a matmul reading an activation) is its own kernel. The benchmarks' MLP
+  training step (b128 784-512-512-10) is 13 launches, the ADBench GMM
+  gradient (d10 K25) 20.
 - Contractions that are not multiples of the 64 x 64 x 16 tile, and short
   reductions, are one thread per output element, accumulating in registers
   from global memory. A short reduction to a scalar (under 64 elements) is
@@ -171,6 +187,7 @@ from .contractions import (
 from .device_memory import DeviceMemory
 from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
+from .reduction_fusion import FuseBlockReductions
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
 from .tensors import ReductionsInnermost, SplatsToFills
 
@@ -294,6 +311,7 @@ class LowerToGpu(Pass):
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
+            FuseBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
             "cse",
