@@ -66,6 +66,13 @@ CONTRACTIONS = {
     "vecmat": ([48, 8192], ["d1", "d1,d0", "d0"]),
     # batch matmul whose sizes divide no register tile.
     "odd_batch": ([4, 37, 41, 53], ["d0,d1,d3", "d0,d3,d2", "d0,d1,d2"]),
+    # attention (two batch dims, b and h, not leading every operand: made leading
+    # by permuted copies, `leading_batch_dims`): einsum("bthd,bshd->bhts", q, k),
+    "attention_qk": ([4, 4, 32, 32, 16], ["d0,d2,d1,d4", "d0,d3,d1,d4", "d0,d1,d2,d3"]),
+    # einsum("bhts,bshd->bthd", w, v) (the result permuted back),
+    "attention_wv": ([4, 32, 4, 16, 32], ["d0,d2,d1,d4", "d0,d4,d2,d3", "d0,d1,d2,d3"]),
+    # and k's cotangent einsum("bhts,bthd->bshd", dlogits, q).
+    "attention_dk": ([4, 32, 4, 16, 32], ["d0,d2,d4,d1", "d0,d4,d2,d3", "d0,d1,d2,d3"]),
 }
 
 

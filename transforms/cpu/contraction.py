@@ -182,6 +182,111 @@ def collapse_contraction_dims(module: ir.Operation) -> None:
             _replace_by_mul_add(op, *vals, new_dims, len(runs), reassoc[2])
 
 
+def _permuted_copy(v: ir.Value, perm: Sequence[int]) -> ir.Value:
+    """`v` with its dims permuted (result dim p is `v`'s dim perm[p]) as an
+    elementwise `linalg.generic` copy (the elementwise schedule vectorizes it;
+    `linalg.transpose` keeps scalar loops beyond 2-D)."""
+    from mlir.dialects import linalg, tensor
+
+    t = v.type
+    n = t.rank
+    empty = tensor.empty([t.shape[q] for q in perm], t.element_type)
+    in_map = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(list(perm).index(q))
+                                     for q in range(n)])
+    gen = linalg.GenericOp_([v], [empty], [in_map, ir.AffineMap.get_identity(n)],
+                            [linalg.IteratorType.parallel] * n)
+    with ir.InsertionPoint(gen.regions[0].blocks[0]):
+        linalg.YieldOp([gen.regions[0].blocks[0].arguments[0]])
+    return gen.results[0]
+
+
+def _permuted_init(v: ir.Value, perm: Sequence[int]) -> ir.Value:
+    """The accumulator `v` permuted: a fresh fill where `v` is a fill used once."""
+    from mlir.dialects import linalg, tensor
+
+    owner = v.owner
+    if (isinstance(owner, ir.OpView) and owner.operation.name == "linalg.fill"
+            and len(list(v.uses)) == 1):
+        t = v.type
+        empty = tensor.empty([t.shape[q] for q in perm], t.element_type)
+        return linalg.fill(owner.operation.operands[0], outs=[empty])
+    return _permuted_copy(v, perm)
+
+
+def _batch_merged_roles(dims: Sequence[Sequence[int]], ranges: Sequence[int], nb: int):
+    """The schedule's roles of contraction `dims` (batch dims leading, the
+    first `nb` of each) once the batch dims are one loop (and unit dims gone)."""
+    batch = list(dims[2][:nb])
+    rest = [d for d in range(len(ranges)) if d not in batch]
+    new = {d: i + 1 for i, d in enumerate(rest)}
+    merged = [[0] + [new[d] for d in ds[nb:]] for ds in dims]
+    mranges = [pymath.prod(ranges[d] for d in batch)] + [ranges[d] for d in rest]
+    unit = unit_parallel_dims(merged, mranges)
+    if any(not [d for d in ds if d not in unit] for ds in merged):
+        return None
+    return contraction_dims(*without(merged, mranges, unit))
+
+
+def leading_batch_dims(module: ir.Operation) -> None:
+    """Contractions `acc + a * b` with several batch dims (dims of both inputs
+    and the result) that do not lead every operand in one order get them
+    there through permuted copies (the result computed permuted and copied
+    back): `collapse_contraction_dims` then makes them one batch loop, a
+    batch matmul the schedule handles. Attention's
+    `einsum("bthd,bshd->bhts")` (batch b and h, h between t and d) and
+    `einsum("bhts,bshd->bthd")` and the contractions of their derivatives
+    ran as scalar loops; jax's dot_general transposes its operands likewise.
+    Only where the flops pay for the copies (`matmul_schedule().min_flops`)
+    and the merged form is a schedulable contraction."""
+    from mlir.dialects import arith, linalg
+
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "linalg.generic" and len(op.operands) == 3 and is_mul_add(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in found:
+        maps = contraction_maps(op)
+        dims = map_dims(maps)
+        ranges = ranges_from_maps(maps, op) if dims is not None else None
+        if dims is None or ranges is None or float_width(op) is None:
+            continue
+        batch = [d for d in dims[2] if d in dims[0] and d in dims[1]]
+        nb = len(batch)
+        if nb < 2 or all(list(ds[:nb]) == batch for ds in dims):
+            continue
+        if 2 * pymath.prod(ranges) < matmul_schedule().min_flops:
+            continue
+        new_dims = [batch + [d for d in ds if d not in batch] for ds in dims]
+        if _batch_merged_roles(new_dims, ranges, nb) is None:
+            continue
+        n = len(ranges)
+        with ir.InsertionPoint(op), op.location:
+            vals = []
+            for i, (v, ds, nds) in enumerate(zip(op.operands, dims, new_dims)):
+                perm = [list(ds).index(d) for d in nds]
+                if perm == list(range(len(ds))):
+                    vals.append(v)
+                else:
+                    vals.append((_permuted_init if i == 2 else _permuted_copy)(v, perm))
+            new_maps = [ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in ds])
+                        for ds in new_dims]
+            iters = [linalg.IteratorType.parallel if d in dims[2]
+                     else linalg.IteratorType.reduction for d in range(n)]
+            gen = linalg.GenericOp_(vals[:2], [vals[2]], new_maps, iters)
+            with ir.InsertionPoint(gen.regions[0].blocks[0]):
+                p, q, acc = gen.regions[0].blocks[0].arguments
+                linalg.YieldOp([arith.addf(acc, arith.mulf(p, q))])
+            res = gen.results[0]
+            if new_dims[2] != list(dims[2]):
+                res = _permuted_copy(res, [new_dims[2].index(d) for d in dims[2]])
+        op.results[0].replace_all_uses_with(res)
+        op.erase()
+
+
 def drop_unit_dims(c: Candidate) -> Candidate:
     """Rewrite a contraction with unit parallel dims (vmap of a matvec gives
     [B, 1, N] x [K, N]) or a strided vector operand as a generic without them.

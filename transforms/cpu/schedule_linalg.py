@@ -21,7 +21,12 @@ from ..ad_support import defining_op
 from ..passes import Pass
 from .approximations import approximate_f32_math
 from .classify import Candidate, classify
-from .contraction import collapse_contraction_dims, drop_unit_dims, pack_rhs
+from .contraction import (
+    collapse_contraction_dims,
+    drop_unit_dims,
+    leading_batch_dims,
+    pack_rhs,
+)
 from .parameters import matmul_schedule
 from .schedules import build_script, cache_tile, packed_k_tile
 from .script import apply_quietly
@@ -60,6 +65,7 @@ class ScheduleLinalgForCpu(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context, module.location:
+            leading_batch_dims(module)
             collapse_contraction_dims(module)
         candidates = _candidates(module)
         if not candidates:
