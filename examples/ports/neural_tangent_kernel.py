@@ -65,11 +65,17 @@ def ntk_vector_products(params, x1, x2):
     return vmap(lambda a: vmap(lambda b: one(a, b))(x2))(x1)
 
 
-def run(small=True):
+def inputs(small=True):
+    """The network's parameters and the two batches (numpy) that run() uses."""
     rng = onp.random.RandomState(0)
     sizes = [3, 5, 2] if small else [32, 64, 64, 10]
     params = init(rng, sizes)
     x1, x2 = rng.randn(4, sizes[0]), rng.randn(3, sizes[0])
+    return params, x1, x2
+
+
+def run(small=True):
+    params, x1, x2 = inputs(small)
     full = jit(ntk_jacobian_contraction)(params, x1, x2)
     products = ntk_vector_products(params, x1, x2)
     return {"ntk": full, "ntk_products": products,
