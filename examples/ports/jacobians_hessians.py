@@ -22,11 +22,19 @@ def predict(weight, bias, x):
     return jnp.tanh(x @ weight.T + bias)
 
 
-def run(small=True):
+def inputs(small=True):
+    """The layer's weight and bias, an input, a batch and a tangent (numpy) that run() uses."""
     rng = onp.random.RandomState(0)
     d, batch = (4, 3) if small else (16, 64)
     weight, bias, x = rng.randn(d, d), rng.randn(d), rng.randn(d)
     xs = rng.randn(batch, d)
+    v = rng.randn(d)
+    return weight, bias, x, xs, v
+
+
+def run(small=True):
+    weight, bias, x, xs, v = inputs(small)
+    d = x.shape[0]
     out = {
         "jacrev_x": jacrev(predict, argnums=2)(weight, bias, x),
         "jacfwd_x": jacfwd(predict, argnums=2)(weight, bias, x),
@@ -44,7 +52,6 @@ def run(small=True):
             weight, bias, xs),
     }
     f = lambda x: jnp.sum(predict(weight, bias, x) ** 2)
-    v = rng.randn(d)
     out["hvp"] = jit(lambda x, v: jvp(grad(f), (x,), (v,))[1])(x, v)
     out["hvp_dense"] = hessian(f)(x) @ v
     return out

@@ -40,14 +40,21 @@ def stack(models):
     return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *models)
 
 
-def run(small=True):
+def inputs(small=True):
+    """The models' parameters, a shared minibatch, one minibatch per model and their
+    labels (numpy) that run() uses."""
     rng = onp.random.RandomState(0)
     num_models, batch, sizes = (3, 5, [6, 8, 4]) if small else (10, 64, [784, 128, 10])
     models = [init_mlp(rng, sizes) for _ in range(num_models)]
-    params = stack(models)
     x = rng.randn(batch, sizes[0])
     xs = rng.randn(num_models, batch, sizes[0])
     labels = rng.randint(0, sizes[-1], size=(num_models, batch))
+    return models, x, xs, labels
+
+
+def run(small=True):
+    models, x, xs, labels = inputs(small)
+    params = stack(models)
     same = vmap(mlp, in_axes=(0, None))(params, x)
     different = vmap(mlp)(params, xs)
     loop = jnp.stack([mlp(m, x) for m in models])

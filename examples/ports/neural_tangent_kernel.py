@@ -55,21 +55,28 @@ def ntk_vector_products(params, x1, x2):
 
         _, vjp_fn = vjp(f, params)
 
-        def column(v):
+        def row(v):  # v = e_i: row i of the block, J(a)_i . J(b)^T
             (cotangent,) = vjp_fn(v)
             return jvp(g, (params,), (cotangent,))[1]
 
         basis = jnp.eye(f(params).shape[0])
-        return vmap(column)(basis).T
+        return vmap(row)(basis)
 
     return vmap(lambda a: vmap(lambda b: one(a, b))(x2))(x1)
 
 
-def run(small=True):
+def inputs(small=True):
+    """The network's parameters and the two batches (numpy) that run() uses."""
     rng = onp.random.RandomState(0)
-    sizes = [3, 5, 2] if small else [32, 64, 64, 10]
+    # two hidden layers: a kernel block (a, b) is not symmetric, so a transposed one shows
+    sizes = [3, 5, 4, 2] if small else [32, 64, 64, 10]
     params = init(rng, sizes)
     x1, x2 = rng.randn(4, sizes[0]), rng.randn(3, sizes[0])
+    return params, x1, x2
+
+
+def run(small=True):
+    params, x1, x2 = inputs(small)
     full = jit(ntk_jacobian_contraction)(params, x1, x2)
     products = ntk_vector_products(params, x1, x2)
     return {"ntk": full, "ntk_products": products,

@@ -48,14 +48,21 @@ def clipped_noisy_mean(per_sample, clip, noise):
         per_sample, noise)
 
 
-def run(small=True):
+def inputs(small=True):
+    """The parameters, batch and DP noise (numpy) that run() uses."""
     rng = onp.random.RandomState(0)
     sizes, batch = ([5, 7, 3], 6) if small else ([784, 128, 10], 64)
     params = init(rng, sizes)
     x, y = rng.randn(batch, sizes[0]), rng.randint(0, sizes[-1], batch)
+    noise = jax.tree_util.tree_map(lambda p: 0.01 * rng.randn(*p.shape), params)
+    return params, x, y, noise
+
+
+def run(small=True):
+    params, x, y, noise = inputs(small)
+    batch = x.shape[0]
     per_sample = jit(vmap(grad(sample_loss), in_axes=(None, 0, 0)))(params, x, y)
     loop = [grad(sample_loss)(params, x[i], y[i]) for i in range(batch)]
-    noise = jax.tree_util.tree_map(lambda p: 0.01 * rng.randn(*p.shape), params)
     update = clipped_noisy_mean(per_sample, 1.0, noise)
     return {"w0": per_sample[0][0], "b1": per_sample[1][1],
             "loop_w0": jnp.stack([g[0][0] for g in loop]),

@@ -6,10 +6,18 @@ found in the folder as it is (mlir_autodiff) and, where jax is installed, a
 copy whose import block is rewritten to jax's (`mlir_autodiff.numpy` ->
 `jax.numpy`, `mlir_autodiff.<m>` -> `jax.<m>`, `mlir_autodiff` -> `jax`), and
 compares every result of `run(small=True)` to 1e-8 relative in float64.
+
+The ports of torch.func's tutorials are also compared, where torch is
+installed, with a torch.func reference program of our own in the tutorial's
+idiom (examples/ports/torch_reference/<name>.py: nn.Module models,
+`functional_call`, `grad`, `vmap`, `jacrev`, ...), which takes the port's
+`inputs(small=True)` and returns the port's keys.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import pathlib
 import re
 import types
@@ -19,6 +27,8 @@ import pytest
 
 PORTS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ports"
 NAMES = sorted(p.stem for p in PORTS.glob("*.py"))
+TORCH = PORTS / "torch_reference"
+TORCH_NAMES = sorted(p.stem for p in TORCH.glob("*.py"))
 BLOCK = re.compile(r"# <imports>\n(.*?)# </imports>\n", re.S)
 
 
@@ -57,6 +67,33 @@ def test_every_port_has_one_import_block_and_a_run_function() -> None:
         assert "\ndef run(small=True):" in rest, name
 
 
+def test_every_torch_func_port_has_a_torch_reference() -> None:
+    """A port whose docstring says it follows a torch.func tutorial has a torch
+    reference of the same name that names it, and every reference has its port."""
+    followed = [name for name in NAMES
+                if "torch.func" in (ast.get_docstring(ast.parse(_source(name))) or "")]
+    assert len(followed) >= 4, followed
+    assert TORCH_NAMES == followed, (f"ports after torch.func tutorials: {followed}; "
+                                     f"torch references: {TORCH_NAMES}")
+    for name in TORCH_NAMES:
+        src = (TORCH / f"{name}.py").read_text()
+        doc = ast.get_docstring(ast.parse(src)) or ""
+        assert f"examples/ports/{name}.py" in doc, name
+        assert "\ndef run(" in src and "from torch.func import" in src, name
+        assert "\ndef inputs(small=True):" in _source(name), name
+
+
+@functools.cache
+def _ours(name: str) -> dict:
+    """run(small=True) of the port as it is (mlir_autodiff); computed once per process
+    for the jax and the torch comparisons."""
+    ours = _load(name, _source(name)).run(small=True)
+    assert ours, name
+    for key, value in ours.items():
+        assert np.all(np.isfinite(np.asarray(value, dtype=np.float64))), (name, key)
+    return ours
+
+
 @pytest.fixture(scope="module")
 def jax_module():
     jax = pytest.importorskip("jax")
@@ -79,10 +116,21 @@ def _compare(ours: dict, theirs: dict, name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_port_runs_and_matches_jax(name: str, jax_module) -> None:
     src = _source(name)
-    ours = _load(name, src).run(small=True)
-    assert ours, name
-    for key, value in ours.items():
-        assert np.all(np.isfinite(np.asarray(value, dtype=np.float64))), (name, key)
+    ours = _ours(name)
     block = BLOCK.search(src).group(1)
     theirs = _load(name, src.replace(block, jax_imports(block), 1)).run(small=True)
     _compare(ours, theirs, name)
+
+
+@pytest.mark.parametrize("name", TORCH_NAMES)
+def test_port_matches_torch_reference(name: str) -> None:
+    pytest.importorskip("torch")
+    port = _load(name, _source(name))
+    reference = types.ModuleType(f"torch_reference_{name}")
+    reference.__file__ = str(TORCH / f"{name}.py")
+    exec(compile((TORCH / f"{name}.py").read_text(), reference.__file__, "exec"),
+         reference.__dict__)
+    theirs = reference.run(*port.inputs(small=True))
+    for key, value in theirs.items():
+        assert np.asarray(value).dtype == np.float64, (name, key)
+    _compare(_ours(name), theirs, name)
