@@ -44,7 +44,8 @@ replicated arguments average their cotangents over the processes, see
 `_replicated`); `grad` inside the body is each process's derivative, with
 psum transposing to psum (as with pmap).
 
-Current limits: 1-D meshes.
+Meshes may have several axes: a PartitionSpec entry or a collective may name one
+axis or a tuple of them (row-major over the axes named, as jax).
 """
 
 from __future__ import annotations
@@ -245,8 +246,6 @@ class Mesh:
             raise ValueError(f"Mesh: axis names must be distinct, got {names}")
         if any(s < 1 for s in shape):
             raise ValueError(f"Mesh: axis sizes must be positive, got {shape}")
-        if len(shape) != 1:
-            raise NotImplementedError("Mesh: only 1-D meshes are supported so far")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "axis_names", names)
 
@@ -259,15 +258,22 @@ class Mesh:
 
 
 class PartitionSpec(tuple):
-    """Per array dimension, the mesh axis it is split over, or None (jax's PartitionSpec).
+    """Per array dimension, the mesh axis it is split over, a tuple of mesh axes
+    (split over all of them, the first one major), or None (jax's PartitionSpec).
     Trailing dimensions not listed are not split; `PartitionSpec()` is replicated."""
 
-    def __new__(cls, *parts: str | None) -> PartitionSpec:
+    def __new__(cls, *parts: str | tuple[str, ...] | None) -> PartitionSpec:
+        out = []
         for p in parts:
-            if p is not None and not isinstance(p, str):
-                raise TypeError(f"PartitionSpec: each entry is a mesh axis name or None, "
-                                f"got {p!r}")
-        return super().__new__(cls, parts)
+            if isinstance(p, list):
+                p = tuple(p)
+            if isinstance(p, tuple) and all(isinstance(q, str) for q in p):
+                p = p[0] if len(p) == 1 else (p or None)
+            elif p is not None and not isinstance(p, str):
+                raise TypeError(f"PartitionSpec: each entry is a mesh axis name, a tuple of "
+                                f"them or None, got {p!r}")
+            out.append(p)
+        return super().__new__(cls, out)
 
     def __repr__(self) -> str:
         return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
@@ -285,78 +291,104 @@ class _MeshContext:
 _ACTIVE = threading.local()
 
 
-def _mesh_for(who: str, axis_name: str) -> tuple[_MeshContext, int]:
-    """The mesh being traced and the index of `axis_name` in it (NameError if unbound)."""
+def _axis_names(who: str, axis_name: Any) -> tuple[str, ...]:
+    """`axis_name` (a mesh axis name or a tuple of them) as a tuple of names."""
+    if isinstance(axis_name, str):
+        return (axis_name,)
+    if isinstance(axis_name, (tuple, list)) and axis_name and \
+            all(isinstance(a, str) for a in axis_name):
+        if len(set(axis_name)) != len(axis_name):
+            raise ValueError(f"{who}: axis names must be distinct, got {tuple(axis_name)} "
+                             f"(at {format_site()})")
+        return tuple(axis_name)
+    raise TypeError(f"{who}: axis_name must be a mesh axis name or a non-empty tuple of "
+                    f"them, got {axis_name!r} (at {format_site()})")
+
+
+def _mesh_for(who: str, axis_name: Any) -> tuple[_MeshContext, list[int]]:
+    """The mesh being traced and the indices of `axis_name`'s axes in it, in the order
+    named (NameError if unbound)."""
+    names = _axis_names(who, axis_name)
     stack = getattr(_ACTIVE, "stack", [])
     for ctx in reversed(stack):
-        if axis_name in ctx.mesh.axis_names:
-            return ctx, ctx.mesh.axis_names.index(axis_name)
-    raise NameError(f"{who}: unbound axis name {axis_name!r}: collectives are used inside "
+        if names[0] in ctx.mesh.axis_names:
+            for name in names:
+                if name not in ctx.mesh.axis_names:
+                    raise NameError(f"{who}: axis name {name!r} is not an axis of the mesh "
+                                    f"{ctx.mesh.axis_names} (at {format_site()})")
+            return ctx, [ctx.mesh.axis_names.index(name) for name in names]
+    raise NameError(f"{who}: unbound axis name {names[0]!r}: collectives are used inside "
                     f"shard_map over a mesh with that axis (at {format_site()})")
+
+
+def _group_size(ctx: _MeshContext, axes: Sequence[int]) -> int:
+    return int(np.prod([ctx.mesh.shape[a] for a in axes]))
 
 
 def _tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), elem)
 
 
-def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Tracer, int, int],
-                                                           Tracer]) -> Tracer:
-    ctx, axis = _mesh_for(who, axis_name)
+def _emit(who: str, x: Any, axis_name: Any,
+          build: Callable[[_MeshContext, Tracer, list[int], int], Tracer]) -> Tracer:
+    """`build(ctx, x, axes, n)` for the collective `who` over `axis_name` (its mesh
+    axes `axes`, `n` processes in each group)."""
+    ctx, axes = _mesh_for(who, axis_name)
     trace = require_trace(who)
     t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
     if np.dtype(t.aval.dtype) == np.bool_:
         raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
     with trace.context:
-        return build(ctx, t, axis, ctx.mesh.shape[axis])
+        return build(ctx, t, axes, _group_size(ctx, axes))
 
 
-def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axis: int, out_shape: Sequence[int],
-              **attrs: ir.Attribute) -> Tracer:
+def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axes: Sequence[int],
+              out_shape: Sequence[int], **attrs: ir.Attribute) -> Tracer:
     trace = require_trace(name)
     with trace.emitting():
         attributes = {"grid": ir.FlatSymbolRefAttr.get(ctx.grid),
-                      "grid_axes": ir.DenseI16ArrayAttr.get([axis]), **attrs}
+                      "grid_axes": ir.DenseI16ArrayAttr.get(list(axes)), **attrs}
         op = ir.Operation.create(name, results=[_tensor_type(out_shape,
                                                               x.value.type.element_type)],
                                  operands=[x.value], attributes=attributes)
     return trace.wrap(op.results[0], ShapedArray(tuple(out_shape), x.aval.dtype))
 
 
-def _all_reduce(who: str, x: Any, axis_name: str, kind: str) -> Tracer:
-    def build(ctx: _MeshContext, t: Tracer, axis: int, n: int) -> Tracer:
+def _all_reduce(who: str, x: Any, axis_name: Any, kind: str) -> Tracer:
+    def build(ctx: _MeshContext, t: Tracer, axes: list[int], n: int) -> Tracer:
         red = ir.Attribute.parse(f"#shard<partial {kind}>")
-        return _shard_op("shard.all_reduce", ctx, t, axis, t.shape, reduction=red)
+        return _shard_op("shard.all_reduce", ctx, t, axes, t.shape, reduction=red)
 
     return _emit(who, x, axis_name, build)
 
 
-def psum(x: Any, axis_name: str) -> Any:
+def psum(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Sum of `x` over the processes along mesh axis `axis_name` (jax.lax.psum)."""
     return pytree.tree_map(lambda v: _all_reduce("psum", v, axis_name, "sum"), x)
 
 
-def pmax(x: Any, axis_name: str) -> Any:
+def pmax(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Elementwise maximum over the processes along `axis_name` (jax.lax.pmax)."""
     return pytree.tree_map(lambda v: _all_reduce("pmax", v, axis_name, "max"), x)
 
 
-def pmin(x: Any, axis_name: str) -> Any:
+def pmin(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Elementwise minimum over the processes along `axis_name` (jax.lax.pmin)."""
     return pytree.tree_map(lambda v: _all_reduce("pmin", v, axis_name, "min"), x)
 
 
-def pmean(x: Any, axis_name: str) -> Any:
+def pmean(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Mean over the processes along `axis_name` (jax.lax.pmean): psum / axis size."""
-    ctx, axis = _mesh_for("pmean", axis_name)
-    n = ctx.mesh.shape[axis]
+    ctx, axes = _mesh_for("pmean", axis_name)
+    n = _group_size(ctx, axes)
     return pytree.tree_map(lambda v: psum(v, axis_name) / n, x)
 
 
-def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) -> Any:
+def all_gather(x: Any, axis_name: str | tuple[str, ...], *, axis: int = 0, tiled: bool = False) -> Any:
     """Every process's `x` along `axis_name`, stacked on a new dimension `axis`
     (or, `tiled=True`, concatenated along dimension `axis`) (jax.lax.all_gather)."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             d = axis + (t.ndim + (0 if tiled else 1) if axis < 0 else 0)
             if not 0 <= d < t.ndim + (0 if tiled else 1):
                 raise ValueError(f"all_gather: axis {axis} is out of range for an array "
@@ -365,7 +397,7 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
                 t = anp.expand_dims(t, d)
             out = list(t.shape)
             out[d] *= n
-            return _shard_op("shard.all_gather", ctx, t, gaxis, out,
+            return _shard_op("shard.all_gather", ctx, t, gaxes, out,
                              gather_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
 
         return _emit("all_gather", v, axis_name, build)
@@ -373,13 +405,13 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
     return pytree.tree_map(one, x)
 
 
-def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
+def psum_scatter(x: Any, axis_name: str | tuple[str, ...], *, scatter_dimension: int = 0,
                  tiled: bool = False) -> Any:
     """The sum over `axis_name`, of which each process keeps its block along
     `scatter_dimension` (jax.lax.psum_scatter): without `tiled` that dimension's
     size is the axis size and disappears; with it, it is divided by the axis size."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             d = scatter_dimension + (t.ndim if scatter_dimension < 0 else 0)
             if not 0 <= d < t.ndim:
                 raise ValueError(f"psum_scatter: scatter_dimension {scatter_dimension} is out "
@@ -392,7 +424,7 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
             out = list(t.shape)
             out[d] //= n
             red = ir.Attribute.parse("#shard<partial sum>")
-            r = _shard_op("shard.reduce_scatter", ctx, t, gaxis, out, reduction=red,
+            r = _shard_op("shard.reduce_scatter", ctx, t, gaxes, out, reduction=red,
                           scatter_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
             return r if tiled else anp.squeeze(r, d)
 
@@ -401,7 +433,8 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
     return pytree.tree_map(one, x)
 
 
-def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
+def ppermute(x: Any, axis_name: str | tuple[str, ...], perm: Sequence[tuple[int, int]]
+             ) -> Any:
     """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
     `perm` lists (source, destination) index pairs, each source and each
     destination at most once; a process no pair sends to gets zeros.
@@ -410,9 +443,11 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     (destination - source mod the axis size), each process keeping the shifted
     value whose distance its own source is at: a ring shift is one shift, and
     the derivative rules transpose each shift to the opposite one (the inverse
-    permutation)."""
+    permutation). Over a tuple of axes (indices row-major over them, as jax),
+    it is an all_gather over them of which each process keeps its source's
+    block (all_gather's transpose, psum_scatter, makes the inverse)."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             pairs = [(int(s), int(d)) for s, d in perm]
             srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
             if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or \
@@ -425,6 +460,9 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                 raise TypeError(f"ppermute: {t.aval.str_short()} is not supported (element "
                                 f"types: {', '.join(sorted(MPI_ELEMENT_TYPES))}) "
                                 f"(at {format_site()})")
+            if len(gaxes) > 1:
+                return _permute_by_gathering(ctx, t, axis_name, gaxes, pairs, n)
+            gaxis = gaxes[0]
             by_distance: dict[int, list[int]] = {}
             for s, d in pairs:
                 by_distance.setdefault((d - s) % n, []).append(d)
@@ -432,7 +470,7 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
             me = None
             for k, dests in sorted(by_distance.items()):
                 moved = t if k == 0 else _shard_op(
-                    "shard.shift", ctx, t, gaxis, t.shape,
+                    "shard.shift", ctx, t, [gaxis], t.shape,
                     shift_axis=ir.IntegerAttr.get(ir.IndexType.get(), gaxis),
                     offset=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
                     rotate=ir.UnitAttr.get())
@@ -440,7 +478,7 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                     out = moved
                     continue
                 if me is None:
-                    me = _axis_position(ctx)
+                    me = _axis_position(ctx, gaxes)
                 receives = np.zeros(n, bool)
                 receives[dests] = True
                 keep = anp.asarray(receives)[me]
@@ -453,18 +491,51 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     return pytree.tree_map(one, x)
 
 
-def axis_index(axis_name: str) -> Tracer:
-    """This process's index along mesh axis `axis_name`, an int32 scalar (jax.lax.axis_index)."""
-    ctx, _ = _mesh_for("axis_index", axis_name)
-    return _axis_position(ctx)
+def _permute_by_gathering(ctx: _MeshContext, t: Tracer, axis_name: Any, axes: list[int],
+                          pairs: list[tuple[int, int]], n: int) -> Tracer:
+    """ppermute over several mesh axes: every block gathered, each process keeping
+    its source's (zeros where it has none)."""
+    gathered = all_gather(t, axis_name)
+    source = np.zeros(n, np.int32)
+    has_source = np.zeros(n, bool)
+    for s, d in pairs:
+        source[d], has_source[d] = s, True
+    me = _axis_position(ctx, axes)
+    picked = gathered[anp.asarray(source)[me]]
+    return require_trace("ppermute").lift(
+        anp.where(anp.asarray(has_source)[me], picked, anp.zeros_like(t)))
 
 
-def _axis_position(ctx: _MeshContext) -> Tracer:
+def axis_index(axis_name: str | tuple[str, ...]) -> Tracer:
+    """This process's index along mesh axis `axis_name` (or, for a tuple of axes, its
+    index row-major over them), an int32 scalar (jax.lax.axis_index)."""
+    ctx, axes = _mesh_for("axis_index", axis_name)
+    return _axis_position(ctx, axes)
+
+
+def _group_index(ctx: _MeshContext, axes: Sequence[int] | None) -> ir.Value:
+    """An index value: this process's position along mesh `axes` (row-major over them;
+    None: all of the mesh's axes). Emitted at the trace's insertion point."""
+    grid = ir.FlatSymbolRefAttr.get(ctx.grid)
+    index = ir.IndexType.get()
+    if axes is None or list(axes) == list(range(len(ctx.mesh.shape))):
+        return ir.Operation.create("shard.process_linear_index", results=[index],
+                                   attributes={"grid": grid}).results[0]
+    multi = ir.Operation.create("shard.process_multi_index", results=[index] * len(axes),
+                                attributes={"grid": grid,
+                                            "axes": ir.DenseI16ArrayAttr.get(list(axes))})
+    acc = multi.results[0]
+    for j in range(1, len(axes)):
+        size = arith.ConstantOp(index, ctx.mesh.shape[axes[j]]).result
+        acc = arith.AddIOp(arith.MulIOp(acc, size).result, multi.results[j]).result
+    return acc
+
+
+def _axis_position(ctx: _MeshContext, axes: Sequence[int] | None = None) -> Tracer:
     trace = require_trace("axis_index")
     with trace.emitting():
-        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
-                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
-        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i.results[0])
+        i = _group_index(ctx, axes)
+        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i)
         t = tensor.FromElementsOp(_tensor_type([], i32.result.type), [i32.result])
     return trace.wrap(t.result, ShapedArray((), np.int32))
 
@@ -486,6 +557,7 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
     elem = str(t.element_type)
     # 16-bit floats are averaged in f32 (MPI has no datatype for them here)
     wide = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64"}.get(elem)
+    every_axis = list(range(len(ctx.mesh.shape)))
     if wide is None or ctx.mesh.size == 1:
         return x
     shape = list(x.shape)
@@ -502,7 +574,7 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
     add_helper(module, f"{name}_bwd", (
         f"  func.func private @{name}_bwd(%ct: {ty}) -> {ty} {{\n"
         + widen +
-        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = [0] reduction = sum"
+        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = {every_axis} reduction = sum"
         f" : {wty} -> {wty}\n"
         f"    %k = arith.constant dense<{scale}> : {wty}\n"
         f"    %m = arith.mulf %s, %k : {wty}\n"
@@ -522,45 +594,49 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
 
 
 
-def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, str]:
-    """Dimension -> mesh axis name of PartitionSpec `spec` (None: replicated)."""
+def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, tuple[str, ...]]:
+    """Dimension -> the mesh axis names it is split over (the first one major) of
+    PartitionSpec `spec` (None: replicated)."""
     if spec is None:
         return {}
     if not isinstance(spec, PartitionSpec):
         raise TypeError(f"{who}: expected a PartitionSpec or None, got {spec!r}")
     if len(spec) > ndim:
         raise ValueError(f"{who}: {spec!r} has more entries than the array's rank {ndim}")
-    out = {}
-    for d, name in enumerate(spec):
-        if name is None:
+    out: dict[int, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for d, entry in enumerate(spec):
+        if entry is None:
             continue
-        if name not in mesh.axis_names:
-            raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
-                             f"{mesh.axis_names} does not have")
-        if name in out.values():
-            raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
-        out[d] = name
+        names = (entry,) if isinstance(entry, str) else tuple(entry)
+        for name in names:
+            if name not in mesh.axis_names:
+                raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
+                                 f"{mesh.axis_names} does not have")
+            if name in used:
+                raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
+            used.add(name)
+        out[d] = names
     return out
 
 
-def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, str]) -> Tracer:
+def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, tuple[str, ...]]) -> Tracer:
     """This process's block of global `x` (split along `dims`)."""
     if not dims:
         return x
-    (d, name), = dims.items()
-    n = ctx.mesh.axis_size(name)
     sizes = list(x.shape)
-    sizes[d] //= n
     trace = require_trace("shard_map")
+    dyn = ir.ShapedType.get_dynamic_size()
     with trace.emitting():
-        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
-                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
-        k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
-        off = arith.MulIOp(i.results[0], k.result)
-        dyn = ir.ShapedType.get_dynamic_size()
-        static_offsets = [dyn if j == d else 0 for j in range(x.ndim)]
+        offsets, static_offsets = [], [0] * x.ndim
+        for d, names in sorted(dims.items()):
+            axes = [ctx.mesh.axis_names.index(name) for name in names]
+            sizes[d] //= _group_size(ctx, axes)
+            k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
+            offsets.append(arith.MulIOp(_group_index(ctx, axes), k.result).result)
+            static_offsets[d] = dyn
         out_type = _tensor_type(sizes, x.value.type.element_type)
-        op = tensor.ExtractSliceOp(out_type, x.value, [off.result], [], [],
+        op = tensor.ExtractSliceOp(out_type, x.value, offsets, [], [],
                                    static_offsets, sizes, [1] * x.ndim)
     return trace.wrap(op.result, ShapedArray(tuple(sizes), x.aval.dtype))
 
@@ -634,12 +710,14 @@ class _ShardMapped:
             local = []
             for x, s in zip(leaves, leaf_specs):
                 dims = _split_dims(s, x.ndim, mesh, "shard_map in_specs")
-                for d, name in dims.items():
-                    if x.shape[d] % mesh.axis_size(name):
+                for d, names in dims.items():
+                    size = int(np.prod([mesh.axis_size(name) for name in names]))
+                    if x.shape[d] % size:
+                        what = f"mesh axis {names[0]!r}" if len(names) == 1 else \
+                            f"mesh axes {names}"
                         raise ValueError(
                             f"shard_map: dimension {d} of argument {x.aval.str_short()} is "
-                            f"split over mesh axis {name!r} of size "
-                            f"{mesh.axis_size(name)}, which does not divide it")
+                            f"split over {what} of size {size}, which does not divide it")
                 if inline:  # (differentiable from outside: see _replicated)
                     x = _replicated(ctx, x)
                 local.append(_local_block(ctx, x, dims))
@@ -649,8 +727,8 @@ class _ShardMapped:
             results = []
             for o, s in zip(out_leaves, out_specs):
                 t = trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
-                for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
-                    t = all_gather(t, name, axis=d, tiled=True)
+                for d, names in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                    t = all_gather(t, names, axis=d, tiled=True)
                 results.append(t)
         finally:
             stack.pop()

@@ -192,6 +192,101 @@ def test_data_parallel_mlp_example_equals_full_batch_training():
     assert proc.stdout.count("max |data-parallel - full batch|") == 2
 
 
+# -- multi-axis meshes: one launch per process count ----------------------------
+
+
+def _group_of(shape, tag: str, i: int, j: int) -> list[tuple[int, int]]:
+    """The group of process (i, j) of a ("dp", "tp") mesh for the axes `tag`, in group
+    order (row-major over the axes named, in their order)."""
+    a, b = shape
+    return {"dp": [(k, j) for k in range(a)], "tp": [(i, k) for k in range(b)],
+            "both": [(p, q) for p in range(a) for q in range(b)],
+            "swapped": [(p, q) for q in range(b) for p in range(a)]}[tag]
+
+
+def mesh_expected(shape) -> dict[str, np.ndarray]:
+    """numpy's value of every entry of programs.mesh_values, process by process."""
+    a, b = shape
+    args = programs.mesh_inputs(shape)
+    X = {(i, j): args["x"][2 * i:2 * i + 2, 3 * j:3 * j + 3] for i in range(a) for j in range(b)}
+    Y = {(i, j): args["y"][4 * i:4 * i + 4, 3 * j:3 * j + 3] for i in range(a) for j in range(b)}
+
+    def assemble(fn):
+        return np.block([[fn(i, j) for j in range(b)] for i in range(a)])
+
+    out = {}
+    for tag in programs.MESH_AXES:
+        def group(i, j, tag=tag):
+            return _group_of(shape, tag, i, j)
+
+        def stack(i, j, blocks=X, tag=tag):
+            return np.stack([blocks[m] for m in group(i, j, tag)])
+
+        out[f"psum_{tag}"] = assemble(lambda i, j: stack(i, j).sum(0))
+        out[f"pmax_{tag}"] = assemble(lambda i, j: stack(i, j).max(0))
+        out[f"pmin_{tag}"] = assemble(lambda i, j: stack(i, j).min(0))
+        out[f"pmean_{tag}"] = assemble(lambda i, j: stack(i, j).mean(0))
+        out[f"gather_{tag}"] = assemble(lambda i, j: np.concatenate(list(stack(i, j)), 1))
+
+        def scatter(i, j, tag=tag):
+            g, n = group(i, j).index((i, j)), len(group(i, j))
+            total = stack(i, j, Y).sum(0)
+            rows = total.shape[0] // n
+            return total[g * rows:(g + 1) * rows]
+
+        def permute(i, j, tag=tag):
+            members = group(i, j)
+            g = members.index((i, j))
+            src = {d: s for s, d in programs.mesh_perm(len(members))}
+            return X[members[src[g]]] if g in src else np.zeros((2, 3))
+
+        out[f"scatter_{tag}"] = assemble(scatter)
+        out[f"ppermute_{tag}"] = assemble(permute)
+        out[f"index_{tag}"] = assemble(
+            lambda i, j, tag=tag: np.array([[group(i, j, tag).index((i, j))]], np.int32))
+    out["flat_double"] = 2 * args["y"]
+    out["flat_index"] = np.arange(a * b, dtype=np.int32)
+    # every process ends with the mean of all blocks, plus one per iteration
+    mean = np.mean([X[k] for k in X], axis=0) + programs.MESH_LOOP[a * b]
+    out["loop"] = np.block([[mean] * b] * a)
+    return out
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_multi_axis_meshes(n, tmp_path):
+    """Meshes ("dp", "tp") of (2, 2) on 4 processes and (1, 2), (2, 1) on 2: every
+    collective over each axis, both and both swapped against numpy; jvp (central
+    differences), vjp (transpose identity) and vmap through them over each axis and
+    both; a loop of more collectives over sub-axes than MPICH has communicators."""
+    proc = launch(n, "multi-axis-meshes", tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for shape in programs.MESH_SHAPES[n]:
+        want = mesh_expected(shape)
+        mesh = ad.Mesh(shape, ("dp", "tp"))
+        pts = programs.mesh_ad_inputs(mesh)
+        for r in range(n):
+            got = np.load(tmp_path / f"mesh{shape[0]}x{shape[1]}_rank{r}.npz")
+            for name, w in want.items():
+                g = got[name]
+                assert g.shape == w.shape and g.dtype == w.dtype, (shape, r, name, g.shape)
+                tol = 1e-9 if name == "loop" else 1e-13
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
+                                           err_msg=f"{shape} {r} {name}")
+            for k in programs.mesh_ad_cases(mesh):
+                jvp, batched = got[f"ad_{k}_jvp"], got[f"ad_{k}_vmap"]
+                fd = (batched[0] - batched[1]) / 2e-6
+                assert np.abs(jvp).max() > 0.1, (shape, r, k)
+                np.testing.assert_allclose(jvp, fd, rtol=1e-6, atol=1e-8,
+                                           err_msg=f"{shape} {r} {k} jvp")
+                vjp, ct, t = got[f"ad_{k}_vjp"], pts["ct"][k], pts["t"][k]
+                assert vjp.shape == t.shape, (shape, r, k)
+                lhs, rhs = np.vdot(ct, jvp), np.vdot(vjp, t)
+                assert abs(lhs - rhs) <= 1e-12 * (1 + abs(lhs)), (shape, r, k, lhs, rhs)
+                np.testing.assert_allclose(batched[2:], got[f"ad_{k}_loop"], rtol=1e-14,
+                                           atol=1e-14, err_msg=f"{shape} {r} {k} vmap")
+
+
 # -- in-process: tracing and errors (no MPI) --------------------------------------
 
 
