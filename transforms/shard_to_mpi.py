@@ -27,12 +27,16 @@ Each rewritten collective becomes a call of a private helper function (MLIR
 text below, parsed by MLIR), which the CPU pipeline inlines.
 
 After upstream's conversion, the communicator each collective splits off
-`MPI_COMM_WORLD` (`mpi.comm_split` with color 0: one split per call, and
-MPICH runs out of communicators after a few thousand) is replaced by the
-world communicator itself. That is exact only when the grid spans every
-process, which is the only case supported: a collective over part of a
-grid's axes is an error, and the runtime checks that the number of MPI
-processes equals the grid's size before the first call.
+`MPI_COMM_WORLD` (`mpi.comm_split`: one split per call, and MPICH runs out of
+communicators after 2,048) is made once per process: a split with color 0
+(the group is the whole grid) is the world communicator itself, exact only
+when the grid spans every process (the runtime checks that the number of
+MPI processes equals the grid's size before the first call); a split for a
+collective over part of a grid's axes is made on first use and kept in a
+module global, one per process group (`cache_communicators`). Collectives
+over part of the grid (several-axis meshes) have their helpers too: the
+process's index in its group is row-major over the op's `grid_axes` in
+their order, and a shift along one grid axis is a permutation of world ranks.
 
 The module gets the `dlti.map<"MPI:Implementation" = "MPICH">` attribute
 upstream's mpi-to-LLVM conversion reads (without it, MLIR 22 reports "target
@@ -50,7 +54,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-
 from mlir import ir
 from mlir.dialects import arith, builtin, func, memref, scf
 

@@ -258,7 +258,8 @@ def test_multi_axis_meshes(n, tmp_path):
     """Meshes ("dp", "tp") of (2, 2) on 4 processes and (1, 2), (2, 1) on 2: every
     collective over each axis, both and both swapped against numpy; jvp (central
     differences), vjp (transpose identity) and vmap through them over each axis and
-    both; a loop of more collectives over sub-axes than MPICH has communicators."""
+    both (not for (1, 2): (2, 1) transposed); a loop of more collectives over
+    sub-axes than MPICH has communicators (2 processes)."""
     proc = launch(n, "multi-axis-meshes", tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for shape in programs.MESH_SHAPES[n]:
@@ -273,7 +274,9 @@ def test_multi_axis_meshes(n, tmp_path):
                 tol = 1e-9 if name == "loop" else 1e-13
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
                                            err_msg=f"{shape} {r} {name}")
-            for k in programs.mesh_ad_cases(mesh):
+            ad_cases = programs.mesh_ad_cases(mesh) if shape in programs.MESH_AD_SHAPES else {}
+            assert any(k.startswith("ad_") for k in got.files) == bool(ad_cases)
+            for k in ad_cases:
                 jvp, batched = got[f"ad_{k}_jvp"], got[f"ad_{k}_vmap"]
                 fd = (batched[0] - batched[1]) / 2e-6
                 assert np.abs(jvp).max() > 0.1, (shape, r, k)
@@ -352,6 +355,36 @@ def test_specs_are_checked():
                      in_specs=P(), out_specs=P()).lowered_text(np.zeros(3, bool))
     with pytest.raises(ValueError, match="axis sizes but"):
         ad.Mesh((2, 2), ("x",))
+
+
+def test_multi_axis_specs_and_collectives_trace():
+    """A ("dp", "tp") mesh: blocks split over one axis, the other, or both (one
+    dimension over a tuple of axes, the first major); collectives carry the grid axes
+    in the order named; errors name the axis."""
+    mesh = ad.Mesh((2, 2), ("dp", "tp"))
+
+    def f(x, y):
+        return (ad.lax.psum(x, "tp"), ad.lax.all_gather(x, ("tp", "dp"), tiled=True),
+                ad.lax.axis_index(("dp", "tp")), y)
+
+    g = ad.shard_map(f, mesh, in_specs=(P("dp", "tp"), P(("dp", "tp"))),
+                     out_specs=(P("dp"), P(), P(), P(("tp", "dp"))))
+    text = g.lowered_text(np.zeros((4, 6)), np.zeros(8))
+    assert "shard.grid @mesh_2x2(shape = 2x2)" in text
+    assert "grid_axes = [1] : tensor<2x3xf64>" in text          # psum over "tp"
+    assert "grid_axes = [1, 0] gather_axis = 0" in text          # the tuple, in order
+    assert "shard.process_multi_index on @mesh_2x2 axes = [0] : index" in text
+    assert "[2, 3] [1, 1] : tensor<4x6xf64> to tensor<2x3xf64>" in text
+    assert "[2] [1] : tensor<8xf64> to tensor<2xf64>" in text    # P(("dp", "tp"))
+    with pytest.raises(NameError, match="psum: axis name 'z' is not an axis of the mesh"):
+        ad.shard_map(lambda x: ad.lax.psum(x, ("dp", "z")), mesh, in_specs=P(),
+                     out_specs=P()).lowered_text(np.zeros(2))
+    with pytest.raises(ValueError, match=r"names axis 'dp' twice"):
+        ad.shard_map(lambda x: x, mesh, in_specs=P(("dp", "tp"), "dp"),
+                     out_specs=P()).lowered_text(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match=r"split over mesh axes \('dp', 'tp'\) of size 4"):
+        ad.shard_map(lambda x: x, mesh, in_specs=P(("dp", "tp")),
+                     out_specs=P()).lowered_text(np.zeros(6))
 
 
 #: Every public name of mlir_autodiff.distributed -> the test above that covers it
