@@ -46,6 +46,12 @@ psum transposing to psum (as with pmap).
 
 Meshes may have several axes: a PartitionSpec entry or a collective may name one
 axis or a tuple of them (row-major over the axes named, as jax).
+
+`ad.jit(f, in_shardings=..., out_shardings=...)` with `NamedSharding`s
+partitions automatically: the traced (and differentiated) function is
+annotated with `shard.sharding`/`shard.shard` and partitioned by upstream's
+`--sharding-propagation` and `--shard-partition` (see `_PartitionedJit` and
+docs/distributed.md for what those passes handle).
 """
 
 from __future__ import annotations
@@ -814,8 +820,298 @@ def shard_map(f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any
     return _ShardMapped(f, mesh, in_specs, out_specs)
 
 
+# -------------------------------------------------------------------- jit(in_shardings=...)
+
+@dataclasses.dataclass(frozen=True)
+class NamedSharding:
+    """How an array is laid out over a mesh (jax.sharding.NamedSharding): `spec` names,
+    per dimension, the mesh axes (or tuple of axes) it is split over."""
+
+    mesh: Mesh
+    spec: PartitionSpec = PartitionSpec()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mesh, Mesh):
+            raise TypeError(f"NamedSharding: mesh must be an ad.Mesh, got {self.mesh!r}")
+        if not isinstance(self.spec, PartitionSpec):
+            raise TypeError(f"NamedSharding: spec must be an ad.PartitionSpec, got "
+                            f"{self.spec!r}")
+
+
+#: Ops the traced function may hold for upstream's sharding propagation and
+#: partitioning (the ones with its ShardingInterface in MLIR 22, and the function's
+#: own structure); anything else is reported before those passes run (some abort
+#: the process on ops they do not know).
+_PARTITIONABLE_DIALECTS = ("linalg.",)
+_PARTITIONABLE_OPS = {"tensor.empty", "func.return", "arith.constant", "shard.sharding",
+                      "shard.shard"}
+
+
+def _on_one_axis(shardings: list[Any], who: str) -> list[Any]:
+    """The shardings on a 1-D mesh of the same processes: upstream's `--shard-partition`
+    (MLIR 22) reshards on 1-D grids only (an assertion otherwise), so a mesh of several
+    axes is accepted where every split names all of its axes of size > 1, in the
+    mesh's order (the block order is then the process order), or only axes of size 1."""
+    out = []
+    for sh in shardings:
+        if sh is None or len(sh.mesh.shape) == 1:
+            out.append(sh)
+            continue
+        mesh = sh.mesh
+        big = tuple(a for a, n in zip(mesh.axis_names, mesh.shape) if n > 1)
+        flat = Mesh((mesh.size,), ("processes",))
+        entries = []
+        for entry in sh.spec:
+            names = () if entry is None else (entry,) if isinstance(entry, str) else entry
+            names = tuple(a for a in names if a in mesh.axis_names and mesh.axis_size(a) > 1)
+            if names and names != big:
+                raise NotImplementedError(
+                    f"jit({who}): {sh.spec!r} over the mesh {mesh.axis_names} of shape "
+                    f"{mesh.shape} splits over part of it; upstream's --shard-partition "
+                    f"(MLIR 22) reshards on 1-D grids only, so a split must name all of "
+                    f"{big} in this order (or use shard_map)")
+            entries.append("processes" if names else None)
+        out.append(NamedSharding(flat, PartitionSpec(*entries)))
+    return out
+
+
+def _leaf_shardings(shardings: Any, value: Any, who: str) -> list[Any]:
+    """One NamedSharding (or None) per leaf of `value`; `shardings` is a pytree
+    prefix of `value` whose leaves are NamedShardings (or None)."""
+    if shardings is None or isinstance(shardings, NamedSharding):
+        return [shardings] * len(pytree.tree_leaves(value))
+    if isinstance(shardings, dict) and isinstance(value, dict) and set(shardings) == set(value):
+        return [s for k in pytree._sorted_keys(value)
+                for s in _leaf_shardings(shardings[k], value[k], who)]
+    if isinstance(shardings, (tuple, list)) and isinstance(value, (tuple, list)) and \
+            len(shardings) == len(value):
+        return [s for sh, v in zip(shardings, value) for s in _leaf_shardings(sh, v, who)]
+    raise ValueError(f"jit: {who} {shardings!r} must be NamedShardings (or None) in a pytree "
+                     f"prefix of {pytree.tree_structure(value)}")
+
+
+def _split_axes_attr(mesh: Mesh, spec: PartitionSpec | None, ndim: int, who: str
+                     ) -> ir.Attribute:
+    dims = _split_dims(spec, ndim, mesh, who)
+    groups = []
+    for d in range(max(dims, default=-1) + 1):
+        axes = [mesh.axis_names.index(n) for n in dims.get(d, ())]
+        groups.append("[" + ", ".join(str(a) for a in axes) + "]")
+    return ir.Attribute.parse("#shard<axisarray[" + ", ".join(groups or ["[]"]) + "]>")
+
+
+def _sharding_value(grid: str, mesh: Mesh, spec: PartitionSpec | None, ndim: int,
+                    who: str) -> ir.Value:
+    return ir.Operation.create("shard.sharding", results=[ir.Type.parse("!shard.sharding")],
+                               attributes={
+        "grid": ir.FlatSymbolRefAttr.get(grid),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0]),
+        "split_axes": _split_axes_attr(mesh, spec, ndim, who),
+        "static_halo_sizes": ir.DenseI64ArrayAttr.get([]),
+        "static_sharded_dims_offsets": ir.DenseI64ArrayAttr.get([])}).results[0]
+
+
+def _shard(value: ir.Value, sharding: ir.Value, for_users: bool) -> ir.Value:
+    attrs = {"annotate_for_users": ir.UnitAttr.get()} if for_users else {}
+    return ir.Operation.create("shard.shard", results=[value.type],
+                               operands=[value, sharding], attributes=attrs).results[0]
+
+
+def _unshare_constants(fn: ir.Operation) -> None:
+    """Give every user of a `tensor.empty` / `linalg.fill` / tensor `arith.constant` its
+    own copy: CSE merges equal ones, and upstream's sharding propagation aborts when
+    one value is annotated with two shardings (its users want different ones)."""
+    from .transforms.ad_support import post_order_ops
+
+    for kind in ("linalg.fill", "arith.constant", "tensor.empty"):
+        for op in list(post_order_ops(fn)):
+            if op.name != kind or len(op.results) != 1 or \
+                    not isinstance(op.results[0].type, ir.RankedTensorType):
+                continue
+            uses = list(op.results[0].uses)
+            for use in uses[1:]:
+                with ir.InsertionPoint(op):
+                    copy = op.clone()
+                use.owner.operands[use.operand_number] = copy.results[0]
+
+
+def _check_partitionable(fn: ir.Operation, who: str) -> None:
+    """NotImplementedError naming the first op (and the user's line that made it)
+    upstream's sharding propagation/partitioning has no rule for."""
+    from .transforms.ad_support import post_order_ops
+
+    for op in post_order_ops(fn):
+        if op.operation == fn.operation or op.name in _PARTITIONABLE_OPS or \
+                op.name.startswith(_PARTITIONABLE_DIALECTS):
+            continue
+        parent = op.parent
+        while parent is not None and parent.name != "func.func":
+            if parent.name.startswith(_PARTITIONABLE_DIALECTS):
+                break  # (the body of a linalg op: scalar ops)
+            parent = parent.parent
+        if parent is not None and parent.name != "func.func":
+            continue
+        where = str(op.location)
+        where = where[4:-1] if where.startswith("loc(") else where
+        raise NotImplementedError(
+            f"{where}: jit({who}, in_shardings=...): '{op.name}' has no sharding rule in "
+            "upstream's sharding propagation/partitioning (MLIR 22); the partitioned "
+            "program may hold linalg ops, tensor.empty and arith.constant only (use "
+            "shard_map for this function)")
+
+
+class _PartitionedJit:
+    """jit(f, in_shardings=..., out_shardings=...): `f` traced on the global arrays,
+    differentiated and inlined, its arguments and results annotated with `shard`
+    shardings, then partitioned by upstream's `--sharding-propagation` and
+    `--shard-partition` and lowered like shard_map (see docs/distributed.md)."""
+
+    def __init__(self, f: Callable[..., Any], in_shardings: Any, out_shardings: Any):
+        self.f, self.in_shardings, self.out_shardings = f, in_shardings, out_shardings
+        self.__name__ = getattr(f, "__name__", "jit")
+        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef, list[Any]]] = {}
+
+    def _mesh(self, shardings: list[Any]) -> Mesh:
+        meshes = {s.mesh for s in shardings if s is not None}
+        if len(meshes) != 1:
+            raise ValueError(f"jit({self.__name__}): in_shardings/out_shardings must name one "
+                             f"mesh, got {len(meshes)}")
+        return meshes.pop()
+
+    def _in_leaf_shardings(self, args: tuple[Any, ...]) -> list[Any]:
+        shardings = self.in_shardings
+        if isinstance(shardings, list):
+            shardings = tuple(shardings)
+        if isinstance(shardings, tuple) and len(args) == 1 and len(shardings) != 1:
+            shardings = (shardings,)
+        return _leaf_shardings(shardings, args, "in_shardings")
+
+    def lowered_text(self, *args: Any, stage: str = "partitioned") -> str:
+        """The module at `stage`: "annotated" (differentiated, inlined, with the
+        sharding annotations) or "partitioned" (after upstream's passes)."""
+        module, _, _ = self._trace(args, stop=stage)
+        return str(module)
+
+    def _trace(self, args: tuple[Any, ...], stop: str = "partitioned"
+               ) -> tuple[ir.Module, pytree.TreeDef, list[Any]]:
+        leaves, tree = pytree.tree_flatten(args)
+        in_sh = self._in_leaf_shardings(args)
+        context = ir.Context()
+        dialects.load(context)
+        with context, ir.Location.unknown(context):
+            module = ir.Module.create()
+        avals = [ShapedArray(abstractify(x).shape, abstractify(x).dtype) for x in leaves]
+        trace = FunctionTrace(module, "main", avals, fun=self.f)
+        with trace.active():
+            out = self.f(*pytree.tree_unflatten(tree, trace.args))
+            out_leaves, out_tree = pytree.tree_flatten(out)
+            outs = [trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
+                    for o in out_leaves]
+            trace.finish(outs)
+        out_sh = _leaf_shardings(self.out_shardings, out, "out_shardings")
+        self._mesh(in_sh + out_sh)  # (one mesh)
+        in_sh = _on_one_axis(in_sh, self.__name__)
+        out_sh = _on_one_axis(out_sh, self.__name__)
+        mesh = self._partition_mesh = self._mesh(in_sh + out_sh)
+        run_pipeline(module, ",".join(_transform_passes(module) + [
+            "inline", "canonicalize", "cse", "symbol-dce"]))
+        grid = _grid_symbol(module, mesh)
+        main = next(op.operation for op in module.body.operations
+                    if op.operation.name == "func.func"
+                    and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+        _unshare_constants(main)
+        _check_partitionable(main, self.__name__)
+        block = main.regions[0].blocks[0]
+        with context, ir.Location.unknown(context):
+            ret = block.operations[len(block.operations) - 1]
+            with ir.InsertionPoint.at_block_begin(block):
+                for arg, sh, aval in zip(block.arguments, in_sh, avals):
+                    uses = list(arg.uses)
+                    spec = None if sh is None else sh.spec
+                    value = _shard(arg, _sharding_value(grid, mesh, spec, len(aval.shape),
+                                                        "in_shardings"), True)
+                    for use in uses:
+                        use.owner.operands[use.operand_number] = value
+            with ir.InsertionPoint(ret):
+                for i, sh in enumerate(out_sh):
+                    v = ret.operands[i]
+                    ndim = len(v.type.shape)
+                    placed = _shard(v, _sharding_value(grid, mesh, None if sh is None
+                                                       else sh.spec, ndim, "out_shardings"),
+                                    False)
+                    # the call returns the global array on every process
+                    if sh is not None and any(p is not None for p in sh.spec):
+                        placed = _shard(placed, _sharding_value(grid, mesh, None, ndim,
+                                                                "out_shardings"), True)
+                        placed = _shard(placed, _sharding_value(grid, mesh, None, ndim,
+                                                                "out_shardings"), False)
+                    ret.operands[i] = placed
+        if stop == "annotated":
+            return module, out_tree, in_sh
+        run_pipeline(module, "func.func(sharding-propagation{traversal=forward-backward},"
+                     "shard-partition),canonicalize,cse")
+        return module, out_tree, in_sh
+
+    def __call__(self, *args: Any) -> Any:
+        if current_trace() is not None:
+            raise NotImplementedError(f"jit({self.__name__}, in_shardings=...) inside another "
+                                      "trace: call it on arrays")
+        leaves, _ = pytree.tree_flatten(args)
+        key = (pytree.tree_structure(args),
+               tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
+        entry = self._cache.get(key)
+        if entry is None:
+            with COMPILE_LOCK:
+                module, out_tree, in_sh = self._trace(args)
+                _require_processes(self._partition_mesh, f"jit({self.__name__})")
+                cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
+                                    context=module.context)
+            entry = self._cache[key] = (cm, out_tree, in_sh)
+        cm, out_tree, in_sh = entry
+        n = process_count()
+        signature = f"{self.__name__}{key}"
+        if n > 1 and not _same_on_every_process(signature):
+            raise ValueError(f"jit({self.__name__}): the processes were called with "
+                             f"different argument shapes or dtypes; process "
+                             f"{process_index()} has {_describe(args)}")
+        me = process_index()
+        blocks = [_block_of(np.asarray(x), sh, me) for x, sh in zip(leaves, in_sh)]
+        outs = cm["main"](*blocks)
+        if not isinstance(outs, tuple):
+            outs = (outs,)
+        return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _block_of(x: np.ndarray, sharding: NamedSharding | None, rank: int) -> np.ndarray:
+    """Process `rank`'s block of global `x` under `sharding`."""
+    if sharding is None:
+        return x
+    mesh = sharding.mesh
+    where = np.unravel_index(rank, mesh.shape)
+    index = []
+    for d, names in sorted(_split_dims(sharding.spec, x.ndim, mesh, "in_shardings").items()):
+        axes = [mesh.axis_names.index(n) for n in names]
+        g = int(np.ravel_multi_index([where[a] for a in axes], [mesh.shape[a] for a in axes]))
+        size = x.shape[d] // _group_size_of(mesh, axes)
+        index.append((d, slice(g * size, (g + 1) * size)))
+    sl = [slice(None)] * x.ndim
+    for d, s in index:
+        sl[d] = s
+    return np.ascontiguousarray(x[tuple(sl)])
+
+
+def _group_size_of(mesh: Mesh, axes: Sequence[int]) -> int:
+    return int(np.prod([mesh.shape[a] for a in axes]))
+
+
+def partitioned_jit(f: Callable[..., Any], in_shardings: Any, out_shardings: Any
+                    ) -> _PartitionedJit:
+    """`jit(f, in_shardings=..., out_shardings=...)` (see _PartitionedJit)."""
+    return _PartitionedJit(f, in_shardings, out_shardings)
+
+
 __all__ = [
-    "Mesh", "MpiUnavailableError", "PartitionSpec", "all_gather", "axis_index",
+    "Mesh", "MpiUnavailableError", "NamedSharding", "PartitionSpec", "all_gather", "axis_index",
     "initialize", "is_available", "mpi_library", "mpiexec", "pmax", "pmean", "pmin",
     "ppermute", "process_count", "process_index", "psum", "psum_scatter", "shard_map",
 ]

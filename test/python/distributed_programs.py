@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -391,6 +392,46 @@ def mesh_loop(mesh) -> np.ndarray:
     return np.asarray(g(mesh_inputs(mesh.shape)["x"]))
 
 
+def partitioned_inputs(n: int) -> dict[str, Any]:
+    """Arguments of the jit(in_shardings=...) checks (the batch: 4 rows per process)."""
+    rng = np.random.default_rng(2325)
+    return {"x": rng.standard_normal((4 * n, 3)), "w": rng.standard_normal((3, 4)),
+            "params": {"W1": rng.standard_normal((3, 5)), "b1": rng.standard_normal(5),
+                       "W2": rng.standard_normal((5, 2)), "b2": rng.standard_normal(2)},
+            "y": rng.standard_normal((4 * n, 2))}
+
+
+def tanh_sum(x, w):
+    return anp.sum(anp.tanh(x @ w))
+
+
+def mlp_loss(p, X, y):
+    h = anp.tanh(X @ p["W1"] + p["b1"])
+    return anp.mean((h @ p["W2"] + p["b2"] - y) ** 2)
+
+
+def partitioned(mesh) -> dict[str, np.ndarray]:
+    """jit(f, in_shardings=...) with the batch split over both mesh axes (upstream's
+    propagation and partitioning): values and gradients (differentiated, then
+    partitioned), and an out_shardings split result, all global arrays."""
+    batch = ad.NamedSharding(mesh, P(("dp", "tp")))
+    rep = ad.NamedSharding(mesh, P())
+    a = partitioned_inputs(mesh.size)
+    out = {}
+    out["pj_tanh_sum"] = ad.jit(tanh_sum, in_shardings=(batch, rep))(a["x"], a["w"])
+    gx, gw = ad.jit(ad.grad(tanh_sum, argnums=(0, 1)), in_shardings=(batch, rep))(
+        a["x"], a["w"])
+    out["pj_tanh_sum_gx"], out["pj_tanh_sum_gw"] = gx, gw
+    out["pj_tanh"] = ad.jit(lambda x, w: anp.tanh(x @ w), in_shardings=(batch, rep),
+                            out_shardings=batch)(a["x"], a["w"])
+    out["pj_mlp"] = ad.jit(mlp_loss, in_shardings=(rep, batch, batch))(
+        a["params"], a["x"], a["y"])
+    grads = ad.jit(ad.grad(mlp_loss), in_shardings=(rep, batch, batch))(
+        a["params"], a["x"], a["y"])
+    out.update({f"pj_mlp_g{k}": v for k, v in grads.items()})
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
 def multi_axis_meshes(out_dir: str) -> None:
     import time
 
@@ -405,7 +446,10 @@ def multi_axis_meshes(out_dir: str) -> None:
             results.update(mesh_transforms(mesh))
         t2 = time.perf_counter()
         results["loop"] = mesh_loop(mesh)
-        results["seconds"] = np.array([t1 - start, t2 - t1, time.perf_counter() - t2])
+        t3 = time.perf_counter()
+        if shape == MESH_SHAPES[n][-1]:
+            results.update(partitioned(mesh))
+        results["seconds"] = np.array([t1 - start, t2 - t1, t3 - t2, time.perf_counter() - t3])
         np.savez(os.path.join(out_dir, f"mesh{shape[0]}x{shape[1]}_rank{r}.npz"), **results)
 
 
