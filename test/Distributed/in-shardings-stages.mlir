@@ -4,13 +4,12 @@
 // arguments and result, upstream's propagation and partitioning into the
 // per-process function, then our lowering to mpi ops.
 
-// RUN: %PYTHON %S/Inputs/in_shardings.py annotated value | filecheck %s --check-prefix=ANN
-// RUN: %PYTHON %S/Inputs/in_shardings.py partitioned value | filecheck %s --check-prefix=PART
-// RUN: %PYTHON %S/Inputs/in_shardings.py partitioned grad | filecheck %s --check-prefix=GRAD
-// RUN: %PYTHON %S/Inputs/in_shardings.py partitioned grad | autodiff-opt --autodiff-shard-to-mpi | filecheck %s --check-prefix=MPI
+// RUN: %PYTHON %S/Inputs/in_shardings.py all | filecheck %s --check-prefixes=ANN,PART,GRAD
+// RUN: %PYTHON %S/Inputs/in_shardings.py grad | autodiff-opt --autodiff-shard-to-mpi | filecheck %s --check-prefix=MPI
 
 // Each argument annotated for its users, the result replicated; every
 // tensor.empty has one user (propagation aborts on one annotated twice).
+// ANN-LABEL: // ---- annotated
 // ANN: shard.grid @mesh_2(shape = 2)
 // ANN-LABEL: func.func @main(%arg0: tensor<3x4xf64>, %arg1: tensor<8x3xf64>) -> tensor<f64>
 // ANN: %[[REP:.*]] = shard.sharding @mesh_2 split_axes = {{\[\[}}]]
@@ -22,7 +21,8 @@
 // ANN-NEXT: return %[[R]]
 
 // The process's 4 rows; tanh and the partial sum on them; one all_reduce.
-// PART-LABEL: func.func @main(%arg0: tensor<3x4xf64>, %arg1: tensor<4x3xf64>) -> tensor<f64>
+// PART-LABEL: // ---- partitioned
+// PART: func.func @main(%arg0: tensor<3x4xf64>, %arg1: tensor<4x3xf64>) -> tensor<f64>
 // PART-NOT: shard.all_gather
 // PART: linalg.matmul ins(%arg1, %arg0 : tensor<4x3xf64>, tensor<3x4xf64>)
 // PART: math.tanh
@@ -32,10 +32,11 @@
 
 // Differentiated first, then partitioned: the gradient of w is the all_reduce of
 // each process's x_block^T (1 - tanh^2).
-// GRAD-LABEL: func.func @main(%arg0: tensor<3x4xf64>, %arg1: tensor<4x3xf64>) -> tensor<3x4xf64>
+// GRAD-LABEL: // ---- grad partitioned
+// GRAD: func.func @main(%arg0: tensor<3x4xf64>, %arg1: tensor<4x3xf64>) -> tensor<3x4xf64>
 // GRAD-NOT: shard.all_gather
 // GRAD: shard.all_reduce %{{.*}} on @mesh_2 grid_axes = [0] : tensor<3x4xf64> -> tensor<3x4xf64>
-// GRAD-NOT: shard.
+// GRAD-NOT: shard.all
 
 // MPI: module attributes {autodiff.mpi_processes = 2 : i64
 // MPI-NOT: shard.

@@ -1,5 +1,6 @@
-"""Prints the module of jit(f, in_shardings=...) at a stage (in-shardings-stages.mlir):
-`annotated` (differentiated, inlined, sharding annotations) or `partitioned`."""
+"""Prints the module of jit(f, in_shardings=...) at its stages (in-shardings-stages.mlir):
+`all`: "annotated" (differentiated, inlined, sharding annotations) and "partitioned"
+for the value, then "partitioned" for the gradient; `grad`: that last module only."""
 
 import sys
 
@@ -16,6 +17,15 @@ def loss(w, x):
 
 
 mesh = ad.Mesh((2,), ("x",))
-f = ad.grad(loss) if sys.argv[2] == "grad" else loss
-j = ad.jit(f, in_shardings=(ad.NamedSharding(mesh, P()), ad.NamedSharding(mesh, P("x"))))
-print(j.lowered_text(np.zeros((3, 4)), np.zeros((8, 3)), stage=sys.argv[1]))
+shardings = (ad.NamedSharding(mesh, P()), ad.NamedSharding(mesh, P("x")))
+args = (np.zeros((3, 4)), np.zeros((8, 3)))
+value = ad.jit(loss, in_shardings=shardings)
+grad = ad.jit(ad.grad(loss), in_shardings=shardings)
+if sys.argv[1] == "all":
+    for title, j, stage in (("annotated", value, "annotated"),
+                            ("partitioned", value, "partitioned"),
+                            ("grad partitioned", grad, "partitioned")):
+        print(f"// ---- {title}")
+        print(j.lowered_text(*args, stage=stage))
+else:
+    print(grad.lowered_text(*args))
