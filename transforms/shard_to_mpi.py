@@ -27,12 +27,16 @@ Each rewritten collective becomes a call of a private helper function (MLIR
 text below, parsed by MLIR), which the CPU pipeline inlines.
 
 After upstream's conversion, the communicator each collective splits off
-`MPI_COMM_WORLD` (`mpi.comm_split` with color 0: one split per call, and
-MPICH runs out of communicators after a few thousand) is replaced by the
-world communicator itself. That is exact only when the grid spans every
-process, which is the only case supported: a collective over part of a
-grid's axes is an error, and the runtime checks that the number of MPI
-processes equals the grid's size before the first call.
+`MPI_COMM_WORLD` (`mpi.comm_split`: one split per call, and MPICH runs out of
+communicators after 2,048) is made once per process: a split with color 0
+(the group is the whole grid) is the world communicator itself, exact only
+when the grid spans every process (the runtime checks that the number of
+MPI processes equals the grid's size before the first call); a split for a
+collective over part of a grid's axes is made on first use and kept in a
+module global, one per process group (`cache_communicators`). Collectives
+over part of the grid (several-axis meshes) have their helpers too: the
+process's index in its group is row-major over the op's `grid_axes` in
+their order, and a shift along one grid axis is a permutation of world ranks.
 
 The module gets the `dlti.map<"MPI:Implementation" = "MPICH">` attribute
 upstream's mpi-to-LLVM conversion reads (without it, MLIR 22 reports "target
@@ -49,8 +53,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import arith, builtin, func, memref, scf
 
 from ..dialects.vocabulary import HIDDEN_MPI_OP, MPI_PROCESSES
 from .ad_support import post_order_ops
@@ -93,19 +98,37 @@ def _grid_shape(op: ir.Operation) -> tuple[str, list[int]]:
     raise fail(op, f"autodiff-shard-to-mpi: no grid @{name}")
 
 
-def _whole_grid_axes(op: ir.Operation) -> tuple[str, list[int], int]:
-    """Grid name, grid axes and group size of `op`, which must span the whole grid."""
+def _group(op: ir.Operation) -> tuple[str, list[int], list[int], int]:
+    """Grid name, grid shape, grid axes (in the op's order) and group size of `op`."""
     name, shape = _grid_shape(op)
     axes = list(ir.DenseI16ArrayAttr(op.attributes["grid_axes"])) \
         if "grid_axes" in op.attributes else []
-    if sorted(axes) != list(range(len(shape))):
+    if len(set(axes)) != len(axes) or any(not 0 <= a < len(shape) for a in axes):
         raise fail(op, f"autodiff-shard-to-mpi: '{op.name}' over grid axes {axes} of grid "
-                       f"@{name} (shape {shape}): only collectives over all of a grid's axes "
-                       "are supported")
-    size = 1
-    for s in shape:
-        size *= s
-    return name, axes, size
+                       f"@{name} (shape {shape}): the axes must be distinct axes of the grid")
+    return name, shape, axes, _numel([shape[a] for a in axes])
+
+
+def _group_index(grid: str, shape: Sequence[int], axes: Sequence[int], out: str
+                 ) -> tuple[str, str]:
+    """(lines, SSA name) computing this process's index in its group (the processes
+    that differ only along grid `axes`), row-major over `axes` in their order (the
+    order jax's all_gather/psum_scatter over a tuple of axes use)."""
+    if list(axes) == list(range(len(shape))):
+        return f"    {out} = shard.process_linear_index on @{grid} : index\n", out
+    if not axes:
+        return f"    {out} = arith.constant 0 : index\n", out
+    names = ", ".join(f"{out}_m{j}" for j in range(len(axes)))
+    lines = (f"    {names} = shard.process_multi_index on @{grid} axes = "
+             f"[{', '.join(str(a) for a in axes)}] : "
+             + ", ".join("index" for _ in axes) + "\n")
+    acc = f"{out}_m0"
+    for j in range(1, len(axes)):
+        lines += (f"    {out}_s{j} = arith.constant {shape[axes[j]]} : index\n"
+                  f"    {out}_p{j} = arith.muli {acc}, {out}_s{j} : index\n"
+                  f"    {out}_a{j} = arith.addi {out}_p{j}, {out}_m{j} : index\n")
+        acc = f"{out}_a{j}"
+    return lines, acc
 
 
 def _tensor(op_value: ir.Value, op: ir.Operation) -> ir.RankedTensorType:
@@ -165,8 +188,8 @@ def _all_reduce_helper(fname: str, grid: str, axes: list[int], reduction: str,
         + f"    return %y : {t}\n  }}\n")
 
 
-def _all_gather_helper(fname: str, grid: str, axes: list[int], axis: int,
-                       in_shape: list[int], out_shape: list[int], elem: str) -> str:
+def _all_gather_helper(fname: str, grid: str, grid_shape: list[int], axes: list[int],
+                       axis: int, in_shape: list[int], out_shape: list[int], elem: str) -> str:
     bits = _INT_OF_FLOAT.get(elem, elem)
     tin, tout = _ttype(in_shape, elem), _ttype(out_shape, elem)
     iin, iout = _ttype(in_shape, bits), _ttype(out_shape, bits)
@@ -178,11 +201,12 @@ def _all_gather_helper(fname: str, grid: str, axes: list[int], axis: int,
                else f"    %xi = tensor.cast %x : {tin} to {iin}\n")
     cast_out = (f"    %y = arith.bitcast %u : {iout} to {tout}\n" if bits != elem
                 else f"    %y = tensor.cast %u : {iout} to {tout}\n")
+    index, i = _group_index(grid, grid_shape, axes, "%i")
     return (
         f"  func.func private @{fname}(%x: {tin}) -> {tout} {{\n"
-        f"    %i = shard.process_linear_index on @{grid} : index\n"
+        + index +
         f"    %k = arith.constant {in_shape[axis]} : index\n"
-        f"    %off = arith.muli %i, %k : index\n"
+        f"    %off = arith.muli {i}, %k : index\n"
         + cast_in +
         f"    %zero = arith.constant 0 : {bits}\n"
         f"    %e = tensor.empty() : {iout}\n"
@@ -197,22 +221,24 @@ def _all_gather_helper(fname: str, grid: str, axes: list[int], axis: int,
         + f"    return %y : {tout}\n  }}\n")
 
 
-def _reduce_scatter_helper(fname: str, grid: str, axes: list[int], reduction: str, axis: int,
-                           in_shape: list[int], out_shape: list[int], elem: str) -> str:
+def _reduce_scatter_helper(fname: str, grid: str, grid_shape: list[int], axes: list[int],
+                           reduction: str, axis: int, in_shape: list[int],
+                           out_shape: list[int], elem: str) -> str:
     tin, tout = _ttype(in_shape, elem), _ttype(out_shape, elem)
     flat = _ttype([_numel(in_shape)], elem)
     offsets = ", ".join("%off" if d == axis else "0" for d in range(len(in_shape)))
     sizes = ", ".join(str(s) for s in out_shape)
     strides = ", ".join("1" for _ in in_shape)
+    index, i = _group_index(grid, grid_shape, axes, "%i")
     return (
         f"  func.func private @{fname}(%x: {tin}) -> {tout} {{\n"
         + _flatten("%x", in_shape, elem, "%f")
         + f"    %r = shard.all_reduce %f on @{grid} grid_axes = {axes} reduction = {reduction}"
           f" : {flat} -> {flat}\n"
         + _unflatten("%r", in_shape, elem, "%s")
-        + f"    %i = shard.process_linear_index on @{grid} : index\n"
+        + index +
         f"    %k = arith.constant {out_shape[axis]} : index\n"
-        f"    %off = arith.muli %i, %k : index\n"
+        f"    %off = arith.muli {i}, %k : index\n"
         f"    %y = tensor.extract_slice %s[{offsets}] [{sizes}] [{strides}] : {tin} to {tout}\n"
         f"    return %y : {tout}\n  }}\n")
 
@@ -288,12 +314,21 @@ def _reduction(op: ir.Operation) -> str:
     return text.rstrip(">").split()[-1]
 
 
+#: Attribute of a helper function naming the process group (grid and axes) of its
+#: collective: its communicator is cached under that name (see cache_communicators).
+GROUP_ATTR = "autodiff.mpi_group"
+
+
 def _helper_for(op: ir.Operation) -> tuple[str, str] | None:
     """(name, MLIR text) of the helper function replacing collective `op`, or None."""
     if op.name not in ("shard.all_reduce", "shard.all_gather", "shard.reduce_scatter",
                        "shard.shift"):
         return None
-    grid, axes, size = _whole_grid_axes(op)
+    grid, grid_shape, axes, size = _group(op)
+    whole = sorted(axes) == list(range(len(grid_shape)))
+    # helpers over part of the grid (or its axes in another order) name the axes
+    where = grid if axes == list(range(len(grid_shape))) else \
+        f"{grid}_axes_{'_'.join(str(a) for a in axes)}"
     tin = _tensor(op.operands[0], op)
     tout = _tensor(op.results[0], op)
     elem = str(tin.element_type)
@@ -306,36 +341,44 @@ def _helper_for(op: ir.Operation) -> tuple[str, str] | None:
     shape, out_shape = list(tin.shape), list(tout.shape)
     sig = "x".join(str(s) for s in shape) + "x" + elem
     if op.name == "shard.all_reduce":
-        if len(shape) == 1:
+        if len(shape) == 1 and whole:
             return None  # upstream's lowering is right for 1-D tensors
         red = _reduction(op)
-        fname = f"{HELPER_PREFIX}all_reduce_{red}_{grid}_{sig}"
+        fname = f"{HELPER_PREFIX}all_reduce_{red}_{where}_{sig}"
         return fname, _all_reduce_helper(fname, grid, axes, red, shape, elem)
     if op.name == "shard.all_gather":
         axis = ir.IntegerAttr(op.attributes["gather_axis"]).value
         if out_shape[axis] != shape[axis] * size:
             raise fail(op, f"autodiff-shard-to-mpi: all_gather over {size} processes of "
                            f"{tin} must give size {shape[axis] * size} along axis {axis}")
-        fname = f"{HELPER_PREFIX}all_gather_{axis}_{grid}_{sig}"
-        return fname, _all_gather_helper(fname, grid, axes, axis, shape, out_shape, elem)
+        fname = f"{HELPER_PREFIX}all_gather_{axis}_{where}_{sig}"
+        return fname, _all_gather_helper(fname, grid, grid_shape, axes, axis, shape,
+                                          out_shape, elem)
     if op.name == "shard.reduce_scatter":
         axis = ir.IntegerAttr(op.attributes["scatter_axis"]).value
         if shape[axis] != out_shape[axis] * size:
             raise fail(op, f"autodiff-shard-to-mpi: reduce_scatter over {size} processes of "
                            f"{tin} must give size {shape[axis] // size} along axis {axis}")
         red = _reduction(op)
-        fname = f"{HELPER_PREFIX}reduce_scatter_{red}_{axis}_{grid}_{sig}"
-        return fname, _reduce_scatter_helper(fname, grid, axes, red, axis, shape, out_shape,
-                                             elem)
-    # shard.shift
+        fname = f"{HELPER_PREFIX}reduce_scatter_{red}_{axis}_{where}_{sig}"
+        return fname, _reduce_scatter_helper(fname, grid, grid_shape, axes, red, axis, shape,
+                                             out_shape, elem)
+    # shard.shift: along grid axis `shift_axis`, a permutation of the world's ranks
     if "rotate" not in op.attributes:
         raise fail(op, "autodiff-shard-to-mpi: only rotating shard.shift is supported")
-    _, grid_shape = _grid_shape(op)
-    if len(grid_shape) != 1:
-        raise fail(op, "autodiff-shard-to-mpi: shard.shift is supported on 1-D grids only")
+    along = ir.IntegerAttr(op.attributes["shift_axis"]).value
+    if along not in axes:
+        raise fail(op, f"autodiff-shard-to-mpi: shard.shift along grid axis {along}, which "
+                       f"is not one of its grid_axes {axes}")
     offset = ir.IntegerAttr(op.attributes["offset"]).value
-    perm = [(p, (p + offset) % size) for p in range(size)]
-    fname = f"{HELPER_PREFIX}shift_{offset % size}_{grid}_{sig}"
+    n = grid_shape[along]
+    perm = []
+    for p in range(_numel(grid_shape)):
+        index = list(np.unravel_index(p, grid_shape))
+        index[along] = (index[along] + offset) % n
+        perm.append((p, int(np.ravel_multi_index(index, grid_shape))))
+    fname = f"{HELPER_PREFIX}shift_{offset % n}_{grid}_axis_{along}_{sig}" \
+        if len(grid_shape) > 1 else f"{HELPER_PREFIX}shift_{offset % n}_{grid}_{sig}"
     return fname, permutation_helper(fname, grid, perm, shape, elem)
 
 
@@ -370,6 +413,8 @@ class ShardToMpi(Pass):
                 continue
             name, text = helper
             add_helper(module, name, text)
+            grid, _, axes, _ = _group(op)
+            _mark_group(module, name, f"{grid}_axes_{'_'.join(str(a) for a in axes)}")
             with ir.InsertionPoint(op), op.location:
                 call = func.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(name),
                                    [op.operands[0]])
@@ -378,7 +423,7 @@ class ShardToMpi(Pass):
         from .pipeline import run_pipeline
 
         run_pipeline(module, ["convert-shard-to-mpi"])
-        use_world_communicator(module)
+        cache_communicators(module)
         drop_grids(module)
 
 
@@ -407,18 +452,80 @@ def _defining_op_name(value: ir.Value) -> str | None:
     return owner.name if isinstance(owner, (ir.Operation, ir.OpView)) else None
 
 
-def use_world_communicator(module: ir.Operation) -> None:
-    """Replace each `mpi.comm_split(%world, 0, %key)` by `%world` (see the module doc)."""
+def _mark_group(module: ir.Operation, fname: str, group: str) -> None:
+    for op in module.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == fname:
+            op.attributes[GROUP_ATTR] = ir.StringAttr.get(group, module.context)
+            return
+
+
+def _enclosing_function(op: ir.Operation) -> ir.Operation | None:
+    while op is not None and op.name != "func.func":
+        op = op.parent
+    return op
+
+
+def cache_communicators(module: ir.Operation) -> None:
+    """Make each communicator upstream's conversion splits off `MPI_COMM_WORLD` once
+    per process, not once per collective call (MPICH runs out after 2,048).
+
+    A split with color 0 (the group is the whole grid) becomes the world
+    communicator itself. Any other `mpi.comm_split(%world, %color, %key)` is
+    done on first use only: its communicator (an MPICH handle, an integer) is
+    kept in a private `memref.global` of the module, one per process group
+    (the helper function's `GROUP_ATTR`: grid and axes) or, for a split
+    outside a helper, one per split op; later calls load it. The color and
+    key depend only on the process and the group, so the cached communicator
+    is the one every later split would have made."""
+    body = module.regions[0].blocks[0]
+    globals_made: set[str] = set()
+    count = 0
     for op in post_order_ops(module):
         if op.name != "mpi.comm_split":
             continue
-        world, color = op.operands[0], op.operands[1]
-        if _defining_op_name(world) != "mpi.comm_world" \
-                or _defining_op_name(color) != "arith.constant" \
-                or ir.IntegerAttr(color.owner.attributes["value"]).value != 0:
+        world, color, key = op.operands[0], op.operands[1], op.operands[2]
+        if _defining_op_name(world) == "mpi.comm_world" \
+                and _defining_op_name(color) == "arith.constant" \
+                and ir.IntegerAttr(color.owner.attributes["value"]).value == 0:
+            op.results[0].replace_all_uses_with(world)
+            op.erase()
             continue
-        op.results[0].replace_all_uses_with(world)
-        op.erase()
+        fn = _enclosing_function(op)
+        group = ir.StringAttr(fn.attributes[GROUP_ATTR]).value \
+            if fn is not None and GROUP_ATTR in fn.attributes else f"split_{count}"
+        count += 1
+        name = f"{HELPER_PREFIX}comm_{group}"
+        with module.context, op.location:
+            i64 = ir.IntegerType.get_signless(64)
+            cell = ir.MemRefType.get([], i64)
+            if name not in globals_made:
+                globals_made.add(name)
+                with ir.InsertionPoint.at_block_begin(body):
+                    memref.GlobalOp(name, ir.TypeAttr.get(cell), sym_visibility="private",
+                                    initial_value=ir.DenseElementsAttr.get_splat(
+                                        ir.RankedTensorType.get([], i64),
+                                        ir.IntegerAttr.get(i64, 0)))
+            with ir.InsertionPoint(op):
+                ref = memref.GetGlobalOp(cell, name).result
+                held = memref.LoadOp(ref, []).result
+                zero = arith.ConstantOp(i64, 0).result
+                unset = arith.CmpIOp(arith.CmpIPredicate.eq, held, zero).result
+                branch = scf.IfOp(unset, [i64], has_else=True)
+                with ir.InsertionPoint(branch.then_block):
+                    made = ir.Operation.create("mpi.comm_split", results=[op.results[0].type],
+                                               operands=[world, color, key])
+                    # (the mpi-to-LLVM conversion makes !mpi.comm an i64 for MPICH;
+                    # reconcile-unrealized-casts folds these casts away)
+                    as_int = builtin.UnrealizedConversionCastOp([i64], made.results).result
+                    memref.StoreOp(as_int, ref, [])
+                    scf.YieldOp([as_int])
+                with ir.InsertionPoint(branch.else_block):
+                    scf.YieldOp([held])
+                comm = builtin.UnrealizedConversionCastOp([op.results[0].type],
+                                                          [branch.results[0]]).result
+            op.results[0].replace_all_uses_with(comm)
+            op.erase()
 
 
 @dataclasses.dataclass(frozen=True)

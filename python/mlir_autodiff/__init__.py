@@ -73,6 +73,7 @@ _EXPORTS: dict[str, str | None] = {
     "distributed": None,
     "Mesh": "distributed",
     "PartitionSpec": "distributed",
+    "NamedSharding": "distributed",
     "shard_map": "distributed",
     "nn": None,
     "optim": None,

@@ -988,7 +988,8 @@ def _int_tuple(value: int | Sequence[int], what: str) -> tuple[int, ...]:
 def jit(fun: Callable[..., Any] | None = None, *,
         static_argnums: int | Sequence[int] = (), device: str = "cpu",
         donate_argnums: int | Sequence[int] = (),
-        static_argnames: str | Sequence[str] = (), threads: int | None = None) -> Any:
+        static_argnames: str | Sequence[str] = (), threads: int | None = None,
+        in_shardings: Any = None, out_shardings: Any = None) -> Any:
     """Compile `fun` with MLIR: trace once per argument signature, cache, call.
 
     `jit(f)(*args)` flattens the argument pytrees, traces `f` on abstract
@@ -1037,8 +1038,16 @@ def jit(fun: Callable[..., Any] | None = None, *,
     calling thread. More than one thread needs an OpenMP runtime (the
     `intel-openmp` dependency on Linux x86-64, or LLVM's libomp); without
     one, compilation fails with a `CompilationError` saying so.
+
+    `in_shardings` / `out_shardings` (`ad.NamedSharding`s, in a pytree prefix of
+    the arguments / results): automatic partitioning over MPI processes through
+    upstream's sharding propagation and partitioning (mlir_autodiff.distributed).
     """
-    def make(f: Callable[..., Any]) -> JitFunction:
+    def make(f: Callable[..., Any]) -> Any:
+        if in_shardings is not None or out_shardings is not None:
+            from .distributed import partitioned_jit
+
+            return partitioned_jit(f, in_shardings, out_shardings)
         return JitFunction(f, static_argnums, device, donate_argnums, static_argnames, threads)
 
     return make if fun is None else make(fun)

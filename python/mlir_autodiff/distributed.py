@@ -44,7 +44,14 @@ replicated arguments average their cotangents over the processes, see
 `_replicated`); `grad` inside the body is each process's derivative, with
 psum transposing to psum (as with pmap).
 
-Current limits: 1-D meshes.
+Meshes may have several axes: a PartitionSpec entry or a collective may name one
+axis or a tuple of them (row-major over the axes named, as jax).
+
+`ad.jit(f, in_shardings=..., out_shardings=...)` with `NamedSharding`s
+partitions automatically: the traced (and differentiated) function is
+annotated with `shard.sharding`/`shard.shard` and partitioned by upstream's
+`--sharding-propagation` and `--shard-partition` (see `_PartitionedJit` and
+docs/distributed.md for what those passes handle).
 """
 
 from __future__ import annotations
@@ -245,8 +252,6 @@ class Mesh:
             raise ValueError(f"Mesh: axis names must be distinct, got {names}")
         if any(s < 1 for s in shape):
             raise ValueError(f"Mesh: axis sizes must be positive, got {shape}")
-        if len(shape) != 1:
-            raise NotImplementedError("Mesh: only 1-D meshes are supported so far")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "axis_names", names)
 
@@ -259,15 +264,22 @@ class Mesh:
 
 
 class PartitionSpec(tuple):
-    """Per array dimension, the mesh axis it is split over, or None (jax's PartitionSpec).
+    """Per array dimension, the mesh axis it is split over, a tuple of mesh axes
+    (split over all of them, the first one major), or None (jax's PartitionSpec).
     Trailing dimensions not listed are not split; `PartitionSpec()` is replicated."""
 
-    def __new__(cls, *parts: str | None) -> PartitionSpec:
+    def __new__(cls, *parts: str | tuple[str, ...] | None) -> PartitionSpec:
+        out = []
         for p in parts:
-            if p is not None and not isinstance(p, str):
-                raise TypeError(f"PartitionSpec: each entry is a mesh axis name or None, "
-                                f"got {p!r}")
-        return super().__new__(cls, parts)
+            if isinstance(p, list):
+                p = tuple(p)
+            if isinstance(p, tuple) and all(isinstance(q, str) for q in p):
+                p = p[0] if len(p) == 1 else (p or None)
+            elif p is not None and not isinstance(p, str):
+                raise TypeError(f"PartitionSpec: each entry is a mesh axis name, a tuple of "
+                                f"them or None, got {p!r}")
+            out.append(p)
+        return super().__new__(cls, out)
 
     def __repr__(self) -> str:
         return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
@@ -285,78 +297,104 @@ class _MeshContext:
 _ACTIVE = threading.local()
 
 
-def _mesh_for(who: str, axis_name: str) -> tuple[_MeshContext, int]:
-    """The mesh being traced and the index of `axis_name` in it (NameError if unbound)."""
+def _axis_names(who: str, axis_name: Any) -> tuple[str, ...]:
+    """`axis_name` (a mesh axis name or a tuple of them) as a tuple of names."""
+    if isinstance(axis_name, str):
+        return (axis_name,)
+    if isinstance(axis_name, (tuple, list)) and axis_name and \
+            all(isinstance(a, str) for a in axis_name):
+        if len(set(axis_name)) != len(axis_name):
+            raise ValueError(f"{who}: axis names must be distinct, got {tuple(axis_name)} "
+                             f"(at {format_site()})")
+        return tuple(axis_name)
+    raise TypeError(f"{who}: axis_name must be a mesh axis name or a non-empty tuple of "
+                    f"them, got {axis_name!r} (at {format_site()})")
+
+
+def _mesh_for(who: str, axis_name: Any) -> tuple[_MeshContext, list[int]]:
+    """The mesh being traced and the indices of `axis_name`'s axes in it, in the order
+    named (NameError if unbound)."""
+    names = _axis_names(who, axis_name)
     stack = getattr(_ACTIVE, "stack", [])
     for ctx in reversed(stack):
-        if axis_name in ctx.mesh.axis_names:
-            return ctx, ctx.mesh.axis_names.index(axis_name)
-    raise NameError(f"{who}: unbound axis name {axis_name!r}: collectives are used inside "
+        if names[0] in ctx.mesh.axis_names:
+            for name in names:
+                if name not in ctx.mesh.axis_names:
+                    raise NameError(f"{who}: axis name {name!r} is not an axis of the mesh "
+                                    f"{ctx.mesh.axis_names} (at {format_site()})")
+            return ctx, [ctx.mesh.axis_names.index(name) for name in names]
+    raise NameError(f"{who}: unbound axis name {names[0]!r}: collectives are used inside "
                     f"shard_map over a mesh with that axis (at {format_site()})")
+
+
+def _group_size(ctx: _MeshContext, axes: Sequence[int]) -> int:
+    return int(np.prod([ctx.mesh.shape[a] for a in axes]))
 
 
 def _tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), elem)
 
 
-def _emit(who: str, x: Any, axis_name: str, build: Callable[[_MeshContext, Tracer, int, int],
-                                                           Tracer]) -> Tracer:
-    ctx, axis = _mesh_for(who, axis_name)
+def _emit(who: str, x: Any, axis_name: Any,
+          build: Callable[[_MeshContext, Tracer, list[int], int], Tracer]) -> Tracer:
+    """`build(ctx, x, axes, n)` for the collective `who` over `axis_name` (its mesh
+    axes `axes`, `n` processes in each group)."""
+    ctx, axes = _mesh_for(who, axis_name)
     trace = require_trace(who)
     t = trace.lift(x) if isinstance(x, Tracer) else primitives.constant_like(x)
     if np.dtype(t.aval.dtype) == np.bool_:
         raise TypeError(f"{who}: boolean arrays are not supported (at {format_site()})")
     with trace.context:
-        return build(ctx, t, axis, ctx.mesh.shape[axis])
+        return build(ctx, t, axes, _group_size(ctx, axes))
 
 
-def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axis: int, out_shape: Sequence[int],
-              **attrs: ir.Attribute) -> Tracer:
+def _shard_op(name: str, ctx: _MeshContext, x: Tracer, axes: Sequence[int],
+              out_shape: Sequence[int], **attrs: ir.Attribute) -> Tracer:
     trace = require_trace(name)
     with trace.emitting():
         attributes = {"grid": ir.FlatSymbolRefAttr.get(ctx.grid),
-                      "grid_axes": ir.DenseI16ArrayAttr.get([axis]), **attrs}
+                      "grid_axes": ir.DenseI16ArrayAttr.get(list(axes)), **attrs}
         op = ir.Operation.create(name, results=[_tensor_type(out_shape,
                                                               x.value.type.element_type)],
                                  operands=[x.value], attributes=attributes)
     return trace.wrap(op.results[0], ShapedArray(tuple(out_shape), x.aval.dtype))
 
 
-def _all_reduce(who: str, x: Any, axis_name: str, kind: str) -> Tracer:
-    def build(ctx: _MeshContext, t: Tracer, axis: int, n: int) -> Tracer:
+def _all_reduce(who: str, x: Any, axis_name: Any, kind: str) -> Tracer:
+    def build(ctx: _MeshContext, t: Tracer, axes: list[int], n: int) -> Tracer:
         red = ir.Attribute.parse(f"#shard<partial {kind}>")
-        return _shard_op("shard.all_reduce", ctx, t, axis, t.shape, reduction=red)
+        return _shard_op("shard.all_reduce", ctx, t, axes, t.shape, reduction=red)
 
     return _emit(who, x, axis_name, build)
 
 
-def psum(x: Any, axis_name: str) -> Any:
+def psum(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Sum of `x` over the processes along mesh axis `axis_name` (jax.lax.psum)."""
     return pytree.tree_map(lambda v: _all_reduce("psum", v, axis_name, "sum"), x)
 
 
-def pmax(x: Any, axis_name: str) -> Any:
+def pmax(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Elementwise maximum over the processes along `axis_name` (jax.lax.pmax)."""
     return pytree.tree_map(lambda v: _all_reduce("pmax", v, axis_name, "max"), x)
 
 
-def pmin(x: Any, axis_name: str) -> Any:
+def pmin(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Elementwise minimum over the processes along `axis_name` (jax.lax.pmin)."""
     return pytree.tree_map(lambda v: _all_reduce("pmin", v, axis_name, "min"), x)
 
 
-def pmean(x: Any, axis_name: str) -> Any:
+def pmean(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Mean over the processes along `axis_name` (jax.lax.pmean): psum / axis size."""
-    ctx, axis = _mesh_for("pmean", axis_name)
-    n = ctx.mesh.shape[axis]
+    ctx, axes = _mesh_for("pmean", axis_name)
+    n = _group_size(ctx, axes)
     return pytree.tree_map(lambda v: psum(v, axis_name) / n, x)
 
 
-def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) -> Any:
+def all_gather(x: Any, axis_name: str | tuple[str, ...], *, axis: int = 0, tiled: bool = False) -> Any:
     """Every process's `x` along `axis_name`, stacked on a new dimension `axis`
     (or, `tiled=True`, concatenated along dimension `axis`) (jax.lax.all_gather)."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             d = axis + (t.ndim + (0 if tiled else 1) if axis < 0 else 0)
             if not 0 <= d < t.ndim + (0 if tiled else 1):
                 raise ValueError(f"all_gather: axis {axis} is out of range for an array "
@@ -365,7 +403,7 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
                 t = anp.expand_dims(t, d)
             out = list(t.shape)
             out[d] *= n
-            return _shard_op("shard.all_gather", ctx, t, gaxis, out,
+            return _shard_op("shard.all_gather", ctx, t, gaxes, out,
                              gather_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
 
         return _emit("all_gather", v, axis_name, build)
@@ -373,13 +411,13 @@ def all_gather(x: Any, axis_name: str, *, axis: int = 0, tiled: bool = False) ->
     return pytree.tree_map(one, x)
 
 
-def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
+def psum_scatter(x: Any, axis_name: str | tuple[str, ...], *, scatter_dimension: int = 0,
                  tiled: bool = False) -> Any:
     """The sum over `axis_name`, of which each process keeps its block along
     `scatter_dimension` (jax.lax.psum_scatter): without `tiled` that dimension's
     size is the axis size and disappears; with it, it is divided by the axis size."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             d = scatter_dimension + (t.ndim if scatter_dimension < 0 else 0)
             if not 0 <= d < t.ndim:
                 raise ValueError(f"psum_scatter: scatter_dimension {scatter_dimension} is out "
@@ -392,7 +430,7 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
             out = list(t.shape)
             out[d] //= n
             red = ir.Attribute.parse("#shard<partial sum>")
-            r = _shard_op("shard.reduce_scatter", ctx, t, gaxis, out, reduction=red,
+            r = _shard_op("shard.reduce_scatter", ctx, t, gaxes, out, reduction=red,
                           scatter_axis=ir.IntegerAttr.get(ir.IndexType.get(), d))
             return r if tiled else anp.squeeze(r, d)
 
@@ -401,7 +439,8 @@ def psum_scatter(x: Any, axis_name: str, *, scatter_dimension: int = 0,
     return pytree.tree_map(one, x)
 
 
-def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
+def ppermute(x: Any, axis_name: str | tuple[str, ...], perm: Sequence[tuple[int, int]]
+             ) -> Any:
     """Send each process's `x` to another along `axis_name` (jax.lax.ppermute):
     `perm` lists (source, destination) index pairs, each source and each
     destination at most once; a process no pair sends to gets zeros.
@@ -410,9 +449,11 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     (destination - source mod the axis size), each process keeping the shifted
     value whose distance its own source is at: a ring shift is one shift, and
     the derivative rules transpose each shift to the opposite one (the inverse
-    permutation)."""
+    permutation). Over a tuple of axes (indices row-major over them, as jax),
+    it is an all_gather over them of which each process keeps its source's
+    block (all_gather's transpose, psum_scatter, makes the inverse)."""
     def one(v: Any) -> Tracer:
-        def build(ctx: _MeshContext, t: Tracer, gaxis: int, n: int) -> Tracer:
+        def build(ctx: _MeshContext, t: Tracer, gaxes: list[int], n: int) -> Tracer:
             pairs = [(int(s), int(d)) for s, d in perm]
             srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
             if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or \
@@ -425,6 +466,9 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                 raise TypeError(f"ppermute: {t.aval.str_short()} is not supported (element "
                                 f"types: {', '.join(sorted(MPI_ELEMENT_TYPES))}) "
                                 f"(at {format_site()})")
+            if len(gaxes) > 1:
+                return _permute_by_gathering(ctx, t, axis_name, gaxes, pairs, n)
+            gaxis = gaxes[0]
             by_distance: dict[int, list[int]] = {}
             for s, d in pairs:
                 by_distance.setdefault((d - s) % n, []).append(d)
@@ -432,7 +476,7 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
             me = None
             for k, dests in sorted(by_distance.items()):
                 moved = t if k == 0 else _shard_op(
-                    "shard.shift", ctx, t, gaxis, t.shape,
+                    "shard.shift", ctx, t, [gaxis], t.shape,
                     shift_axis=ir.IntegerAttr.get(ir.IndexType.get(), gaxis),
                     offset=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
                     rotate=ir.UnitAttr.get())
@@ -440,7 +484,7 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
                     out = moved
                     continue
                 if me is None:
-                    me = _axis_position(ctx)
+                    me = _axis_position(ctx, gaxes)
                 receives = np.zeros(n, bool)
                 receives[dests] = True
                 keep = anp.asarray(receives)[me]
@@ -453,18 +497,51 @@ def ppermute(x: Any, axis_name: str, perm: Sequence[tuple[int, int]]) -> Any:
     return pytree.tree_map(one, x)
 
 
-def axis_index(axis_name: str) -> Tracer:
-    """This process's index along mesh axis `axis_name`, an int32 scalar (jax.lax.axis_index)."""
-    ctx, _ = _mesh_for("axis_index", axis_name)
-    return _axis_position(ctx)
+def _permute_by_gathering(ctx: _MeshContext, t: Tracer, axis_name: Any, axes: list[int],
+                          pairs: list[tuple[int, int]], n: int) -> Tracer:
+    """ppermute over several mesh axes: every block gathered, each process keeping
+    its source's (zeros where it has none)."""
+    gathered = all_gather(t, axis_name)
+    source = np.zeros(n, np.int32)
+    has_source = np.zeros(n, bool)
+    for s, d in pairs:
+        source[d], has_source[d] = s, True
+    me = _axis_position(ctx, axes)
+    picked = gathered[anp.asarray(source)[me]]
+    return require_trace("ppermute").lift(
+        anp.where(anp.asarray(has_source)[me], picked, anp.zeros_like(t)))
 
 
-def _axis_position(ctx: _MeshContext) -> Tracer:
+def axis_index(axis_name: str | tuple[str, ...]) -> Tracer:
+    """This process's index along mesh axis `axis_name` (or, for a tuple of axes, its
+    index row-major over them), an int32 scalar (jax.lax.axis_index)."""
+    ctx, axes = _mesh_for("axis_index", axis_name)
+    return _axis_position(ctx, axes)
+
+
+def _group_index(ctx: _MeshContext, axes: Sequence[int] | None) -> ir.Value:
+    """An index value: this process's position along mesh `axes` (row-major over them;
+    None: all of the mesh's axes). Emitted at the trace's insertion point."""
+    grid = ir.FlatSymbolRefAttr.get(ctx.grid)
+    index = ir.IndexType.get()
+    if axes is None or list(axes) == list(range(len(ctx.mesh.shape))):
+        return ir.Operation.create("shard.process_linear_index", results=[index],
+                                   attributes={"grid": grid}).results[0]
+    multi = ir.Operation.create("shard.process_multi_index", results=[index] * len(axes),
+                                attributes={"grid": grid,
+                                            "axes": ir.DenseI16ArrayAttr.get(list(axes))})
+    acc = multi.results[0]
+    for j in range(1, len(axes)):
+        size = arith.ConstantOp(index, ctx.mesh.shape[axes[j]]).result
+        acc = arith.AddIOp(arith.MulIOp(acc, size).result, multi.results[j]).result
+    return acc
+
+
+def _axis_position(ctx: _MeshContext, axes: Sequence[int] | None = None) -> Tracer:
     trace = require_trace("axis_index")
     with trace.emitting():
-        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
-                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
-        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i.results[0])
+        i = _group_index(ctx, axes)
+        i32 = arith.IndexCastOp(ir.IntegerType.get_signless(32), i)
         t = tensor.FromElementsOp(_tensor_type([], i32.result.type), [i32.result])
     return trace.wrap(t.result, ShapedArray((), np.int32))
 
@@ -486,6 +563,7 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
     elem = str(t.element_type)
     # 16-bit floats are averaged in f32 (MPI has no datatype for them here)
     wide = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64"}.get(elem)
+    every_axis = list(range(len(ctx.mesh.shape)))
     if wide is None or ctx.mesh.size == 1:
         return x
     shape = list(x.shape)
@@ -502,7 +580,7 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
     add_helper(module, f"{name}_bwd", (
         f"  func.func private @{name}_bwd(%ct: {ty}) -> {ty} {{\n"
         + widen +
-        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = [0] reduction = sum"
+        f"    %s = shard.all_reduce %w on @{ctx.grid} grid_axes = {every_axis} reduction = sum"
         f" : {wty} -> {wty}\n"
         f"    %k = arith.constant dense<{scale}> : {wty}\n"
         f"    %m = arith.mulf %s, %k : {wty}\n"
@@ -522,45 +600,49 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
 
 
 
-def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, str]:
-    """Dimension -> mesh axis name of PartitionSpec `spec` (None: replicated)."""
+def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, tuple[str, ...]]:
+    """Dimension -> the mesh axis names it is split over (the first one major) of
+    PartitionSpec `spec` (None: replicated)."""
     if spec is None:
         return {}
     if not isinstance(spec, PartitionSpec):
         raise TypeError(f"{who}: expected a PartitionSpec or None, got {spec!r}")
     if len(spec) > ndim:
         raise ValueError(f"{who}: {spec!r} has more entries than the array's rank {ndim}")
-    out = {}
-    for d, name in enumerate(spec):
-        if name is None:
+    out: dict[int, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for d, entry in enumerate(spec):
+        if entry is None:
             continue
-        if name not in mesh.axis_names:
-            raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
-                             f"{mesh.axis_names} does not have")
-        if name in out.values():
-            raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
-        out[d] = name
+        names = (entry,) if isinstance(entry, str) else tuple(entry)
+        for name in names:
+            if name not in mesh.axis_names:
+                raise ValueError(f"{who}: {spec!r} names axis {name!r}, which the mesh "
+                                 f"{mesh.axis_names} does not have")
+            if name in used:
+                raise ValueError(f"{who}: {spec!r} names axis {name!r} twice")
+            used.add(name)
+        out[d] = names
     return out
 
 
-def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, str]) -> Tracer:
+def _local_block(ctx: _MeshContext, x: Tracer, dims: dict[int, tuple[str, ...]]) -> Tracer:
     """This process's block of global `x` (split along `dims`)."""
     if not dims:
         return x
-    (d, name), = dims.items()
-    n = ctx.mesh.axis_size(name)
     sizes = list(x.shape)
-    sizes[d] //= n
     trace = require_trace("shard_map")
+    dyn = ir.ShapedType.get_dynamic_size()
     with trace.emitting():
-        i = ir.Operation.create("shard.process_linear_index", results=[ir.IndexType.get()],
-                                attributes={"grid": ir.FlatSymbolRefAttr.get(ctx.grid)})
-        k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
-        off = arith.MulIOp(i.results[0], k.result)
-        dyn = ir.ShapedType.get_dynamic_size()
-        static_offsets = [dyn if j == d else 0 for j in range(x.ndim)]
+        offsets, static_offsets = [], [0] * x.ndim
+        for d, names in sorted(dims.items()):
+            axes = [ctx.mesh.axis_names.index(name) for name in names]
+            sizes[d] //= _group_size(ctx, axes)
+            k = arith.ConstantOp(ir.IndexType.get(), sizes[d])
+            offsets.append(arith.MulIOp(_group_index(ctx, axes), k.result).result)
+            static_offsets[d] = dyn
         out_type = _tensor_type(sizes, x.value.type.element_type)
-        op = tensor.ExtractSliceOp(out_type, x.value, [off.result], [], [],
+        op = tensor.ExtractSliceOp(out_type, x.value, offsets, [], [],
                                    static_offsets, sizes, [1] * x.ndim)
     return trace.wrap(op.result, ShapedArray(tuple(sizes), x.aval.dtype))
 
@@ -634,12 +716,14 @@ class _ShardMapped:
             local = []
             for x, s in zip(leaves, leaf_specs):
                 dims = _split_dims(s, x.ndim, mesh, "shard_map in_specs")
-                for d, name in dims.items():
-                    if x.shape[d] % mesh.axis_size(name):
+                for d, names in dims.items():
+                    size = int(np.prod([mesh.axis_size(name) for name in names]))
+                    if x.shape[d] % size:
+                        what = f"mesh axis {names[0]!r}" if len(names) == 1 else \
+                            f"mesh axes {names}"
                         raise ValueError(
                             f"shard_map: dimension {d} of argument {x.aval.str_short()} is "
-                            f"split over mesh axis {name!r} of size "
-                            f"{mesh.axis_size(name)}, which does not divide it")
+                            f"split over {what} of size {size}, which does not divide it")
                 if inline:  # (differentiable from outside: see _replicated)
                     x = _replicated(ctx, x)
                 local.append(_local_block(ctx, x, dims))
@@ -649,8 +733,8 @@ class _ShardMapped:
             results = []
             for o, s in zip(out_leaves, out_specs):
                 t = trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
-                for d, name in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
-                    t = all_gather(t, name, axis=d, tiled=True)
+                for d, names in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                    t = all_gather(t, names, axis=d, tiled=True)
                 results.append(t)
         finally:
             stack.pop()
@@ -736,8 +820,298 @@ def shard_map(f: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any
     return _ShardMapped(f, mesh, in_specs, out_specs)
 
 
+# -------------------------------------------------------------------- jit(in_shardings=...)
+
+@dataclasses.dataclass(frozen=True)
+class NamedSharding:
+    """How an array is laid out over a mesh (jax.sharding.NamedSharding): `spec` names,
+    per dimension, the mesh axes (or tuple of axes) it is split over."""
+
+    mesh: Mesh
+    spec: PartitionSpec = PartitionSpec()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mesh, Mesh):
+            raise TypeError(f"NamedSharding: mesh must be an ad.Mesh, got {self.mesh!r}")
+        if not isinstance(self.spec, PartitionSpec):
+            raise TypeError(f"NamedSharding: spec must be an ad.PartitionSpec, got "
+                            f"{self.spec!r}")
+
+
+#: Ops the traced function may hold for upstream's sharding propagation and
+#: partitioning (the ones with its ShardingInterface in MLIR 22, and the function's
+#: own structure); anything else is reported before those passes run (some abort
+#: the process on ops they do not know).
+_PARTITIONABLE_DIALECTS = ("linalg.",)
+_PARTITIONABLE_OPS = {"tensor.empty", "func.return", "arith.constant", "shard.sharding",
+                      "shard.shard"}
+
+
+def _on_one_axis(shardings: list[Any], who: str) -> list[Any]:
+    """The shardings on a 1-D mesh of the same processes: upstream's `--shard-partition`
+    (MLIR 22) reshards on 1-D grids only (an assertion otherwise), so a mesh of several
+    axes is accepted where every split names all of its axes of size > 1, in the
+    mesh's order (the block order is then the process order), or only axes of size 1."""
+    out = []
+    for sh in shardings:
+        if sh is None or len(sh.mesh.shape) == 1:
+            out.append(sh)
+            continue
+        mesh = sh.mesh
+        big = tuple(a for a, n in zip(mesh.axis_names, mesh.shape) if n > 1)
+        flat = Mesh((mesh.size,), ("processes",))
+        entries = []
+        for entry in sh.spec:
+            names = () if entry is None else (entry,) if isinstance(entry, str) else entry
+            names = tuple(a for a in names if a in mesh.axis_names and mesh.axis_size(a) > 1)
+            if names and names != big:
+                raise NotImplementedError(
+                    f"jit({who}): {sh.spec!r} over the mesh {mesh.axis_names} of shape "
+                    f"{mesh.shape} splits over part of it; upstream's --shard-partition "
+                    f"(MLIR 22) reshards on 1-D grids only, so a split must name all of "
+                    f"{big} in this order (or use shard_map)")
+            entries.append("processes" if names else None)
+        out.append(NamedSharding(flat, PartitionSpec(*entries)))
+    return out
+
+
+def _leaf_shardings(shardings: Any, value: Any, who: str) -> list[Any]:
+    """One NamedSharding (or None) per leaf of `value`; `shardings` is a pytree
+    prefix of `value` whose leaves are NamedShardings (or None)."""
+    if shardings is None or isinstance(shardings, NamedSharding):
+        return [shardings] * len(pytree.tree_leaves(value))
+    if isinstance(shardings, dict) and isinstance(value, dict) and set(shardings) == set(value):
+        return [s for k in pytree._sorted_keys(value)
+                for s in _leaf_shardings(shardings[k], value[k], who)]
+    if isinstance(shardings, (tuple, list)) and isinstance(value, (tuple, list)) and \
+            len(shardings) == len(value):
+        return [s for sh, v in zip(shardings, value) for s in _leaf_shardings(sh, v, who)]
+    raise ValueError(f"jit: {who} {shardings!r} must be NamedShardings (or None) in a pytree "
+                     f"prefix of {pytree.tree_structure(value)}")
+
+
+def _split_axes_attr(mesh: Mesh, spec: PartitionSpec | None, ndim: int, who: str
+                     ) -> ir.Attribute:
+    dims = _split_dims(spec, ndim, mesh, who)
+    groups = []
+    for d in range(max(dims, default=-1) + 1):
+        axes = [mesh.axis_names.index(n) for n in dims.get(d, ())]
+        groups.append("[" + ", ".join(str(a) for a in axes) + "]")
+    return ir.Attribute.parse("#shard<axisarray[" + ", ".join(groups or ["[]"]) + "]>")
+
+
+def _sharding_value(grid: str, mesh: Mesh, spec: PartitionSpec | None, ndim: int,
+                    who: str) -> ir.Value:
+    return ir.Operation.create("shard.sharding", results=[ir.Type.parse("!shard.sharding")],
+                               attributes={
+        "grid": ir.FlatSymbolRefAttr.get(grid),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0]),
+        "split_axes": _split_axes_attr(mesh, spec, ndim, who),
+        "static_halo_sizes": ir.DenseI64ArrayAttr.get([]),
+        "static_sharded_dims_offsets": ir.DenseI64ArrayAttr.get([])}).results[0]
+
+
+def _shard(value: ir.Value, sharding: ir.Value, for_users: bool) -> ir.Value:
+    attrs = {"annotate_for_users": ir.UnitAttr.get()} if for_users else {}
+    return ir.Operation.create("shard.shard", results=[value.type],
+                               operands=[value, sharding], attributes=attrs).results[0]
+
+
+def _unshare_constants(fn: ir.Operation) -> None:
+    """Give every user of a `tensor.empty` / `linalg.fill` / tensor `arith.constant` its
+    own copy: CSE merges equal ones, and upstream's sharding propagation aborts when
+    one value is annotated with two shardings (its users want different ones)."""
+    from .transforms.ad_support import post_order_ops
+
+    for kind in ("linalg.fill", "arith.constant", "tensor.empty"):
+        for op in list(post_order_ops(fn)):
+            if op.name != kind or len(op.results) != 1 or \
+                    not isinstance(op.results[0].type, ir.RankedTensorType):
+                continue
+            uses = list(op.results[0].uses)
+            for use in uses[1:]:
+                with ir.InsertionPoint(op):
+                    copy = op.clone()
+                use.owner.operands[use.operand_number] = copy.results[0]
+
+
+def _check_partitionable(fn: ir.Operation, who: str) -> None:
+    """NotImplementedError naming the first op (and the user's line that made it)
+    upstream's sharding propagation/partitioning has no rule for."""
+    from .transforms.ad_support import post_order_ops
+
+    for op in post_order_ops(fn):
+        if op.operation == fn.operation or op.name in _PARTITIONABLE_OPS or \
+                op.name.startswith(_PARTITIONABLE_DIALECTS):
+            continue
+        parent = op.parent
+        while parent is not None and parent.name != "func.func":
+            if parent.name.startswith(_PARTITIONABLE_DIALECTS):
+                break  # (the body of a linalg op: scalar ops)
+            parent = parent.parent
+        if parent is not None and parent.name != "func.func":
+            continue
+        where = str(op.location)
+        where = where[4:-1] if where.startswith("loc(") else where
+        raise NotImplementedError(
+            f"{where}: jit({who}, in_shardings=...): '{op.name}' has no sharding rule in "
+            "upstream's sharding propagation/partitioning (MLIR 22); the partitioned "
+            "program may hold linalg ops, tensor.empty and arith.constant only (use "
+            "shard_map for this function)")
+
+
+class _PartitionedJit:
+    """jit(f, in_shardings=..., out_shardings=...): `f` traced on the global arrays,
+    differentiated and inlined, its arguments and results annotated with `shard`
+    shardings, then partitioned by upstream's `--sharding-propagation` and
+    `--shard-partition` and lowered like shard_map (see docs/distributed.md)."""
+
+    def __init__(self, f: Callable[..., Any], in_shardings: Any, out_shardings: Any):
+        self.f, self.in_shardings, self.out_shardings = f, in_shardings, out_shardings
+        self.__name__ = getattr(f, "__name__", "jit")
+        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef, list[Any]]] = {}
+
+    def _mesh(self, shardings: list[Any]) -> Mesh:
+        meshes = {s.mesh for s in shardings if s is not None}
+        if len(meshes) != 1:
+            raise ValueError(f"jit({self.__name__}): in_shardings/out_shardings must name one "
+                             f"mesh, got {len(meshes)}")
+        return meshes.pop()
+
+    def _in_leaf_shardings(self, args: tuple[Any, ...]) -> list[Any]:
+        shardings = self.in_shardings
+        if isinstance(shardings, list):
+            shardings = tuple(shardings)
+        if isinstance(shardings, tuple) and len(args) == 1 and len(shardings) != 1:
+            shardings = (shardings,)
+        return _leaf_shardings(shardings, args, "in_shardings")
+
+    def lowered_text(self, *args: Any, stage: str = "partitioned") -> str:
+        """The module at `stage`: "annotated" (differentiated, inlined, with the
+        sharding annotations) or "partitioned" (after upstream's passes)."""
+        module, _, _ = self._trace(args, stop=stage)
+        return str(module)
+
+    def _trace(self, args: tuple[Any, ...], stop: str = "partitioned"
+               ) -> tuple[ir.Module, pytree.TreeDef, list[Any]]:
+        leaves, tree = pytree.tree_flatten(args)
+        in_sh = self._in_leaf_shardings(args)
+        context = ir.Context()
+        dialects.load(context)
+        with context, ir.Location.unknown(context):
+            module = ir.Module.create()
+        avals = [ShapedArray(abstractify(x).shape, abstractify(x).dtype) for x in leaves]
+        trace = FunctionTrace(module, "main", avals, fun=self.f)
+        with trace.active():
+            out = self.f(*pytree.tree_unflatten(tree, trace.args))
+            out_leaves, out_tree = pytree.tree_flatten(out)
+            outs = [trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
+                    for o in out_leaves]
+            trace.finish(outs)
+        out_sh = _leaf_shardings(self.out_shardings, out, "out_shardings")
+        self._mesh(in_sh + out_sh)  # (one mesh)
+        in_sh = _on_one_axis(in_sh, self.__name__)
+        out_sh = _on_one_axis(out_sh, self.__name__)
+        mesh = self._partition_mesh = self._mesh(in_sh + out_sh)
+        run_pipeline(module, ",".join(_transform_passes(module) + [
+            "inline", "canonicalize", "cse", "symbol-dce"]))
+        grid = _grid_symbol(module, mesh)
+        main = next(op.operation for op in module.body.operations
+                    if op.operation.name == "func.func"
+                    and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+        _unshare_constants(main)
+        _check_partitionable(main, self.__name__)
+        block = main.regions[0].blocks[0]
+        with context, ir.Location.unknown(context):
+            ret = block.operations[len(block.operations) - 1]
+            with ir.InsertionPoint.at_block_begin(block):
+                for arg, sh, aval in zip(block.arguments, in_sh, avals):
+                    uses = list(arg.uses)
+                    spec = None if sh is None else sh.spec
+                    value = _shard(arg, _sharding_value(grid, mesh, spec, len(aval.shape),
+                                                        "in_shardings"), True)
+                    for use in uses:
+                        use.owner.operands[use.operand_number] = value
+            with ir.InsertionPoint(ret):
+                for i, sh in enumerate(out_sh):
+                    v = ret.operands[i]
+                    ndim = len(v.type.shape)
+                    placed = _shard(v, _sharding_value(grid, mesh, None if sh is None
+                                                       else sh.spec, ndim, "out_shardings"),
+                                    False)
+                    # the call returns the global array on every process
+                    if sh is not None and any(p is not None for p in sh.spec):
+                        placed = _shard(placed, _sharding_value(grid, mesh, None, ndim,
+                                                                "out_shardings"), True)
+                        placed = _shard(placed, _sharding_value(grid, mesh, None, ndim,
+                                                                "out_shardings"), False)
+                    ret.operands[i] = placed
+        if stop == "annotated":
+            return module, out_tree, in_sh
+        run_pipeline(module, "func.func(sharding-propagation{traversal=forward-backward},"
+                     "shard-partition),canonicalize,cse")
+        return module, out_tree, in_sh
+
+    def __call__(self, *args: Any) -> Any:
+        if current_trace() is not None:
+            raise NotImplementedError(f"jit({self.__name__}, in_shardings=...) inside another "
+                                      "trace: call it on arrays")
+        leaves, _ = pytree.tree_flatten(args)
+        key = (pytree.tree_structure(args),
+               tuple((np.shape(x), abstractify(x).dtype) for x in leaves))
+        entry = self._cache.get(key)
+        if entry is None:
+            with COMPILE_LOCK:
+                module, out_tree, in_sh = self._trace(args)
+                _require_processes(self._partition_mesh, f"jit({self.__name__})")
+                cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
+                                    context=module.context)
+            entry = self._cache[key] = (cm, out_tree, in_sh)
+        cm, out_tree, in_sh = entry
+        n = process_count()
+        signature = f"{self.__name__}{key}"
+        if n > 1 and not _same_on_every_process(signature):
+            raise ValueError(f"jit({self.__name__}): the processes were called with "
+                             f"different argument shapes or dtypes; process "
+                             f"{process_index()} has {_describe(args)}")
+        me = process_index()
+        blocks = [_block_of(np.asarray(x), sh, me) for x, sh in zip(leaves, in_sh)]
+        outs = cm["main"](*blocks)
+        if not isinstance(outs, tuple):
+            outs = (outs,)
+        return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _block_of(x: np.ndarray, sharding: NamedSharding | None, rank: int) -> np.ndarray:
+    """Process `rank`'s block of global `x` under `sharding`."""
+    if sharding is None:
+        return x
+    mesh = sharding.mesh
+    where = np.unravel_index(rank, mesh.shape)
+    index = []
+    for d, names in sorted(_split_dims(sharding.spec, x.ndim, mesh, "in_shardings").items()):
+        axes = [mesh.axis_names.index(n) for n in names]
+        g = int(np.ravel_multi_index([where[a] for a in axes], [mesh.shape[a] for a in axes]))
+        size = x.shape[d] // _group_size_of(mesh, axes)
+        index.append((d, slice(g * size, (g + 1) * size)))
+    sl = [slice(None)] * x.ndim
+    for d, s in index:
+        sl[d] = s
+    return np.ascontiguousarray(x[tuple(sl)])
+
+
+def _group_size_of(mesh: Mesh, axes: Sequence[int]) -> int:
+    return int(np.prod([mesh.shape[a] for a in axes]))
+
+
+def partitioned_jit(f: Callable[..., Any], in_shardings: Any, out_shardings: Any
+                    ) -> _PartitionedJit:
+    """`jit(f, in_shardings=..., out_shardings=...)` (see _PartitionedJit)."""
+    return _PartitionedJit(f, in_shardings, out_shardings)
+
+
 __all__ = [
-    "Mesh", "MpiUnavailableError", "PartitionSpec", "all_gather", "axis_index",
+    "Mesh", "MpiUnavailableError", "NamedSharding", "PartitionSpec", "all_gather", "axis_index",
     "initialize", "is_available", "mpi_library", "mpiexec", "pmax", "pmean", "pmin",
     "ppermute", "process_count", "process_index", "psum", "psum_scatter", "shard_map",
 ]

@@ -1,14 +1,5 @@
 // RUN: autodiff-opt %s --split-input-file --verify-diagnostics --autodiff-shard-to-mpi
 
-shard.grid @g(shape = 2x2)
-func.func @part_of_grid(%x: tensor<4xf64>) -> tensor<4xf64> {
-  // expected-error @+1 {{only collectives over all of a grid's axes are supported}}
-  %r = shard.all_reduce %x on @g grid_axes = [0] : tensor<4xf64> -> tensor<4xf64>
-  return %r : tensor<4xf64>
-}
-
-// -----
-
 shard.grid @g(shape = 2)
 func.func @no_rotate(%x: tensor<2xf64>) -> tensor<2xf64> {
   // expected-error @+1 {{only rotating shard.shift is supported}}

@@ -72,3 +72,52 @@ func.func @shift(%x: tensor<2xf64>) -> tensor<2xf64> {
 // LLVM-LABEL: llvm.func @shift
 // LLVM: llvm.call @MPI_Send
 // LLVM: llvm.call @MPI_Recv
+
+// -----
+
+// Collectives over part of a 2x2 grid (the front end's meshes of several axes):
+// upstream's conversion splits a communicator off MPI_COMM_WORLD for each call;
+// the split is made on first use only and kept in a module global, one per
+// process group (grid and axes), shared by every helper over that group.
+shard.grid @g(shape = 2x2)
+func.func @sub_axes(%x: tensor<4xf64>, %y: tensor<2x3xf64>) -> (tensor<4xf64>, tensor<2x6xf64>, tensor<2x12xf64>, tensor<4xf64>) {
+  %r = shard.all_reduce %x on @g grid_axes = [1] : tensor<4xf64> -> tensor<4xf64>
+  %a = shard.all_gather %y on @g grid_axes = [1] gather_axis = 1 : tensor<2x3xf64> -> tensor<2x6xf64>
+  %b = shard.all_gather %y on @g grid_axes = [1, 0] gather_axis = 1 : tensor<2x3xf64> -> tensor<2x12xf64>
+  %s = shard.shift %x on @g grid_axes = [0] shift_axis = 0 offset = 1 rotate : tensor<4xf64> -> tensor<4xf64>
+  return %r, %a, %b, %s : tensor<4xf64>, tensor<2x6xf64>, tensor<2x12xf64>, tensor<4xf64>
+}
+// CHECK: memref.global "private" @__autodiff_mpi_comm_g_axes_1 : memref<i64> = dense<0>
+// CHECK-LABEL: func.func @sub_axes
+// CHECK: call @__autodiff_mpi_all_reduce_sum_g_axes_1_4xf64
+// CHECK: call @__autodiff_mpi_all_gather_1_g_axes_1_2x3xf64
+// CHECK: call @__autodiff_mpi_all_gather_1_g_axes_1_0_2x3xf64
+// CHECK: call @__autodiff_mpi_shift_1_g_axis_0_4xf64
+// CHECK: func.func private @__autodiff_mpi_all_reduce_sum_g_axes_1_4xf64({{.*}} attributes {autodiff.mpi_group = "g_axes_1"}
+// CHECK: %[[CELL:.*]] = memref.get_global @__autodiff_mpi_comm_g_axes_1 : memref<i64>
+// CHECK: %[[HELD:.*]] = memref.load %[[CELL]][]
+// CHECK: %[[UNSET:.*]] = arith.cmpi eq, %[[HELD]]
+// CHECK: %[[C:.*]] = scf.if %[[UNSET]] -> (i64) {
+// CHECK-NEXT: %[[NEW:.*]] = mpi.comm_split
+// CHECK-NEXT: %[[I:.*]] = builtin.unrealized_conversion_cast %[[NEW]] : !mpi.comm to i64
+// CHECK-NEXT: memref.store %[[I]], %[[CELL]][]
+// CHECK: } else {
+// CHECK-NEXT: scf.yield %[[HELD]] : i64
+// CHECK: %[[COMM:.*]] = builtin.unrealized_conversion_cast %[[C]] : i64 to !mpi.comm
+// CHECK-NEXT: mpi.allreduce(%{{.*}}, %{{.*}}, MPI_SUM, %[[COMM]])
+// CHECK: func.func private @__autodiff_mpi_all_gather_1_g_axes_1_2x3xf64
+// CHECK: memref.get_global @__autodiff_mpi_comm_g_axes_1
+// Over the whole grid, its axes in the other order (the gather's block order):
+// the world communicator, and the group index row-major over axes [1, 0].
+// CHECK: func.func private @__autodiff_mpi_all_gather_1_g_axes_1_0_2x3xf64
+// CHECK-NOT: mpi.comm_split
+// CHECK: mpi.allreduce(%{{.*}}, %{{.*}}, MPI_BOR, %{{.*}}) : memref<24xi64>
+// The shift along grid axis 0 of the 2x2 grid: rank 0 <-> 2, 1 <-> 3.
+// CHECK: func.func private @__autodiff_mpi_shift_1_g_axis_0_4xf64
+// CHECK: case 0 {
+// CHECK-NEXT: mpi.send(%{{.*}}, %{{.*}}, %c2_i32,
+// CHECK: case 1 {
+// CHECK-NEXT: mpi.send(%{{.*}}, %{{.*}}, %c3_i32,
+// LLVM: llvm.mlir.global private @{{.*}}__autodiff_mpi_comm_g_axes_1(0 : i64)
+// LLVM-LABEL: llvm.func @sub_axes
+// LLVM: llvm.call @MPI_Comm_split

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -256,7 +257,203 @@ def shape_mismatch(out_dir: str) -> None:
         np.ones(3 + r))
 
 
+# ---- multi-axis meshes (issue 23: meshes of several axes, collectives over part of them)
+
+#: The mesh shapes run with n processes (axes "dp", "tp").
+MESH_SHAPES = {4: [(2, 2)], 2: [(1, 2), (2, 1)]}
+
+#: The meshes whose transforms are checked too ((1, 2) is (2, 1) transposed: its
+#: values are checked, its derivatives would repeat (2, 1)'s compile time).
+MESH_AD_SHAPES = [(2, 2), (2, 1)]
+
+#: The axis selections every collective is checked over.
+MESH_AXES = {"dp": "dp", "tp": "tp", "both": ("dp", "tp"), "swapped": ("tp", "dp")}
+
+#: Iterations of the loop of collectives over sub-axes (two per iteration), by the
+#: number of processes: with 2, more collectives than the 2,048 communicators MPICH
+#: has, were one split off per call (4 oversubscribed processes wait ~15 ms per
+#: collective on 2 cores, so that loop is short).
+MESH_LOOP = {2: 1060, 4: 8}
+
+
+def mesh_inputs(shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Global arguments, split P("dp", "tp") into blocks of 2x3 (`x`) and 4x3 (`y`)."""
+    a, b = shape
+    rng = np.random.default_rng(2300 + 10 * a + b)
+    return {"x": rng.standard_normal((2 * a, 3 * b)), "y": rng.standard_normal((4 * a, 3 * b))}
+
+
+def mesh_perm(n: int) -> list[tuple[int, int]]:
+    """A permutation of a group of n (with a process receiving nothing for n = 4)."""
+    return {1: [(0, 0)], 2: [(0, 1), (1, 0)], 4: [(0, 2), (2, 0), (1, 3)]}[n]
+
+
+def _group_n(mesh, axes) -> int:
+    names = (axes,) if isinstance(axes, str) else axes
+    return int(np.prod([mesh.axis_size(a) for a in names]))
+
+
+def mesh_values(mesh) -> dict[str, np.ndarray]:
+    """Every collective over each axis selection, in one shard_map; every output is
+    split P("dp", "tp"), so the global result holds each process's own block."""
+
+    def f(x, y):
+        out = {}
+        for tag, axes in MESH_AXES.items():
+            n = _group_n(mesh, axes)
+            out[f"psum_{tag}"] = ad.lax.psum(x, axes)
+            out[f"pmax_{tag}"] = ad.lax.pmax(x, axes)
+            out[f"pmin_{tag}"] = ad.lax.pmin(x, axes)
+            out[f"pmean_{tag}"] = ad.lax.pmean(x, axes)
+            out[f"gather_{tag}"] = ad.lax.all_gather(x, axes, axis=1, tiled=True)
+            out[f"scatter_{tag}"] = ad.lax.psum_scatter(y, axes, tiled=True)
+            out[f"ppermute_{tag}"] = ad.lax.ppermute(x, axes, mesh_perm(n))
+            out[f"index_{tag}"] = anp.reshape(ad.lax.axis_index(axes), (1, 1))
+        return out
+
+    args = mesh_inputs(mesh.shape)
+    g = ad.shard_map(f, mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))
+    out = {k: np.asarray(v) for k, v in g(args["x"], args["y"]).items()}
+    # a dimension split over both axes (P(("dp", "tp"))), gathered back the same way
+    flat = ad.shard_map(lambda v: (v * 2.0, anp.reshape(ad.lax.axis_index(("dp", "tp")),
+                                                         (1,))),
+                        mesh, in_specs=P(("dp", "tp")), out_specs=P(("dp", "tp")))
+    out["flat_double"], out["flat_index"] = (np.asarray(v) for v in flat(args["y"]))
+    return out
+
+
+def mesh_ad_cases(mesh) -> dict[str, tuple]:
+    """name -> (a chain of every collective over one axis selection, global shape):
+    pmax, psum, all_gather (axis 1) and psum_scatter (axis 1, back to the block's
+    shape), ppermute, scaled by axis_index + 1; the argument is split P("dp", "tp")
+    into 2x3 blocks, the output the same way."""
+    a, b = mesh.shape
+    cases = {}
+    for tag, axes in (("dp", "dp"), ("tp", "tp"), ("both", ("dp", "tp"))):
+        n = _group_n(mesh, axes)
+
+        def chain(v, ax=axes, p=mesh_perm(n)):
+            v = ad.lax.psum(ad.lax.pmax(v, ax) * v, ax)
+            v = ad.lax.psum_scatter(anp.sin(ad.lax.all_gather(v, ax, axis=1, tiled=True)),
+                                    ax, scatter_dimension=1, tiled=True)
+            return ad.lax.ppermute(v, ax, p) * (ad.lax.axis_index(ax) + 1.0) + v
+
+        cases[tag] = (chain, (2 * a, 3 * b))
+    return cases
+
+
+def mesh_transforms(mesh) -> dict[str, np.ndarray]:
+    """jvp, vjp and vmap through each collective over each axis and both, in one jit
+    (as `transforms`): F(x) = tanh(collective(sin(block))) per process."""
+    cases = mesh_ad_cases(mesh)
+
+    def F(xs):
+        return {k: ad.shard_map(lambda v, c=c: anp.tanh(c(anp.sin(v))), mesh,
+                                in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))(xs[k])
+                for k, (c, _) in cases.items()}
+
+    def everything(xs, ts, cts, eps):
+        y, tangent = ad.jvp(F, (xs,), (ts,))
+        _, pull = ad.vjp(F, xs)
+        (cot,) = pull(cts)
+        lanes = {k: anp.stack([xs[k] + eps * ts[k], xs[k] - eps * ts[k], xs[k],
+                               xs[k] + ts[k]]) for k in xs}
+        return y, tangent, cot, ad.vmap(F)(lanes), F({k: xs[k] + ts[k] for k in xs})
+
+    pts = mesh_ad_inputs(mesh)
+    y, tangent, cot, batched, last = ad.jit(everything)(pts["x"], pts["t"], pts["ct"], 1e-6)
+    out = {}
+    for k in cases:
+        out[f"ad_{k}_jvp"] = np.asarray(tangent[k])
+        out[f"ad_{k}_vjp"] = np.asarray(cot[k])
+        out[f"ad_{k}_vmap"] = np.asarray(batched[k])
+        out[f"ad_{k}_loop"] = np.stack([np.asarray(y[k]), np.asarray(last[k])])
+    return out
+
+
+def mesh_ad_inputs(mesh) -> dict[str, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(2324)
+    cases = mesh_ad_cases(mesh)
+    xs = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    ts = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    cts = {k: rng.standard_normal(c[1]) for k, c in cases.items()}
+    return {"x": xs, "t": ts, "ct": cts}
+
+
+def mesh_loop(mesh) -> np.ndarray:
+    """MESH_LOOP[number of processes] iterations of a pmean over "tp" and a pmean over "dp" (one fori_loop),
+    each a collective over a sub-communicator: made once, not per call."""
+
+    def body(v):
+        return ad.lax.fori_loop(0, MESH_LOOP[mesh.size], lambda i, c: ad.lax.pmean(
+            ad.lax.pmean(c, "tp"), "dp") + 1.0, v)
+
+    g = ad.shard_map(body, mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))
+    return np.asarray(g(mesh_inputs(mesh.shape)["x"]))
+
+
+def partitioned_inputs(n: int) -> dict[str, Any]:
+    """Arguments of the jit(in_shardings=...) checks (the batch: 4 rows per process)."""
+    rng = np.random.default_rng(2325)
+    return {"x": rng.standard_normal((4 * n, 3)), "w": rng.standard_normal((3, 4)),
+            "params": {"W1": rng.standard_normal((3, 5)), "b1": rng.standard_normal(5),
+                       "W2": rng.standard_normal((5, 2)), "b2": rng.standard_normal(2)},
+            "y": rng.standard_normal((4 * n, 2))}
+
+
+def tanh_sum(x, w):
+    return anp.sum(anp.tanh(x @ w))
+
+
+def mlp_loss(p, X, y):
+    h = anp.tanh(X @ p["W1"] + p["b1"])
+    return anp.mean((h @ p["W2"] + p["b2"] - y) ** 2)
+
+
+def partitioned(mesh) -> dict[str, np.ndarray]:
+    """jit(f, in_shardings=...) with the batch split over both mesh axes (upstream's
+    propagation and partitioning): values and gradients (differentiated, then
+    partitioned), and an out_shardings split result, all global arrays."""
+    batch = ad.NamedSharding(mesh, P(("dp", "tp")))
+    rep = ad.NamedSharding(mesh, P())
+    a = partitioned_inputs(mesh.size)
+    out = {}
+    out["pj_tanh_sum"] = ad.jit(tanh_sum, in_shardings=(batch, rep))(a["x"], a["w"])
+    gx, gw = ad.jit(ad.grad(tanh_sum, argnums=(0, 1)), in_shardings=(batch, rep))(
+        a["x"], a["w"])
+    out["pj_tanh_sum_gx"], out["pj_tanh_sum_gw"] = gx, gw
+    out["pj_tanh"] = ad.jit(lambda x, w: anp.tanh(x @ w), in_shardings=(batch, rep),
+                            out_shardings=batch)(a["x"], a["w"])
+    out["pj_mlp"] = ad.jit(mlp_loss, in_shardings=(rep, batch, batch))(
+        a["params"], a["x"], a["y"])
+    grads = ad.jit(ad.grad(mlp_loss), in_shardings=(rep, batch, batch))(
+        a["params"], a["x"], a["y"])
+    out.update({f"pj_mlp_g{k}": v for k, v in grads.items()})
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def multi_axis_meshes(out_dir: str) -> None:
+    import time
+
+    ad.distributed.initialize()
+    n, r = ad.distributed.process_count(), ad.distributed.process_index()
+    for shape in MESH_SHAPES[n]:
+        mesh = ad.Mesh(shape, ("dp", "tp"))
+        start = time.perf_counter()
+        results = mesh_values(mesh)
+        t1 = time.perf_counter()
+        if shape in MESH_AD_SHAPES:
+            results.update(mesh_transforms(mesh))
+        t2 = time.perf_counter()
+        results["loop"] = mesh_loop(mesh)
+        t3 = time.perf_counter()
+        if shape == MESH_SHAPES[n][-1]:
+            results.update(partitioned(mesh))
+        results["seconds"] = np.array([t1 - start, t2 - t1, t3 - t2, time.perf_counter() - t3])
+        np.savez(os.path.join(out_dir, f"mesh{shape[0]}x{shape[1]}_rank{r}.npz"), **results)
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
     {"collectives": collectives, "raise": raise_on_one, "mesh-mismatch": mesh_mismatch,
-     "shape-mismatch": shape_mismatch}[case](out)
+     "shape-mismatch": shape_mismatch, "multi-axis-meshes": multi_axis_meshes}[case](out)

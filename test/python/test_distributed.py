@@ -192,6 +192,132 @@ def test_data_parallel_mlp_example_equals_full_batch_training():
     assert proc.stdout.count("max |data-parallel - full batch|") == 2
 
 
+# -- multi-axis meshes: one launch per process count ----------------------------
+
+
+def _group_of(shape, tag: str, i: int, j: int) -> list[tuple[int, int]]:
+    """The group of process (i, j) of a ("dp", "tp") mesh for the axes `tag`, in group
+    order (row-major over the axes named, in their order)."""
+    a, b = shape
+    return {"dp": [(k, j) for k in range(a)], "tp": [(i, k) for k in range(b)],
+            "both": [(p, q) for p in range(a) for q in range(b)],
+            "swapped": [(p, q) for q in range(b) for p in range(a)]}[tag]
+
+
+def mesh_expected(shape) -> dict[str, np.ndarray]:
+    """numpy's value of every entry of programs.mesh_values, process by process."""
+    a, b = shape
+    args = programs.mesh_inputs(shape)
+    X = {(i, j): args["x"][2 * i:2 * i + 2, 3 * j:3 * j + 3] for i in range(a) for j in range(b)}
+    Y = {(i, j): args["y"][4 * i:4 * i + 4, 3 * j:3 * j + 3] for i in range(a) for j in range(b)}
+
+    def assemble(fn):
+        return np.block([[fn(i, j) for j in range(b)] for i in range(a)])
+
+    out = {}
+    for tag in programs.MESH_AXES:
+        def group(i, j, tag=tag):
+            return _group_of(shape, tag, i, j)
+
+        def stack(i, j, blocks=X, tag=tag):
+            return np.stack([blocks[m] for m in group(i, j, tag)])
+
+        out[f"psum_{tag}"] = assemble(lambda i, j: stack(i, j).sum(0))
+        out[f"pmax_{tag}"] = assemble(lambda i, j: stack(i, j).max(0))
+        out[f"pmin_{tag}"] = assemble(lambda i, j: stack(i, j).min(0))
+        out[f"pmean_{tag}"] = assemble(lambda i, j: stack(i, j).mean(0))
+        out[f"gather_{tag}"] = assemble(lambda i, j: np.concatenate(list(stack(i, j)), 1))
+
+        def scatter(i, j, tag=tag):
+            g, n = group(i, j).index((i, j)), len(group(i, j))
+            total = stack(i, j, Y).sum(0)
+            rows = total.shape[0] // n
+            return total[g * rows:(g + 1) * rows]
+
+        def permute(i, j, tag=tag):
+            members = group(i, j)
+            g = members.index((i, j))
+            src = {d: s for s, d in programs.mesh_perm(len(members))}
+            return X[members[src[g]]] if g in src else np.zeros((2, 3))
+
+        out[f"scatter_{tag}"] = assemble(scatter)
+        out[f"ppermute_{tag}"] = assemble(permute)
+        out[f"index_{tag}"] = assemble(
+            lambda i, j, tag=tag: np.array([[group(i, j, tag).index((i, j))]], np.int32))
+    out["flat_double"] = 2 * args["y"]
+    out["flat_index"] = np.arange(a * b, dtype=np.int32)
+    # every process ends with the mean of all blocks, plus one per iteration
+    mean = np.mean([X[k] for k in X], axis=0) + programs.MESH_LOOP[a * b]
+    out["loop"] = np.block([[mean] * b] * a)
+    return out
+
+
+def partitioned_expected(n: int) -> dict[str, np.ndarray]:
+    """jax's (unsharded) values of programs.partitioned."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    a = programs.partitioned_inputs(n)
+
+    def tanh_sum(x, w):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    def mlp_loss(p, X, y):
+        h = jnp.tanh(X @ p["W1"] + p["b1"])
+        return jnp.mean((h @ p["W2"] + p["b2"] - y) ** 2)
+
+    gx, gw = jax.grad(tanh_sum, argnums=(0, 1))(a["x"], a["w"])
+    out = {"pj_tanh_sum": tanh_sum(a["x"], a["w"]), "pj_tanh_sum_gx": gx,
+           "pj_tanh_sum_gw": gw, "pj_tanh": jnp.tanh(a["x"] @ a["w"]),
+           "pj_mlp": mlp_loss(a["params"], a["x"], a["y"])}
+    grads = jax.grad(mlp_loss)(a["params"], a["x"], a["y"])
+    out.update({f"pj_mlp_g{k}": v for k, v in grads.items()})
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_multi_axis_meshes(n, tmp_path):
+    """Meshes ("dp", "tp") of (2, 2) on 4 processes and (1, 2), (2, 1) on 2: every
+    collective over each axis, both and both swapped against numpy; jvp (central
+    differences), vjp (transpose identity) and vmap through them over each axis and
+    both (not for (1, 2): (2, 1) transposed); a loop of more collectives over
+    sub-axes than MPICH has communicators (2 processes). On the last mesh,
+    jit(in_shardings=...) (upstream's partitioning) of a matmul+tanh+sum and of an
+    MLP loss, and their gradients, against jax's unsharded values."""
+    proc = launch(n, "multi-axis-meshes", tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for shape in programs.MESH_SHAPES[n]:
+        want = mesh_expected(shape)
+        if shape == programs.MESH_SHAPES[n][-1]:
+            want.update(partitioned_expected(n))
+        mesh = ad.Mesh(shape, ("dp", "tp"))
+        pts = programs.mesh_ad_inputs(mesh)
+        for r in range(n):
+            got = np.load(tmp_path / f"mesh{shape[0]}x{shape[1]}_rank{r}.npz")
+            for name, w in want.items():
+                g = got[name]
+                assert g.shape == w.shape and g.dtype == w.dtype, (shape, r, name, g.shape)
+                tol = 1e-9 if name == "loop" else 1e-12 if name.startswith("pj_") else 1e-13
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
+                                           err_msg=f"{shape} {r} {name}")
+            ad_cases = programs.mesh_ad_cases(mesh) if shape in programs.MESH_AD_SHAPES else {}
+            assert any(k.startswith("ad_") for k in got.files) == bool(ad_cases)
+            for k in ad_cases:
+                jvp, batched = got[f"ad_{k}_jvp"], got[f"ad_{k}_vmap"]
+                fd = (batched[0] - batched[1]) / 2e-6
+                assert np.abs(jvp).max() > 0.1, (shape, r, k)
+                np.testing.assert_allclose(jvp, fd, rtol=1e-6, atol=1e-8,
+                                           err_msg=f"{shape} {r} {k} jvp")
+                vjp, ct, t = got[f"ad_{k}_vjp"], pts["ct"][k], pts["t"][k]
+                assert vjp.shape == t.shape, (shape, r, k)
+                lhs, rhs = np.vdot(ct, jvp), np.vdot(vjp, t)
+                assert abs(lhs - rhs) <= 1e-12 * (1 + abs(lhs)), (shape, r, k, lhs, rhs)
+                np.testing.assert_allclose(batched[2:], got[f"ad_{k}_loop"], rtol=1e-14,
+                                           atol=1e-14, err_msg=f"{shape} {r} {k} vmap")
+
+
 # -- in-process: tracing and errors (no MPI) --------------------------------------
 
 
@@ -259,10 +385,65 @@ def test_specs_are_checked():
         ad.Mesh((2, 2), ("x",))
 
 
+def test_multi_axis_specs_and_collectives_trace():
+    """A ("dp", "tp") mesh: blocks split over one axis, the other, or both (one
+    dimension over a tuple of axes, the first major); collectives carry the grid axes
+    in the order named; errors name the axis."""
+    mesh = ad.Mesh((2, 2), ("dp", "tp"))
+
+    def f(x, y):
+        return (ad.lax.psum(x, "tp"), ad.lax.all_gather(x, ("tp", "dp"), tiled=True),
+                ad.lax.axis_index(("dp", "tp")), y)
+
+    g = ad.shard_map(f, mesh, in_specs=(P("dp", "tp"), P(("dp", "tp"))),
+                     out_specs=(P("dp"), P(), P(), P(("tp", "dp"))))
+    text = g.lowered_text(np.zeros((4, 6)), np.zeros(8))
+    assert "shard.grid @mesh_2x2(shape = 2x2)" in text
+    assert "grid_axes = [1] : tensor<2x3xf64>" in text          # psum over "tp"
+    assert "grid_axes = [1, 0] gather_axis = 0" in text          # the tuple, in order
+    assert "shard.process_multi_index on @mesh_2x2 axes = [0] : index" in text
+    assert "[2, 3] [1, 1] : tensor<4x6xf64> to tensor<2x3xf64>" in text
+    assert "[2] [1] : tensor<8xf64> to tensor<2xf64>" in text    # P(("dp", "tp"))
+    with pytest.raises(NameError, match="psum: axis name 'z' is not an axis of the mesh"):
+        ad.shard_map(lambda x: ad.lax.psum(x, ("dp", "z")), mesh, in_specs=P(),
+                     out_specs=P()).lowered_text(np.zeros(2))
+    with pytest.raises(ValueError, match=r"names axis 'dp' twice"):
+        ad.shard_map(lambda x: x, mesh, in_specs=P(("dp", "tp"), "dp"),
+                     out_specs=P()).lowered_text(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match=r"split over mesh axes \('dp', 'tp'\) of size 4"):
+        ad.shard_map(lambda x: x, mesh, in_specs=P(("dp", "tp")),
+                     out_specs=P()).lowered_text(np.zeros(6))
+
+
+def test_jit_in_shardings_partitions_or_names_the_op():
+    """jit(in_shardings=...): upstream's passes give the per-process function (the
+    batch's block, an all_reduce of the partial sums); an op they have no rule for
+    is an error naming it and the user's line; a split over part of a 2-D mesh (which
+    upstream's resharding would abort on) is refused."""
+    mesh = ad.Mesh((2,), ("x",))
+    batch, rep = ad.NamedSharding(mesh, P("x")), ad.NamedSharding(mesh, P())
+    j = ad.jit(programs.tanh_sum, in_shardings=(batch, rep))
+    text = j.lowered_text(np.zeros((8, 3)), np.zeros((3, 4)))
+    assert "func.func @main(%arg0: tensor<4x3xf64>, %arg1: tensor<3x4xf64>)" in text
+    assert "math.tanh" in text and "tensor<4x4xf64>" in text
+    assert "shard.all_reduce" in text and "shard.all_gather" not in text
+    with pytest.raises(NotImplementedError,
+                       match=r"test_distributed.py\":\d+:\d+: .*'tensor.expand_shape' has "
+                             r"no sharding rule"):
+        ad.jit(lambda x: ad.nn.log_softmax(x), in_shardings=batch).lowered_text(
+            np.zeros((8, 3)))
+    mesh2 = ad.Mesh((2, 2), ("dp", "tp"))
+    with pytest.raises(NotImplementedError, match="reshards on 1-D grids only"):
+        ad.jit(programs.tanh_sum, in_shardings=(ad.NamedSharding(mesh2, P("dp")),
+                                                ad.NamedSharding(mesh2, P()))).lowered_text(
+            np.zeros((8, 3)), np.zeros((3, 4)))
+
+
 #: Every public name of mlir_autodiff.distributed -> the test above that covers it
 #: (the collectives cannot run in the single-process differential table).
 COVERAGE = {
     "Mesh": "test_specs_are_checked", "PartitionSpec": "test_traced_program_holds_shard_ops",
+    "NamedSharding": "test_jit_in_shardings_partitions_or_names_the_op",
     "MpiUnavailableError": "raised by initialize without the wheel",
     "shard_map": "test_collectives_match_numpy", "initialize": "test_collectives_match_numpy",
     "process_count": "test_collectives_match_numpy",
