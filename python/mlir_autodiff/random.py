@@ -31,6 +31,17 @@ derive new keys from Philox words of a key. `uniform`, `normal`,
 draw (JAX's argument order after it); without one they draw from the
 generator (torch's order). Keyed draws emit `autodiff.philox` directly, at the
 key's (seed, offset), marked `keyed`.
+
+Under `shard_map` (several processes, `mlir_autodiff.distributed`): a keyed
+draw in the body gives the same numbers on every process, as in jax (the key
+is the same everywhere; so does the implicit generator when the processes
+seeded it alike). `fold_in(key, ad.lax.axis_index("x"))` gives each process
+a stream of its own. `out_sharding=PartitionSpec(...)` (uniform, normal,
+bernoulli, randint; jax.random's keyword) makes `shape` the *global* shape
+and returns this process's block of that global draw: the same numbers as
+those elements of the single-process draw with the same key, for any number
+of processes, drawn without the rest (Philox is counter-based; see
+`random_sharding`). Dropout masks of a data-parallel batch are drawn so.
 """
 
 from __future__ import annotations
