@@ -554,7 +554,7 @@ class _BodyTrace(RegionTrace):
                 op = value.value.owner
                 if self._mark is not None:
                     op.move_after(self._mark)
-                else:
+                elif self.block.operations[0] != op:
                     op.move_before(self.block.operations[0])
             inner = Tracer(value.value, value.aval, self)
             self._captured[id(outer)] = inner

@@ -262,8 +262,9 @@ def shape_mismatch(out_dir: str) -> None:
 # tensor-parallel MLP (value, global gradient, jvp; its weights passed or
 # closed over), each process's block of global random draws
 # (`out_sharding`), plain and rank-folded draws in the body, and 20 steps of
-# data-parallel training with dropout. The test compares them with jax and
-# with the single-process programs below (run in the test's own process).
+# data-parallel training with dropout, and the tensor-parallel example. The
+# test compares them with jax and with the single-process programs below (run
+# in the test's own process).
 
 #: tensor-parallel layer sizes: batch, input, hidden (split), output
 TP_SIZES = (3, 5, 8, 2)
@@ -466,7 +467,22 @@ def sharded(out_dir: str) -> None:
     results.update(sharded_draws(mesh, n))
     for i, p in enumerate(dropout_training(mesh)):
         results[f"dropout_p{i}"] = p
+    results["example_tp_rc"] = np.int64(tensor_parallel_example())
     np.savez(os.path.join(out_dir, f"rank{r}.npz"), **results)
+
+
+def tensor_parallel_example() -> int:
+    """examples/distributed_mlp.py --tensor-parallel --check, small, in this launch:
+    its exit status (0: equal to single-process training to 1e-10)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "distributed_mlp.py"
+    spec = importlib.util.spec_from_file_location("distributed_mlp", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example.main(["--tensor-parallel", "--steps", "20", "--batch", "32",
+                         "--hidden", "8", "--check"])
 
 
 if __name__ == "__main__":

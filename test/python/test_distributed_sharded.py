@@ -4,15 +4,13 @@ One mpiexec launch per process count (2, and 4 oversubscribed) runs
 distributed_programs.py's `sharded` case; its results are compared with jax
 (the tensor-parallel layer pair's value, gradient and jvp) and with the same
 programs run in this process without a mesh (the global random draws and
-dropout training with the same key): see distributed_programs.py.
+dropout training with the same key), and runs examples/distributed_mlp.py
+--tensor-parallel --check: see distributed_programs.py.
 """
 
 from __future__ import annotations
 
 import functools
-import pathlib
-import subprocess
-import sys
 
 import distributed_programs as programs
 import numpy as np
@@ -20,7 +18,6 @@ import pytest
 from test_distributed import launch, needs_mpi
 
 import mlir_autodiff as ad
-from mlir_autodiff import distributed
 
 P = ad.PartitionSpec
 NAMES = ("x", "w1", "b1", "w2", "b2")
@@ -88,6 +85,9 @@ def test_tensor_parallel_and_sharded_random(n, tmp_path):
         for i in range(4):
             np.testing.assert_allclose(got[f"dropout_p{i}"], single[f"dropout_p{i}"], rtol=0,
                                        atol=1e-10, err_msg=f"{r} dropout param {i}")
+        # examples/distributed_mlp.py --tensor-parallel --check (hidden layer split)
+        assert got["example_tp_rc"] == 0, r
+    assert proc.stdout.count("max |tensor-parallel - full batch|") == n
     w0 = programs.dropout_inputs()["w1"]
     assert np.abs(single["dropout_p0"] - w0).max() > 1e-2  # training moved the weights
 
@@ -119,6 +119,8 @@ def test_out_sharding_is_checked():
         lowered((4,), P(None, "x"))
     with pytest.raises(NameError, match="unbound axis name 'y'"):
         lowered((4,), P("y"))
+    with pytest.raises(TypeError, match="out_sharding must be an ad.PartitionSpec"):
+        lowered((4,), ("x",))
     # a block of one run: one draw at a moved offset; of several runs, one draw
     # vmapped over the runs' keys (3 runs of 2 elements, each drawn with the 3 that
     # may precede it in its Philox block)
@@ -127,16 +129,3 @@ def test_out_sharding_is_checked():
     several = lowered((3, 4), P(None, "x"))
     assert "-> tensor<3x2xf32>" in several and "-> tensor<5xf32>" in several
 
-
-@needs_mpi
-def test_tensor_parallel_mlp_example_equals_single_process_training():
-    """examples/distributed_mlp.py --tensor-parallel: the hidden layer split over 2
-    processes, 20 steps with grad outside the shard_map, equal to single-process
-    training to 1e-10 in f64 (--check)."""
-    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "distributed_mlp.py"
-    proc = subprocess.run(
-        [distributed.mpiexec(), "-n", "2", "-launcher", "fork", sys.executable, str(example),
-         "--tensor-parallel", "--steps", "20", "--batch", "32", "--hidden", "8", "--check"],
-        capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("max |tensor-parallel - full batch|") == 2
