@@ -41,8 +41,9 @@ Derivatives and batching go through the collectives (the rules are in
 transforms/rules/shard.py, the semantics in docs/distributed.md): `grad` of a
 function calling `shard_map` is the gradient of the global function (the
 replicated arguments, and the values the body closes over, average their
-cotangents over the processes, see `_replicated` and `_BodyTrace`); `grad` inside the body is each process's derivative, with
-psum transposing to psum (as with pmap).
+cotangents over the processes, see `_replicated` and `_BodyTrace`); `grad`
+inside the body is each process's derivative, with psum transposing to psum
+(as with pmap).
 
 Current limits: 1-D meshes.
 """
