@@ -40,9 +40,10 @@ on every call, that all processes pass the same shapes and dtypes.
 Derivatives and batching go through the collectives (the rules are in
 transforms/rules/shard.py, the semantics in docs/distributed.md): `grad` of a
 function calling `shard_map` is the gradient of the global function (the
-replicated arguments average their cotangents over the processes, see
-`_replicated`); `grad` inside the body is each process's derivative, with
-psum transposing to psum (as with pmap).
+replicated arguments, and the values the body closes over, average their
+cotangents over the processes, see `_replicated` and `_BodyTrace`); `grad`
+inside the body is each process's derivative, with psum transposing to psum
+(as with pmap).
 
 Meshes may have several axes: a PartitionSpec entry or a collective may name one
 axis or a tuple of them (row-major over the axes named, as jax).
@@ -73,10 +74,12 @@ from mlir.dialects import arith, func, tensor
 
 from . import dialects, primitives, pytree
 from . import numpy as anp
-from .api import _transform_passes
+from .api import _draws_random, _transform_passes
+from .rng_state import call_with_state
 from .runtime import COMPILE_LOCK, CompiledModule
 from .tracing import (
     FunctionTrace,
+    RegionTrace,
     ShapedArray,
     Tracer,
     abstractify,
@@ -593,11 +596,49 @@ def _replicated(ctx: _MeshContext, x: Tracer) -> Tracer:
         f"  func.func private @{name}(%x: {ty}) -> {ty} attributes {{"
         f"autodiff.custom_vjp = {{fwd = @{name}_fwd, bwd = @{name}_bwd}}}} {{\n"
         f"    return %x : {ty}\n  }}\n"))
-    trace = require_trace("shard_map")
+    trace = x.trace
     with trace.emitting():
         call = func.CallOp([t], ir.FlatSymbolRefAttr.get(name), [x.value])
     return trace.wrap(call.results[0], x.aval)
 
+
+
+class _BodyTrace(RegionTrace):
+    """The shard_map body's values: ops go to the enclosing trace's block, as if
+    inlined, but every value the body closes over passes `lift`, which treats a
+    floating-point one as the replicated global argument it is (`_replicated`):
+    without that its cotangent would be the sum of the processes' copies, each
+    n times its share (psum transposes to psum), not the global gradient."""
+
+    def __init__(self, parent: FunctionTrace, ctx: _MeshContext, replicate: bool) -> None:
+        super().__init__(parent, parent.block, [], "shard_map body")
+        self.ctx, self.replicate = ctx, replicate
+        ops = self.block.operations
+        #: the last op before the body's: a captured value's boundary goes after it
+        #: (a use inside a loop region of the body comes after the loop op itself)
+        self._mark = ops[len(ops) - 1] if len(ops) else None
+
+    def own(self, t: Tracer) -> Tracer:
+        """A value of the enclosing trace made by shard_map for the body (its block)."""
+        return Tracer(t.value, t.aval, self)
+
+    def lift(self, t: Tracer) -> Tracer:
+        if t.trace is self:
+            return t
+        outer = self.parent.lift(t)
+        inner = self._captured.get(id(outer))
+        if inner is None:
+            value = _replicated(self.ctx, outer) if self.replicate else outer
+            if value is not outer:
+                op = value.value.owner
+                if self._mark is not None:
+                    op.move_after(self._mark)
+                elif self.block.operations[0] != op:
+                    op.move_before(self.block.operations[0])
+            inner = Tracer(value.value, value.aval, self)
+            self._captured[id(outer)] = inner
+            self._outer.append(outer)
+        return inner
 
 
 def _split_dims(spec: Any, ndim: int, mesh: Mesh, who: str) -> dict[int, tuple[str, ...]]:
@@ -672,7 +713,7 @@ class _ShardMapped:
         if not isinstance(mesh, Mesh):
             raise TypeError(f"shard_map: mesh must be an ad.Mesh, got {mesh!r}")
         self.f, self.mesh, self.in_specs, self.out_specs = f, mesh, in_specs, out_specs
-        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef]] = {}
+        self._cache: dict[Any, tuple[CompiledModule, pytree.TreeDef, bool]] = {}
         self.__name__ = getattr(f, "__name__", "shard_map")
 
     def lowered_text(self, *args: Any) -> str:
@@ -713,6 +754,9 @@ class _ShardMapped:
         stack = _ACTIVE.__dict__.setdefault("stack", [])
         stack.append(ctx)
         try:
+            # the body's values live in a trace of their own (emitting into the same
+            # block), so the values it closes over pass its boundary (see _BodyTrace)
+            body = _BodyTrace(trace, ctx, replicate=inline)
             local = []
             for x, s in zip(leaves, leaf_specs):
                 dims = _split_dims(s, x.ndim, mesh, "shard_map in_specs")
@@ -726,19 +770,21 @@ class _ShardMapped:
                             f"split over {what} of size {size}, which does not divide it")
                 if inline:  # (differentiable from outside: see _replicated)
                     x = _replicated(ctx, x)
-                local.append(_local_block(ctx, x, dims))
-            out = self.f(*pytree.tree_unflatten(tree, local))
-            out_leaves, out_tree = pytree.tree_flatten(out)
-            out_specs = _leaf_specs(self.out_specs, out, "out_specs")
-            results = []
-            for o, s in zip(out_leaves, out_specs):
-                t = trace.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
-                for d, names in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
-                    t = all_gather(t, names, axis=d, tiled=True)
-                results.append(t)
+                local.append(body.own(_local_block(ctx, x, dims)))
+            with body.active():
+                out = self.f(*pytree.tree_unflatten(tree, local))
+                out_leaves, out_tree = pytree.tree_flatten(out)
+                out_specs = _leaf_specs(self.out_specs, out, "out_specs")
+                results = []
+                for o, s in zip(out_leaves, out_specs):
+                    t = body.lift(o) if isinstance(o, Tracer) else primitives.constant_like(o)
+                    for d, names in _split_dims(s, t.ndim, mesh, "shard_map out_specs").items():
+                        t = all_gather(t, names, axis=d, tiled=True)
+                    results.append(t)
+            body.finish(results)
         finally:
             stack.pop()
-        return results, out_tree
+        return [Tracer(t.value, t.aval, trace) for t in results], out_tree
 
     def _inline(self, args: tuple[Any, ...]) -> Any:
         """Inside jit (or another trace): emit the body into the enclosing function."""
@@ -770,17 +816,25 @@ class _ShardMapped:
         if entry is None:
             with COMPILE_LOCK:
                 module, out_tree = self._trace(args)
+                # a draw of the implicit generator: @main takes and returns its state
+                uses_rng = _draws_random(module)
                 # grad/jvp/vmap inside the body: the autodiff passes, as jit runs them.
                 run_pipeline(module, ",".join(_transform_passes(module)
                                               + ["canonicalize", "cse", "symbol-dce"]))
                 cm = CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi",
                                     context=module.context)
-            entry = self._cache[key] = (cm, out_tree)
-        cm, out_tree = entry
-        outs = cm["main"](*[np.asarray(x) for x in leaves])
-        if not isinstance(outs, tuple):
-            outs = (outs,)
+            entry = self._cache[key] = (cm, out_tree, uses_rng)
+        cm, out_tree, uses_rng = entry
+        arrays = [np.asarray(x) for x in leaves]
+        if uses_rng:
+            outs = tuple(call_with_state(lambda a: _as_tuple(cm["main"](*a)), arrays))
+        else:
+            outs = _as_tuple(cm["main"](*arrays))
         return pytree.tree_unflatten(out_tree, list(outs))
+
+
+def _as_tuple(outs: Any) -> tuple[Any, ...]:
+    return outs if isinstance(outs, tuple) else (outs,)
 
 
 def _require_processes(mesh: Mesh, who: str) -> int:

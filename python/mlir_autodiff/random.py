@@ -31,6 +31,17 @@ derive new keys from Philox words of a key. `uniform`, `normal`,
 draw (JAX's argument order after it); without one they draw from the
 generator (torch's order). Keyed draws emit `autodiff.philox` directly, at the
 key's (seed, offset), marked `keyed`.
+
+Under `shard_map` (several processes, `mlir_autodiff.distributed`): a keyed
+draw in the body gives the same numbers on every process, as in jax (the key
+is the same everywhere; so does the implicit generator when the processes
+seeded it alike). `fold_in(key, ad.lax.axis_index("x"))` gives each process
+a stream of its own. `out_sharding=PartitionSpec(...)` (uniform, normal,
+bernoulli, randint; jax.random's keyword) makes `shape` the *global* shape
+and returns this process's block of that global draw: the same numbers as
+those elements of the single-process draw with the same key, for any number
+of processes, drawn without the rest (Philox is counter-based; see
+`random_sharding`). Dropout masks of a data-parallel batch are drawn so.
 """
 
 from __future__ import annotations
@@ -317,10 +328,39 @@ def _split_key(who: str, args: Sequence[Any],
     return None, args, kwargs
 
 
-def _source(k: Any) -> Callable[..., Tracer]:
-    """The emitter of a draw: from the implicit generator, or from key `k`."""
+def _out_sharding(who: str, k: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the keyed draw's `out_sharding`, or None when it splits nothing; the other
+    keyword arguments). See `random_sharding`: inside a shard_map body the draw is
+    this process's block of the global draw."""
+    if "out_sharding" not in kwargs:
+        return None, kwargs
+    kwargs = dict(kwargs)
+    spec = kwargs.pop("out_sharding")
+    if spec is None:
+        return None, kwargs
+    from .random_sharding import is_split
+
+    if k is None:
+        raise TypeError(f"{who}: out_sharding needs the keyed form ({who}(key, shape, ...)): "
+                        "the implicit generator's draws are not split over processes")
+    if not is_split(spec, who):
+        return None, kwargs
+    if current_trace() is None:
+        raise NameError(f"{who}: out_sharding {spec!r} names mesh axes: draw inside a "
+                        "shard_map body over a mesh with those axes")
+    return spec, kwargs
+
+
+def _source(k: Any, out_sharding: Any = None, who: str = "random") -> Callable[..., Tracer]:
+    """The emitter of a draw: from the implicit generator, or from key `k` (with
+    `out_sharding`, this process's block of the global draw: `random_sharding`)."""
     if k is None:
         return _draw
+    if out_sharding is not None:
+        from .random_sharding import block_draw
+
+        return lambda shape, dtype, dist, **p: block_draw(k, _keyed_draw, shape, dtype, dist,
+                                                          out_sharding, who, **p)
     return lambda *a, **p: _keyed_draw(k, *a, **p)
 
 
@@ -378,6 +418,7 @@ def uniform(*args: Any, **kwargs: Any) -> Any:
     """
     who = "random.uniform"
     k, args, kwargs = _split_key(who, args, kwargs)
+    spec, kwargs = _out_sharding(who, k, kwargs)
     if k is None:
         b = _bind(who, _uniform_stateful, args, kwargs)
         low, high = b["low"], b["high"]
@@ -385,10 +426,11 @@ def uniform(*args: Any, **kwargs: Any) -> Any:
         b = _bind(who, _uniform_keyed, args, kwargs)
         low = _aliased(who, b, ("minval", "low"), 0.0)
         high = _aliased(who, b, ("maxval", "high"), 1.0)
-    return _uniform(k, low, high, shape=b["shape"], dtype=b["dtype"])
+    return _uniform(k, low, high, shape=b["shape"], dtype=b["dtype"], out_sharding=spec)
 
 
-def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
+def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any,
+             out_sharding: Any = None) -> Any:
     who = "random.uniform"
     shape = _shape(shape, who)
     dt = _float_dtype(dtype, who)
@@ -398,7 +440,7 @@ def _uniform(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
             return _eager("_uniform", [k], {"shape": shape, "dtype": dt.name, "low": float(low),
                                                 "high": float(high)})
         return _eager("_uniform", [k, low, high], {"shape": shape, "dtype": dt.name})
-    draw = _source(k)
+    draw = _source(k, out_sharding, who)
     if static:
         if not float(low) <= float(high):
             raise ValueError(f"{who}: expected low <= high, got low={low}, high={high}")
@@ -429,11 +471,13 @@ def normal(*args: Any, **kwargs: Any) -> Any:
     """
     who = "random.normal"
     k, args, kwargs = _split_key(who, args, kwargs)
+    spec, kwargs = _out_sharding(who, k, kwargs)
     b = _bind(who, _normal_args, args, kwargs)
-    return _normal(k, b["mean"], b["std"], shape=b["shape"], dtype=b["dtype"])
+    return _normal(k, b["mean"], b["std"], shape=b["shape"], dtype=b["dtype"], out_sharding=spec)
 
 
-def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
+def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any,
+            out_sharding: Any = None) -> Any:
     who = "random.normal"
     shape = _shape(shape, who)
     dt = _float_dtype(dtype, who)
@@ -443,7 +487,7 @@ def _normal(k: Any, mean: Any, std: Any, shape: ShapeLike, dtype: Any) -> Any:
             return _eager("_normal", [k], {"shape": shape, "dtype": dt.name, "mean": float(mean),
                                                "std": float(std)})
         return _eager("_normal", [k, mean, std], {"shape": shape, "dtype": dt.name})
-    draw = _source(k)
+    draw = _source(k, out_sharding, who)
     if static:
         if float(std) < 0:
             raise ValueError(f"{who}: std must be >= 0, got {std}")
@@ -469,11 +513,12 @@ def bernoulli(*args: Any, **kwargs: Any) -> Any:
     """
     who = "random.bernoulli"
     k, args, kwargs = _split_key(who, args, kwargs)
+    spec, kwargs = _out_sharding(who, k, kwargs)
     b = _bind(who, _bernoulli_args, args, kwargs)
-    return _bernoulli(k, b["p"], shape=b["shape"])
+    return _bernoulli(k, b["p"], shape=b["shape"], out_sharding=spec)
 
 
-def _bernoulli(k: Any, p: Any, shape: ShapeLike | None) -> Any:
+def _bernoulli(k: Any, p: Any, shape: ShapeLike | None, out_sharding: Any = None) -> Any:
     who = "random.bernoulli"
     static = _is_static_scalar(p)
     if static and not 0.0 <= float(p) <= 1.0:
@@ -489,7 +534,7 @@ def _bernoulli(k: Any, p: Any, shape: ShapeLike | None) -> Any:
     if not static:
         p = anp.asarray(p)
         dt = p.dtype if np.issubdtype(p.dtype, np.floating) else np.float32
-    return _source(k)(shape, np.dtype(dt), "uniform") < p
+    return _source(k, out_sharding, who)(shape, np.dtype(dt), "uniform") < p
 
 
 def randint(*args: Any, **kwargs: Any) -> Any:
@@ -506,6 +551,7 @@ def randint(*args: Any, **kwargs: Any) -> Any:
     """
     who = "random.randint"
     k, args, kwargs = _split_key(who, args, kwargs)
+    spec, kwargs = _out_sharding(who, k, kwargs)
     if k is None:
         b = _bind(who, _randint_stateful, args, kwargs)
         low, high, shape = b["low"], b["high"], b["shape"]
@@ -516,10 +562,11 @@ def randint(*args: Any, **kwargs: Any) -> Any:
     else:
         b = _bind(who, _randint_keyed, args, kwargs)
         low, high, shape = b["minval"], b["maxval"], b["shape"]
-    return _randint(k, low=low, high=high, shape=shape, dtype=b["dtype"])
+    return _randint(k, low=low, high=high, shape=shape, dtype=b["dtype"], out_sharding=spec)
 
 
-def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
+def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any,
+             out_sharding: Any = None) -> Any:
     who = "random.randint"
     shape = _shape(shape, who)
     dt = canonical_dtype(dtype)
@@ -537,7 +584,7 @@ def _randint(k: Any, low: Any, high: Any, shape: ShapeLike, dtype: Any) -> Any:
         raise ValueError(f"{who}: the range high - low = {high - low} exceeds 2**63 - 1")
     if current_trace() is None:
         return _eager("_randint", [k], {"low": low, "high": high, "shape": shape, "dtype": dt.name})
-    words = _source(k)(shape, KEY_DTYPE, "bits")
+    words = _source(k, out_sharding, who)(shape, KEY_DTYPE, "bits")
     out = anp.remainder(words, np.int64(high - low)) + np.int64(low)
     return anp.astype(out, dt)
 

@@ -453,7 +453,238 @@ def multi_axis_meshes(out_dir: str) -> None:
         np.savez(os.path.join(out_dir, f"mesh{shape[0]}x{shape[1]}_rank{r}.npz"), **results)
 
 
+# -- tensor parallelism and sharded random draws (issue 23) ----------------------
+#
+# `sharded`: one launch per process count for all of these: a Megatron-style
+# tensor-parallel MLP (value, global gradient, jvp; its weights passed or
+# closed over), each process's block of global random draws
+# (`out_sharding`), plain and rank-folded draws in the body, and 20 steps of
+# data-parallel training with dropout, and the tensor-parallel example. The
+# test compares them with jax and with the single-process programs below (run
+# in the test's own process).
+
+#: tensor-parallel layer sizes: batch, input, hidden (split), output
+TP_SIZES = (3, 5, 8, 2)
+
+
+def tp_inputs() -> dict[str, np.ndarray]:
+    """The layer pair's arguments, tangents and the cotangent-free loss's inputs
+    (the same for every process count: the hidden size 8 splits over 2 and 4)."""
+    rng = np.random.default_rng(2301)
+    b, d, h, o = TP_SIZES
+    shapes = {"x": (b, d), "w1": (d, h), "b1": (h,), "w2": (h, o), "b2": (o,)}
+    a = {k: rng.standard_normal(s) for k, s in shapes.items()}
+    a.update({"t_" + k: rng.standard_normal(s) for k, s in shapes.items()})
+    return a
+
+
+def mlp_pair(x, w1, b1, w2, b2):
+    """The unsharded layer pair: tanh(x w1 + b1) w2 + b2."""
+    return anp.tanh(x @ w1 + b1) @ w2 + b2
+
+
+def tp_loss_of(y):
+    return anp.sum(anp.sin(y) * y)
+
+
+def tensor_parallel(mesh, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layer pair over the mesh in Megatron's split: w1 by columns, b1 with them,
+    w2 by rows, one psum at the end (x and b2 replicated). In one jit: its value,
+    `grad` of a loss of it (outside the shard_map: the global gradient) and `jvp`
+    with the weights passed as arguments, and `grad` with them closed over by the
+    body (inside a loop and a checkpoint of the body)."""
+
+    def body(x, w1, b1, w2, b2):
+        return ad.lax.psum(anp.tanh(x @ w1 + b1) @ w2, "x") + b2
+
+    tp = ad.shard_map(body, mesh, in_specs=(P(), P(None, "x"), P("x"), P("x", None), P()),
+                      out_specs=P())
+
+    def closed_over(x, w1, b1, w2, b2):
+        """Only w1 passed (split): x, b2 and the global b1 and w2 (of which the body
+        takes its block) closed over, used in a checkpoint inside a loop (y / 2 after
+        two steps)."""
+        def inner(w1b):
+            cols = _tp_columns(mesh, b1.shape[0])
+            step = ad.checkpoint(
+                lambda y: y + ad.lax.psum(anp.tanh(x @ w1b + b1[cols]) @ w2[cols], "x") + b2)
+            return ad.lax.fori_loop(0, 2, lambda i, y: step(y),
+                                    anp.zeros((x.shape[0], b2.shape[0])))
+        return ad.shard_map(inner, mesh, in_specs=P(None, "x"), out_specs=P())(w1) / 2
+
+    names = ("x", "w1", "b1", "w2", "b2")
+
+    def everything(args, tangents):
+        y = tp(*args)
+        grads = {}
+        for label, f in (("", tp), ("_closed", closed_over)):
+            grads[label] = ad.grad(lambda xs, f=f: tp_loss_of(f(*xs)))(args)
+        _, ty = ad.jvp(tp, args, tangents)
+        return y, grads, ty
+
+    y, grads, ty = ad.jit(everything)(tuple(a[k] for k in names),
+                                      tuple(a["t_" + k] for k in names))
+    out = {"tp_y": np.asarray(y), "tp_jvp": np.asarray(ty)}
+    for label, g in grads.items():
+        for k, v in zip(names, g):
+            out[f"tp_grad{label}_{k}"] = np.asarray(v)
+    return out
+
+
+def _tp_columns(mesh, size):
+    """This process's block of `size` indices along the mesh axis: a traced slice
+    (the closed-over b1 and w2 are global; the body takes its block itself)."""
+    n = mesh.shape[0]
+    return anp.arange(size // n) + ad.lax.axis_index("x") * (size // n)
+
+
+def draw_cases(n: int) -> dict[str, tuple]:
+    """name -> (draw(key, global shape, out_sharding), global shape, out_sharding):
+    blocks split by rows and by inner dimensions, runs that start inside a Philox
+    block (1 and 2 elements per word pair), 32- and 64-bit, every distribution."""
+    R = ad.random
+    return {
+        "bernoulli": (lambda k, s, o: R.bernoulli(k, 0.3, s, out_sharding=o).astype(np.float32),
+                      (2 * n, 3), P("x")),
+        "uniform_f64": (lambda k, s, o: R.uniform(k, s, np.float64, out_sharding=o),
+                        (n, 5), P("x")),
+        "uniform_bounds": (lambda k, s, o: R.uniform(k, s, np.float64, anp.asarray(-2.0),
+                                                     3.0, out_sharding=o), (3 * n,), P("x")),
+        "normal_cols": (lambda k, s, o: R.normal(k, s, np.float32, out_sharding=o),
+                        (3, 2 * n), P(None, "x")),
+        "normal_f64_mid": (lambda k, s, o: R.normal(k, s, np.float64, out_sharding=o),
+                           (2, 3 * n, 3), P(None, "x")),
+        "randint": (lambda k, s, o: R.randint(k, s, -5, 100, out_sharding=o), (2 * n, 3), P("x")),
+        "uniform_aligned": (lambda k, s, o: R.uniform(k, s, out_sharding=o), (4 * n, 4), P("x")),
+        "uniform_bf16": (lambda k, s, o: R.uniform(k, s, anp.bfloat16, out_sharding=o)
+                         .astype(np.float32), (3 * n,), P("x")),
+        "replicated": (lambda k, s, o: R.normal(k, s, np.float64, out_sharding=o), (2, 3),
+                       P(None, None)),
+    }
+
+
+#: the key of the draws and of the dropout training
+RNG_SEED = 2323
+
+
+def sharded_draws(mesh, n: int) -> dict[str, np.ndarray]:
+    """Each process's block of the global draws (gathered by out_specs), a plain
+    keyed draw and one of the implicit generator in the body (the same numbers on
+    every process) and a draw of the key folded with axis_index (each its own)."""
+    cases = draw_cases(n)
+    key = ad.random.key(RNG_SEED)
+
+    def body(k):
+        out = {name: f(k, s, o) for name, (f, s, o) in cases.items()}
+        out["plain"] = ad.random.uniform(k, (2, 3), np.float64)
+        out["folded"] = ad.random.uniform(ad.random.fold_in(k, ad.lax.axis_index("x")),
+                                          (2, 3), np.float64)
+        out["stateful"] = ad.random.normal((4,), np.float64)
+        return out
+
+    specs = {name: o for name, (_, _, o) in cases.items()}
+    specs.update(plain=P(), folded=P("x"), stateful=P())
+    ad.random.manual_seed(RNG_SEED)
+    out = ad.shard_map(body, mesh, in_specs=P(), out_specs=specs)(key)
+    return {"draw_" + k: np.asarray(v) for k, v in out.items()}
+
+
+def single_process_draws(n: int) -> dict[str, np.ndarray]:
+    """What `sharded_draws` must give, drawn in one process: the global draws; a
+    process's plain draw; the folded draws of every position, stacked."""
+    def draws(key):
+        out = {name: f(key, s, None) for name, (f, s, _) in draw_cases(n).items()}
+        out["plain"] = ad.random.uniform(key, (2, 3), np.float64)
+        out["folded"] = anp.concatenate([ad.random.uniform(
+            ad.random.fold_in(key, r), (2, 3), np.float64) for r in range(n)])
+        out["stateful"] = ad.random.normal((4,), np.float64)
+        return out
+
+    ad.random.manual_seed(RNG_SEED)
+    out = ad.jit(draws)(ad.random.key(RNG_SEED))
+    return {"draw_" + k: np.asarray(v) for k, v in out.items()}
+
+
+#: the dropout MLP: global batch, sizes, dropout rate, steps and learning rate
+DROPOUT = {"batch": 8, "sizes": (4, 6, 3), "rate": 0.25, "steps": 20, "lr": 0.05}
+
+
+def dropout_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(2302)
+    d, h, o = DROPOUT["sizes"]
+    b = DROPOUT["batch"]
+    return {"x": rng.standard_normal((b, d)), "y": np.eye(o)[rng.integers(0, o, b)],
+            "w1": rng.standard_normal((d, h)) * 0.5, "b1": np.zeros(h),
+            "w2": rng.standard_normal((h, o)) * 0.5, "b2": np.zeros(o)}
+
+
+def dropout_loss(params, x, y, key, out_sharding=None):
+    """Summed cross-entropy of a one-hidden-layer MLP with dropout on the hidden
+    units; the mask is the global batch's (`out_sharding`: this process's rows)."""
+    w1, b1, w2, b2 = params
+    rate = DROPOUT["rate"]
+    h = anp.tanh(x @ w1 + b1)
+    keep = ad.random.bernoulli(key, 1.0 - rate, (DROPOUT["batch"], h.shape[1]),
+                               out_sharding=out_sharding)
+    h = anp.where(keep, h / (1.0 - rate), 0.0)
+    return -anp.sum(y * ad.nn.log_softmax(h @ w2 + b2, axis=-1))
+
+
+def dropout_training(mesh=None) -> list[np.ndarray]:
+    """DROPOUT["steps"] SGD steps, the key of step t `fold_in(key, t)`: over the mesh,
+    the batch split by rows and `grad` outside the shard_map (the global gradient);
+    without a mesh, in one process on the whole batch."""
+    a = dropout_inputs()
+    if mesh is None:
+        loss = dropout_loss
+    else:
+        def loss(params, x, y, key):
+            local = ad.shard_map(
+                lambda p, xb, yb, k: ad.lax.psum(dropout_loss(p, xb, yb, k, P("x")), "x"),
+                mesh, in_specs=(P(), P("x"), P("x"), P()), out_specs=P())
+            return local(params, x, y, key)
+
+    def step(params, x, y, key, t):
+        g = ad.grad(loss)(params, x, y, ad.random.fold_in(key, t))
+        return tuple(p - DROPOUT["lr"] * gp for p, gp in zip(params, g))
+
+    st = ad.jit(step)
+    params = tuple(a[k] for k in ("w1", "b1", "w2", "b2"))
+    key = ad.random.key(RNG_SEED)
+    for t in range(DROPOUT["steps"]):
+        params = st(params, a["x"], a["y"], key, np.int32(t))
+    return [np.asarray(p) for p in params]
+
+
+def sharded(out_dir: str) -> None:
+    ad.distributed.initialize()
+    n, r = ad.distributed.process_count(), ad.distributed.process_index()
+    mesh = ad.Mesh((n,), ("x",))
+    results = tensor_parallel(mesh, tp_inputs())
+    results.update(sharded_draws(mesh, n))
+    for i, p in enumerate(dropout_training(mesh)):
+        results[f"dropout_p{i}"] = p
+    if n == 2:  # (the example's check is the same at any count: once is enough)
+        results["example_tp_rc"] = np.int64(tensor_parallel_example())
+    np.savez(os.path.join(out_dir, f"rank{r}.npz"), **results)
+
+
+def tensor_parallel_example() -> int:
+    """examples/distributed_mlp.py --tensor-parallel --check, small, in this launch:
+    its exit status (0: equal to single-process training to 1e-10)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "distributed_mlp.py"
+    spec = importlib.util.spec_from_file_location("distributed_mlp", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example.main(["--tensor-parallel", "--steps", "20", "--batch", "32",
+                         "--hidden", "8", "--check"])
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
     {"collectives": collectives, "raise": raise_on_one, "mesh-mismatch": mesh_mismatch,
-     "shape-mismatch": shape_mismatch, "multi-axis-meshes": multi_axis_meshes}[case](out)
+     "shape-mismatch": shape_mismatch, "multi-axis-meshes": multi_axis_meshes,
+     "sharded": sharded}[case](out)
