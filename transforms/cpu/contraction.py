@@ -130,6 +130,19 @@ def _dim_groups(dims: Sequence[Sequence[int]], iters: Sequence[str]) -> list[lis
     return runs
 
 
+def _mul_add_generics(module: ir.Operation) -> list[ir.Operation]:
+    """The `linalg.generic` contractions `acc + a * b` of `module`, in walk order."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "linalg.generic" and len(op.operands) == 3 and is_mul_add(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
 def collapse_contraction_dims(module: ir.Operation) -> None:
     """Contractions `acc + a * b` whose loop dims come in runs (`_dim_groups`)
     become contractions over one loop per run, on reshaped (collapse_shape)
@@ -139,15 +152,7 @@ def collapse_contraction_dims(module: ir.Operation) -> None:
     (measurements: benchmarks/notes/cpu-schedules.md)."""
     from mlir.dialects import tensor
 
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "linalg.generic" and len(op.operands) == 3 and is_mul_add(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in found:
+    for op in _mul_add_generics(module):
         maps = contraction_maps(op)
         dims = map_dims(maps)
         if dims is None or float_width(op) is None or ranges_from_maps(maps, op) is None:
@@ -240,15 +245,7 @@ def leading_batch_dims(module: ir.Operation) -> None:
     and the merged form is a schedulable contraction."""
     from mlir.dialects import arith, linalg
 
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "linalg.generic" and len(op.operands) == 3 and is_mul_add(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in found:
+    for op in _mul_add_generics(module):
         maps = contraction_maps(op)
         dims = map_dims(maps)
         ranges = ranges_from_maps(maps, op) if dims is not None else None

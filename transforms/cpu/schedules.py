@@ -398,8 +398,13 @@ def _schedule_conv(s: Script, c: Candidate, tag: int) -> None:
     ct = ci if ci <= CONV_C_TILE else _largest_divisor(
         ci, (CONV_C_TILE, CONV_C_TILE // 2, CONV_C_TILE // 4))
     kt = 0 if kw * ct <= CONV_UNROLL else 1
+    _tile_decompose_vectorize(s, h, c, [1, 1, wt, ft, 1, kt, 0 if ct == ci else ct])
+
+
+def _tile_decompose_vectorize(s: Script, h: str, c: Candidate, sizes: list[int]) -> None:
+    """A named 2-D convolution `h`: its outer loop over the threads, tiles of
+    `sizes` (0 for a unit loop), decomposed to the 1-D convolution and vectorized."""
     h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
-    sizes = [1, 1, wt, ft, 1, kt, 0 if ct == ci else ct]
     sizes = [0 if r == 1 else t for t, r in zip(sizes, c.ranges)]
     t = s.tile(h, sizes)
     d = s.fresh("dec")
@@ -424,14 +429,7 @@ def _schedule_depthwise(s: Script, c: Candidate, tag: int) -> None:
     ct = _largest_divisor(ch, (lanes, lanes // 2, lanes // 4, 2))
     wt = ow if ow <= CONV_OW_TILE else _largest_divisor(ow, (CONV_OW_TILE, 2))
     kt = 0 if kw <= DEPTHWISE_UNROLL_KW else 1
-    h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
-    sizes = [1, 1, wt, ct, 1, kt]
-    sizes = [0 if r == 1 else t for t, r in zip(sizes, c.ranges)]
-    t = s.tile(h, sizes)
-    d = s.fresh("dec")
-    s.lines.append(f"{d} = transform.structured.decompose {t} "
-                   ": (!transform.any_op) -> !transform.any_op")
-    s.vectorize.append(d)
+    _tile_decompose_vectorize(s, h, c, [1, 1, wt, ct, 1, kt])
 
 
 SCHEDULE_BUILDERS: dict[str, Callable[[Script, Candidate, int], None]] = {

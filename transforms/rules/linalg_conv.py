@@ -69,18 +69,22 @@ def _tensor(shape, like: ir.Value) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), element_type(like.type))
 
 
-def _conv_jvp(b, op, ts):
-    x, w, init = list(op.operands)
-    tx, tw, tinit = ts
-    if tx is None and tw is None and tinit is None:
-        return [None]
-    s, d = conv_params(op)
-    acc = b.materialize(tinit, init)
-    if tx is not None:
-        acc = conv2d(b, tx, w, acc, s, d)
-    if tw is not None:
-        acc = conv2d(b, x, tw, acc, s, d)
-    return [acc]
+def _bilinear_jvp(conv):
+    """The jvp rule of a convolution op built by `conv(b, x, w, init, s, d)`:
+    conv(tx, w) + conv(x, tw), accumulated onto the init's tangent."""
+    def rule(b, op, ts):
+        x, w, init = list(op.operands)
+        tx, tw, tinit = ts
+        if tx is None and tw is None and tinit is None:
+            return [None]
+        s, d = conv_params(op)
+        acc = b.materialize(tinit, init)
+        if tx is not None:
+            acc = conv(b, tx, w, acc, s, d)
+        if tw is not None:
+            acc = conv(b, x, tw, acc, s, d)
+        return [acc]
+    return rule
 
 
 def _filter_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.Value:
@@ -136,7 +140,7 @@ def _conv_vjp(b, op, cts):
     return [gx, gw, ct]
 
 
-defjvp_rule(CONV2D, _conv_jvp)
+defjvp_rule(CONV2D, _bilinear_jvp(conv2d))
 defvjp(CONV2D, _conv_vjp)
 
 
@@ -236,20 +240,6 @@ def depthwise(b: Builder, x: ir.Value, w: ir.Value, init: ir.Value, strides, dil
             x, w, outs=[init], strides=list(strides), dilations=list(dilations)))
 
 
-def _dw_jvp(b, op, ts):
-    x, w, init = list(op.operands)
-    tx, tw, tinit = ts
-    if tx is None and tw is None and tinit is None:
-        return [None]
-    s, d = conv_params(op)
-    acc = b.materialize(tinit, init)
-    if tx is not None:
-        acc = depthwise(b, tx, w, acc, s, d)
-    if tw is not None:
-        acc = depthwise(b, x, tw, acc, s, d)
-    return [acc]
-
-
 def _dw_input_ct(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, s, d) -> ir.Value:
     _, h, wd, _ = x.type.shape
     kh, kw, c = w.type.shape
@@ -311,6 +301,6 @@ def _dw_batch(b: BatchBuilder, op, vals, batched):
     return [(_per_lane(b, x, w, init, s, d, depthwise), True)]
 
 
-defjvp_rule(DEPTHWISE, _dw_jvp)
+defjvp_rule(DEPTHWISE, _bilinear_jvp(depthwise))
 defvjp(DEPTHWISE, _dw_vjp)
 defbatch(DEPTHWISE, _dw_batch)

@@ -149,6 +149,22 @@ def _max_jvp(b, op, ts):
     return [b.select(_keep(b, m, init), t, b.materialize(tinit, like))]
 
 
+def _winner(bb: Builder, args: list[ir.Value], kk: int, et: ir.Type
+            ) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """In a generic's body over the output reading the `kk` window positions'
+    values, the cotangent and the init: (the cotangent the window's first
+    maximum takes, that position as a number, the init's share)."""
+    xs, c, i0 = args[:kk], args[kk], args[kk + 1]
+    zero = bb.constant(et, 0.0)
+    acc, idx = xs[0], bb.constant(et, 0.0)
+    for k in range(1, kk):
+        keep = _keep(bb, acc, xs[k])
+        acc = bb.select(keep, acc, xs[k])
+        idx = bb.select(keep, idx, bb.constant(et, float(k)))
+    keep = _keep(bb, acc, i0)
+    return bb.select(keep, c, zero), idx, bb.select(keep, zero, c)
+
+
 def _max_vjp(b, op, cts):
     """One elementwise generic over the output runs the select chain per window
     and writes each position's share of the cotangent (and the init's); each
@@ -164,18 +180,11 @@ def _max_vjp(b, op, cts):
     rank = ct.type.rank
 
     def body(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
-        xs, c, i0 = args[:kk], args[kk], args[kk + 1]
+        cw, idx, ginit = _winner(bb, args, kk, et)
         zero = bb.constant(et, 0.0)
-        acc, idx = xs[0], bb.constant(et, 0.0)
-        for k in range(1, kk):
-            keep = _keep(bb, acc, xs[k])
-            acc = bb.select(keep, acc, xs[k])
-            idx = bb.select(keep, idx, bb.constant(et, float(k)))
-        keep = _keep(bb, acc, i0)
-        cw = bb.select(keep, c, zero)
         parts = [bb.select(bb.cmpf("oeq", idx, bb.constant(et, float(k))), cw, zero)
                  for k in range(kk)]
-        return [*parts, bb.select(keep, zero, c)]
+        return [*parts, ginit]
 
     if _tiles(x, op, s, d):
         return _max_vjp_tiles(b, op, vals, ct, init)
@@ -214,19 +223,9 @@ def _max_vjp_tiles(b: Builder, op, vals: list[ir.Value], ct: ir.Value, init: ir.
     n, oh, ow, c = ct.type.shape
     et = element_type(ct.type)
 
-    def first(bb: Builder, args: list[ir.Value]) -> list[ir.Value]:
-        xs, cv, i0 = args[:kk], args[kk], args[kk + 1]
-        zero = bb.constant(et, 0.0)
-        acc, idx = xs[0], bb.constant(et, 0.0)
-        for k in range(1, kk):
-            keep = _keep(bb, acc, xs[k])
-            acc = bb.select(keep, acc, xs[k])
-            idx = bb.select(keep, idx, bb.constant(et, float(k)))
-        keep = _keep(bb, acc, i0)
-        return [bb.select(keep, cv, zero), idx, bb.select(keep, zero, cv)]
-
     gen = make_generic(b, [*vals, ct, init], [b.empty_like(ct) for _ in range(3)],
-                       [identity_map(4)] * (kk + 5), [PAR] * 4, first)
+                       [identity_map(4)] * (kk + 5), [PAR] * 4,
+                       lambda bb, args: list(_winner(bb, args, kk, et)))
     taken, where, ginit = gen.results
     if not b.ad.is_active(x):
         return [None, None, ginit]
