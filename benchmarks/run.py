@@ -507,7 +507,11 @@ def worker(cases: Sequence[Case], frameworks: Sequence[str], threads: int, *,
             "recreated": recreated_grad_loop(frameworks)}
 
 
-RECREATED_ITERATIONS = 10
+#: ours: enough iterations to see a periodic cost (a context replaced every
+#: SHARED_CONTEXT_USES new traces was one); jax recompiles each iteration (~0.1-0.2 s),
+#: so it gets fewer
+RECREATED_ITERATIONS = 100
+RECREATED_ITERATIONS_JAX = 10
 MAX_RECREATED_MS = 5.0
 
 
@@ -535,13 +539,14 @@ def recreated_grad_loop(frameworks: Sequence[str]) -> dict[str, list[float]]:
             def h_jax(v: Any) -> Any:
                 return jnp.sum(jnp.tanh(v) ** 2 + 0.5 * v)
 
-            out["jax"] = _loop_ms(lambda: np.asarray(jax.jit(jax.grad(h_jax))(x)))
+            out["jax"] = _loop_ms(lambda: np.asarray(jax.jit(jax.grad(h_jax))(x)),
+                                  RECREATED_ITERATIONS_JAX)
     return out
 
 
-def _loop_ms(step: Callable[[], Any]) -> list[float]:
+def _loop_ms(step: Callable[[], Any], iterations: int = 0) -> list[float]:
     times = []
-    for _ in range(RECREATED_ITERATIONS):
+    for _ in range(iterations or RECREATED_ITERATIONS):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e3)
