@@ -735,8 +735,9 @@ class _Executable:
         meta = {"main": info, "remap": self.remap,
                 "in_place": {str(a): r for a, r in self.in_place.items()},
                 "returned_donated": self.returned_donated}
+        # the level the in-memory compile chose (by the lowered module's size)
         target = Target("cpu", cpu="native", threads=self.threads,
-                        opt_level=default_opt_level())
+                        opt_level=compiled.opt_level)
         compile_cache.store_in_background(
             cache, key, self.fname, meta,
             lambda path: _build_in_background(inp, target, path))
