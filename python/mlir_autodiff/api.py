@@ -640,6 +640,8 @@ class _Executable:
                  if device == "cpu" and traced.out_avals and shared is None
                  and not _draws_random(traced.module, "shard.grid") else None)
         key = self._cache_key(cache, donated, text) if cache is not None else None
+        #: the trace is a module already compiled in this process (see SHARED_CONTEXT_USES)
+        self.reused = shared is not None
         if shared is not None:
             self.compiled, self.remap, self.in_place = shared.compiled, shared.remap, \
                 shared.in_place
@@ -733,8 +735,9 @@ class _Executable:
         meta = {"main": info, "remap": self.remap,
                 "in_place": {str(a): r for a, r in self.in_place.items()},
                 "returned_donated": self.returned_donated}
+        # the level the in-memory compile chose (by the lowered module's size)
         target = Target("cpu", cpu="native", threads=self.threads,
-                        opt_level=default_opt_level())
+                        opt_level=compiled.opt_level)
         compile_cache.store_in_background(
             cache, key, self.fname, meta,
             lambda path: _build_in_background(inp, target, path))
@@ -792,15 +795,20 @@ JIT_CACHE_TOTAL = _env_int("AUTODIFF_JIT_CACHE_TOTAL", 512)
 _LIVE_JITS: weakref.WeakSet[JitFunction] = weakref.WeakSet()
 _USE_CLOCK = itertools.count()
 
-#: Jitted functions take their MLIR context from a shared one, which serves this
-#: many functions before a fresh one replaces it. Making a context (loading every
-#: dialect) costs ~10 ms, most of a re-created `jit(grad(h))`'s call; one per
-#: function would also keep them apart for nothing, since every compile holds
-#: COMPILE_LOCK anyway. Rotating bounds what a context accumulates (uniqued
-#: types and constants are freed only with it): it dies with the last function
-#: that uses it.
+#: Jitted functions take their MLIR context from a shared one, which takes this many
+#: traces of new modules before a fresh one replaces it. Making a context (loading
+#: every dialect) costs 3-6 ms and dropping one ~1 ms, more than a re-created
+#: `jit(grad(h))`'s whole call; one per function would also keep them apart for
+#: nothing, since every compile holds COMPILE_LOCK anyway. Rotating bounds what a
+#: context accumulates (uniqued types, attributes and locations are freed only with
+#: it): it dies with the last function that uses it. A trace whose module is one
+#: already compiled in this process (the same function re-created in a loop) is not
+#: counted: it uniques only what an identical module already put in a context, so a
+#: context grows by at most one copy of each distinct module (and those are bounded by
+#: `_RECENT_MODULES`) beyond the counted ones. Only traces count, not functions: a
+#: function that traces many signatures fills its context as much as many functions.
 SHARED_CONTEXT_USES = _env_int("AUTODIFF_SHARED_CONTEXT_USES", 32)
-_SHARED_CONTEXT: list[Any] = [None, 0]   # [context, functions served]
+_SHARED_CONTEXT: list[Any] = [None, 0]   # [context, new modules traced into it]
 
 
 def _shared_context() -> ir.Context:
@@ -810,8 +818,13 @@ def _shared_context() -> ir.Context:
         context = ir.Context()
         dialects.load(context)
         _SHARED_CONTEXT[:] = [context, 0]
-    _SHARED_CONTEXT[1] += 1
     return context
+
+
+def _count_trace(context: ir.Context) -> None:
+    """A module that may add to what `context` holds was traced into it."""
+    if _SHARED_CONTEXT[0] is context:
+        _SHARED_CONTEXT[1] += 1
 
 
 def _cached_versions() -> int:
@@ -942,9 +955,13 @@ class JitFunction:
             with COMPILE_LOCK:
                 exe = self._cache.get(sig.key)
                 if exe is None:
-                    traced = _trace_main(self.fun, self.context, sig)
-                    exe = _Executable(traced, self.context, self._name, self.device,
-                                      sig.donated, self.threads)
+                    try:
+                        exe = _Executable(_trace_main(self.fun, self.context, sig),
+                                          self.context, self._name, self.device,
+                                          sig.donated, self.threads)
+                    finally:
+                        if exe is None or not exe.reused:
+                            _count_trace(self.context)
                     self._insert(sig.key, exe)
                 if fast is not None:
                     self._by_arrays[fast[0]] = exe
@@ -962,7 +979,9 @@ class JitFunction:
         """Trace for these arguments and return the MLIR at each stage (see `lower`)."""
         sig = self._signature(args, kwargs)
         with COMPILE_LOCK:
-            return Lowered(_trace_main(self.fun, self.context, sig), self.context, self._name)
+            traced = _trace_main(self.fun, self.context, sig)
+            _count_trace(self.context)
+            return Lowered(traced, self.context, self._name)
 
     def __repr__(self) -> str:
         return f"<jit {self._name}>"
@@ -1221,7 +1240,9 @@ def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
              for i, leaf in enumerate(leaves)]
     sig = _Signature(None, in_tree, avals, [], {}, len(args))
     with COMPILE_LOCK:
-        traced = _trace_main(fun, _shared_context(), sig)
+        context = _shared_context()
+        traced = _trace_main(fun, context, sig)
+        _count_trace(context)
     out = []
     for kind, ref in traced.plan:
         if kind == "result":

@@ -80,20 +80,55 @@ from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
 COMPILE_LOCK = threading.RLock()
 
 #: LLVM's optimization level for JIT-compiled CPU code when the caller names none:
-#: the environment variable AUTODIFF_OPT_LEVEL (0-3, default 3; XLA's
-#: --xla_backend_optimization_level). Lower levels compile faster and run slower;
-#: the MLIR schedules (tiling, vectorization) are the same at every level.
+#: the environment variable AUTODIFF_OPT_LEVEL (0-3; XLA's
+#: --xla_backend_optimization_level), else chosen by the lowered module's size (see
+#: `opt_level_for`). Lower levels compile faster and run slower; the MLIR schedules
+#: (tiling, vectorization) are the same at every level.
 OPT_LEVEL_ENV = "AUTODIFF_OPT_LEVEL"
+
+#: Lowered (LLVM dialect) modules of at least this many operations compile at
+#: `LARGE_MODULE_OPT_LEVEL` instead of 3. LLVM's O3 pipeline costs superlinearly in
+#: one huge function (the transformer train step's @main, ~28k ops: 8.0 s of
+#: optimization and codegen at O3, 4.7 s at O2; the CNN train step, ~11k ops: 2.5 s
+#: against 1.8 s) and buys nothing there: the MLIR schedules already tiled, unrolled
+#: and vectorized the loops, and both ran as fast at O2 (measurements:
+#: benchmarks/notes/compile-profile.md). Small modules (the MLP train step, ~6k ops;
+#: kernels, a few hundred) keep O3, where it costs a few tens of milliseconds.
+LARGE_MODULE_OPS = 10_000
+LARGE_MODULE_OPT_LEVEL = 2
 
 
 def default_opt_level() -> int:
-    """AUTODIFF_OPT_LEVEL, read at each compilation (a bad value raises ValueError)."""
+    """AUTODIFF_OPT_LEVEL, read at each compilation (a bad value raises ValueError);
+    3 when unset (`opt_level_for` lowers it for large modules)."""
+    level = _env_opt_level()
+    return 3 if level is None else level
+
+
+def _env_opt_level() -> int | None:
     raw = os.environ.get(OPT_LEVEL_ENV, "").strip()
     if not raw:
-        return 3
+        return None
     if raw not in ("0", "1", "2", "3"):
         raise ValueError(f"{OPT_LEVEL_ENV}={raw!r}: expected 0, 1, 2 or 3")
     return int(raw)
+
+
+def opt_level_for(module: ir.Module | ir.Operation) -> int:
+    """The LLVM optimization level for the lowered `module`: AUTODIFF_OPT_LEVEL when
+    set, else `LARGE_MODULE_OPT_LEVEL` from `LARGE_MODULE_OPS` operations on, else 3."""
+    level = _env_opt_level()
+    if level is not None:
+        return level
+    count = 0
+
+    def visit(_: ir.Operation) -> ir.WalkResult:
+        nonlocal count
+        count += 1
+        return ir.WalkResult.INTERRUPT if count >= LARGE_MODULE_OPS else ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return LARGE_MODULE_OPT_LEVEL if count >= LARGE_MODULE_OPS else 3
 
 
 def shared_libs() -> list[str]:
@@ -156,14 +191,13 @@ class CompiledModule:
                  pipeline: str | Sequence[PipelineElement] = "autodiff-lower-to-cpu",
                  opt_level: int | None = None, context: ir.Context | None = None,
                  source_name: str | None = None):
-        if opt_level is None:
-            opt_level = default_opt_level()
         with COMPILE_LOCK:
             self._compile(module, pipeline, opt_level, context, source_name)
         self._functions: dict[str, CompiledFunction] = {}
 
     def _compile(self, module: ir.Module | str, pipeline: str | Sequence[PipelineElement],
-                 opt_level: int, context: ir.Context | None, source_name: str | None) -> None:
+                 opt_level: int | None, context: ir.Context | None,
+                 source_name: str | None) -> None:
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
@@ -173,6 +207,8 @@ class CompiledModule:
             self._donated = donated_arguments(self.module)
             mark_args_read_only(self.module)
             run_pipeline(self.module, pipeline)
+            #: the LLVM optimization level this module was compiled at
+            self.opt_level = opt_level_for(self.module) if opt_level is None else opt_level
             # (only functions with donated arguments carry RESULT_ARGS; walking the
             # lowered module would import the llvm dialect's op classes, ~80 ms)
             self._result_args = _result_arguments(self.module) if self._donated else {}
@@ -180,14 +216,15 @@ class CompiledModule:
                 try:
                     # threads > 1: the code calls LLVM's OpenMP runtime, loaded here.
                     libs = shared_libs() + openmp_shared_libs(self.module)
-                    self.engine = ExecutionEngine(self.module, opt_level=opt_level,
+                    self.engine = ExecutionEngine(self.module, opt_level=self.opt_level,
                                                   shared_libs=libs)
                 except RuntimeError as err:
                     detail = diags.render() or str(err)
                     raise CompileError(f"JIT compilation failed: {detail}") from None
             self.engine.initialize()
 
-    #: Set by __init__; subclasses with another pipeline keep these (empty) defaults.
+    #: Set by __init__; subclasses with another pipeline keep these defaults.
+    opt_level: int = 3
     _donated: Mapping[str, list[int]] = MappingProxyType({})
     _result_args: Mapping[str, list[int]] = MappingProxyType({})
 

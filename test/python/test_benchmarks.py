@@ -48,6 +48,7 @@ def test_quick_mode_runs_every_quick_row_for_ours_and_numpy(tmp_path):
     assert "== 1 thread(s) ==" in proc.stdout
     assert "time(grad f) / time(f)" in proc.stdout
     assert len(result["recreated"]["ours"]) == run.RECREATED_ITERATIONS
+    assert len(result["recreated"]["ours cpu"]) == run.RECREATED_ITERATIONS
     assert "re-created jit(grad(h)) in a loop" in proc.stdout
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mlir_autodiff as ad
-from mlir_autodiff import compile_cache
+from mlir_autodiff import api, compile_cache, runtime
 from mlir_autodiff import numpy as anp
 from mlir_autodiff.runtime import CompiledModule
 
@@ -133,6 +133,30 @@ def _stats_delta(before: dict[str, int]) -> dict[str, int]:
 
 def _sq(x):
     return anp.sin(x) * x
+
+
+def test_the_cached_library_is_built_at_the_level_the_jit_chose(tmp_path, monkeypatch):
+    # a large module compiles at O2 in memory (runtime.opt_level_for); the library
+    # written into the cache for it must not spend O3's time in the background
+    monkeypatch.setenv("AUTODIFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("AUTODIFF_OPT_LEVEL", raising=False)
+    monkeypatch.setattr(runtime, "LARGE_MODULE_OPS", 20)  # every module here is large
+    levels = []
+    build = api._build_in_background
+
+    def recording(inp, target, path):
+        levels.append(target.opt_level)
+        build(inp, target, path)
+
+    monkeypatch.setattr(api, "_build_in_background", recording)
+    x = np.linspace(0.0, 1.0, 12)
+    np.testing.assert_allclose(ad.jit(_sq)(x), np.sin(x) * x, rtol=1e-12)
+    compile_cache.flush()
+    assert levels == [runtime.LARGE_MODULE_OPT_LEVEL]
+    ad.clear_caches()
+    hits = compile_cache.stats["hits"]
+    np.testing.assert_allclose(ad.jit(_sq)(x), np.sin(x) * x, rtol=1e-12)  # from the cache
+    assert compile_cache.stats["hits"] == hits + 1
 
 
 def test_every_key_change_misses(tmp_path, monkeypatch):

@@ -61,21 +61,23 @@ def test_python_scalar_values_are_runtime_arguments() -> None:
 
 
 def test_recreated_functions_share_a_context_and_contexts_rotate(monkeypatch) -> None:
-    # building a context costs ~10 ms: re-created jit objects (jit(grad(h)) in a
-    # loop) take the shared one; after SHARED_CONTEXT_USES functions a fresh one
-    # starts, and the old one dies with the last function that held it
+    # building a context costs 3-6 ms: jitted functions take the shared one; after
+    # SHARED_CONTEXT_USES traces of new modules a fresh one starts, and the old one
+    # dies with the last function that held it
     from mlir_autodiff import api
     # start a fresh context: functions of earlier tests in this process hold the current one
     monkeypatch.setattr(api, "_SHARED_CONTEXT", [None, 0])
+    monkeypatch.setattr(api, "SHARED_CONTEXT_USES", 3)
     x = randn(3)
     jf = ad.jit(lambda v: v * 2.0)
     jf(x)
     first = jf.context
-    served = api._SHARED_CONTEXT[1]
-    fns = [ad.jit(lambda v: v * 3.0) for _ in range(api.SHARED_CONTEXT_USES - served)]
+    # distinct modules (another constant each): each one counts
+    fns = [ad.jit(lambda v, c=c: v * c) for c in (3.0, 4.0)]
     for f in fns:
         f(x)
     assert all(f.context is first for f in fns)
+    assert api._SHARED_CONTEXT[1] == 3
     later = ad.jit(lambda v: v - 1.0)
     np.testing.assert_allclose(later(x), x - 1.0)
     assert later.context is not first
@@ -84,6 +86,28 @@ def test_recreated_functions_share_a_context_and_contexts_rotate(monkeypatch) ->
     ad.clear_caches()  # compiled modules kept for reuse by identical traces hold it too
     gc.collect()
     assert old() is None
+
+
+def test_recreated_grad_in_a_loop_makes_no_new_context(monkeypatch) -> None:
+    # jit(grad(h)) built anew each iteration traces the same module: it reuses the
+    # compiled one and must not count towards replacing the shared context (a new
+    # context cost ~5 ms every SHARED_CONTEXT_USES-th iteration, issue 21); a
+    # re-trace of a known module adds nothing the context does not hold already
+    from mlir_autodiff import api
+    monkeypatch.setattr(api, "_SHARED_CONTEXT", [None, 0])
+    monkeypatch.setattr(api, "SHARED_CONTEXT_USES", 2)
+
+    def h(v):
+        return anp.sum(anp.tanh(v) ** 2 + 0.5 * v)
+
+    x = np.linspace(-1.0, 1.0, 8)
+    fns = [ad.jit(ad.grad(h)) for _ in range(6)]
+    grads = [f(x) for f in fns]
+    assert all(f.context is fns[0].context for f in fns)
+    assert api._SHARED_CONTEXT[1] == 1
+    expected = 2 * np.tanh(x) * (1 - np.tanh(x) ** 2) + 0.5
+    for g in grads:
+        np.testing.assert_allclose(g, expected, rtol=1e-12)
 
 
 def test_a_jitted_function_keeps_its_context_and_no_context_leaks() -> None:
