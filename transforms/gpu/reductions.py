@@ -64,7 +64,7 @@ from mlir import ir
 from mlir.dialects import affine as affine_d
 from mlir.dialects import arith, memref, scf
 
-from ...dialects.vocabulary import GPU_BLOCK_REDUCTION
+from ...dialects.vocabulary import GPU_BLOCK_REDUCTION, GPU_PHASES
 from ..ad_support import is_inside, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import index_const, new_parallel, on_host, ops_of
@@ -675,7 +675,8 @@ class SingleThreadTails(_Step):
     summary = "Run the code after a block reduction's gpu.all_reduce on thread 0"
 
     def apply(self, module: ir.Operation) -> None:
-        for launch in [o for o in walk_ops(module) if o.name == "gpu.launch"]:
+        for launch in [o for o in walk_ops(module) if o.name == "gpu.launch"
+                       and GPU_PHASES not in o.attributes]:  # row kernels: their own
             body = launch.regions[0].blocks[0]
             ops = ops_of(body)
             reduces = [k for k, o in enumerate(ops) if o.name == "gpu.all_reduce"]

@@ -1,0 +1,537 @@
+"""Row kernels: dependent loops over the same rows run as phases of one kernel.
+
+`convert-parallel-loops-to-gpu` maps one thread loop per block loop, with at most
+one reduced value: a row's maximum, then the sum of its shifted exponentials,
+then its normalisation (softmax), or an activation gradient and then its column
+sums, need a kernel each, although every block only reads what the same block
+wrote before. `RowKernels` merges such a run of loops into one block loop whose
+body runs them one after another, each as a thread loop (a phase):
+
+    scf.parallel (%g) = (0) to (groups) {autodiff.gpu.phases = T} {
+      scf.parallel (%t) = (0) to (T) {                  // an elementwise loop:
+        scf.for %k = %t to (rows per group * row extent) step T { body at (row, k) }
+      }
+      %r = scf.parallel (%t) = (0) to (T) init (%neutral) {   // a block reduction
+        ...; scf.reduce(%part) { combiner }
+      }
+      code of the reduction after it (the row's store), phases using %r ...
+    }
+
+Which loops: a run of host loops (block reductions as `BlockReductions` makes them,
+with one row per block, and parallel loops without nested parallel loops)
+separated only by memory-effect-free ops, allocations and deallocations, such that
+either
+- (row groups) they share a row extent R: a dimension of each parallel loop (0 to
+  R, step 1) and the block loop of each reduction (R blocks), and every buffer one
+  of them writes and another touches is accessed, by all of them, only with the
+  loop's row index at one fixed position of the buffer (row `r` of a softmax, column
+  `j` of an activation gradient and its column sums): block `g` then runs the rows
+  of its group in every phase, and touches no other block's rows; or
+- (one block) each is small (at most `ONE_BLOCK` iterations, or a one-block
+  reduction): one block of threads runs them all (a scalar loss's tail, the
+  cross-entropy's mean beside its gradient rows).
+The rows of a group (one with a block reduction, else as many as fill `T` threads)
+run in order within each phase, so on the CPU (where the `parallel` stage runs,
+every loop sequential) the program computes what it did before.
+
+`PhasedKernels` (kernel stage, before the upstream mapping) turns each such block
+loop into a `gpu.launch` of T threads per block: a thread phase runs its body
+with `threadIdx.x` as the thread index (masked above its thread count), a
+reducing phase yields its partial to a `gpu.all_reduce` (warp shuffles, shared
+memory), whose result every thread holds; the code between phases runs on every
+thread, except its writes, which thread 0 makes; barriers separate the phases and
+those writes, so that each phase sees what the block wrote before it (global
+memory, ordered by `bar.sync` within a block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+from mlir import ir
+from mlir.dialects import arith, gpu, scf
+
+from ...dialects.vocabulary import GPU_PHASES
+from ..ad_support import walk_ops
+from ..bufferize import ContextPass as _Step
+from .fusion import _accesses, _candidate, _root, _static_space, _trip_count
+from .parallel_loops import _pure
+from .reduction_fusion import _map_member, _reduction_member, _schedule, _thread_count
+from .support import index_const, new_parallel, on_host, ops_of
+
+#: Most iterations of a loop (elementwise, or per-thread sequential) that a single
+#: block runs in a one-block row kernel.
+ONE_BLOCK = 4096
+#: Fewest threads of a row kernel (one warp).
+MIN_THREADS = 32
+
+
+@dataclasses.dataclass
+class _Unit:
+    loop: ir.Operation
+    reads: set
+    writes: set
+    space: list  # parallel loop: [(lo, hi, step)]; reduction: [(0, blocks, 1)]
+    member: object = None  # as FuseBlockReductions sees it
+    threads: ir.Operation | None = None  # a block reduction's reducing thread loop
+
+    @property
+    def reduces(self) -> bool:
+        return self.threads is not None
+
+    def row_dims(self, rows: int) -> list[int]:
+        if self.reduces:
+            return [0] if self.space[0][1] == rows else []
+        return [d for d, s in enumerate(self.space) if s == (0, rows, 1)]
+
+    def row_iv(self, dim: int) -> ir.Value:
+        return self.loop.regions[0].blocks[0].arguments[dim]
+
+
+def _block_level_ok(ops: list[ir.Operation]) -> bool:
+    """Whether ops at a reduction's block level can run on every thread (pure ops,
+    loads) or on thread 0 (result-less writes without nested loops of threads)."""
+    for o in ops:
+        if o.name == "scf.parallel" or _pure(o) or o.name == "memref.load":
+            continue
+        if o.results or any(i.name == "scf.parallel" for i in walk_ops(o)):
+            return False
+    return True
+
+
+def _unit(op: ir.Operation) -> _Unit | None:
+    member = _reduction_member(op)
+    if member is not None:
+        ops = ops_of(op.regions[0].blocks[0])
+        if not _block_level_ok(ops[:-1]):
+            return None
+        return _Unit(op, member.reads, member.writes, _static_space(op), member,
+                     member.threads)
+    if not _candidate(op):
+        return None
+    acc = _accesses(op)
+    if acc is None:
+        return None
+    space = _static_space(op)
+    if any(st != 1 or lo != 0 for lo, _, st in space):
+        return None
+    return _Unit(op, acc[0], acc[1], space, _map_member(op))
+
+
+def _shared(chain: list[_Unit]) -> set:
+    out: set = set()
+    for a, b in itertools.combinations(chain, 2):
+        out |= (a.writes & (b.reads | b.writes)) | (b.writes & a.reads)
+    return out
+
+
+def _row_positions(unit: _Unit, dim: int, buf: ir.Value) -> set | None:
+    """Positions of `buf` that every access of `unit` indexes with the row index (all
+    positions if `unit` does not touch it); None if some access is not a plain load
+    or store of `buf` itself."""
+    iv = unit.row_iv(dim)
+    found: set | None = None
+    for o in walk_ops(unit.loop)[1:]:
+        if not any(isinstance(v.type, ir.MemRefType) and _root(v) == buf for v in o.operands):
+            continue
+        if o.name not in ("memref.load", "memref.store"):
+            return None
+        view = o.opview
+        if view.memref != buf:
+            return None
+        here = {p for p, v in enumerate(view.indices) if v == iv}
+        found = here if found is None else found & here
+    return set(range(ir.MemRefType(buf.type).rank)) if found is None else found
+
+
+def _rows_legal(chain: list[_Unit], dims: list[int]) -> bool:
+    for buf in _shared(chain):
+        if not isinstance(buf.type, ir.MemRefType):
+            return False
+        common = set(range(ir.MemRefType(buf.type).rank))
+        for unit, dim in zip(chain, dims):
+            pos = _row_positions(unit, dim, buf)
+            if pos is None:
+                return False
+            common &= pos
+        if not common:
+            return False
+    return True
+
+
+def _row_dims(chain: list[_Unit], rows: int) -> list[int] | None:
+    """A row dimension of each unit under which `chain` is legal as a row kernel."""
+    options = [u.row_dims(rows) for u in chain]
+    if any(not o for o in options):
+        return None
+    for dims in itertools.islice(itertools.product(*options), 64):
+        if _rows_legal(chain, list(dims)):
+            return list(dims)
+    return None
+
+
+def _small(unit: _Unit) -> bool:
+    if unit.reduces:
+        return unit.space[0][1] == 1
+    return _trip_count(unit.space) <= ONE_BLOCK
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclasses.dataclass
+class _Plan:
+    chain: list[_Unit]
+    rows: int | None  # None: one block runs everything
+    dims: list[int]
+
+
+def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
+    """`chain` as a row kernel of `mode`'s kind (or any kind, if None)."""
+    if mode is None or mode.rows is not None:
+        candidates = [mode.rows] if mode is not None else sorted(
+            {s[1] for s in chain[0].space if s[0] == 0 and s[2] == 1 and s[1] > 1})
+        for rows in candidates:
+            dims = _row_dims(chain, rows)
+            if dims is not None:
+                return _Plan(chain, rows, dims)
+        if mode is not None:
+            return None
+    if all(_small(u) for u in chain):
+        return _Plan(chain, None, [])
+    return None
+
+
+def _separator(op: ir.Operation) -> bool:
+    return op.name == "memref.dealloc" or (
+        not op.regions and (op.name.startswith(("arith.", "index.", "ub."))
+                            or op.name in ("memref.alloc", "affine.apply")))
+
+
+def _conflict(a: tuple[set, set], b: tuple[set, set]) -> bool:
+    return bool(a[1] & (b[0] | b[1]) or b[1] & a[0])
+
+
+@dataclasses.dataclass
+class _Item:
+    units: list[_Unit]
+    plan: _Plan | None
+    reads: set
+    writes: set
+
+
+def _window_items(units: list[_Unit], joins: int, one_block: bool = True) -> list[_Item]:
+    """Row kernels of a run of units, in their final order: each unit joins the
+    latest kernel it depends on when the two can merge and that kernel can move
+    down to it (it is independent of every loop in between), else starts its own.
+    `joins`: 2, a unit merges all the kernels it depends on; 1, the latest; 0, only
+    its single one (a unit that depends on several kernels starts its own)."""
+    items: list[_Item] = []
+    for u in units:
+        acc = (u.reads, u.writes)
+        deps = [k for k, item in enumerate(items)
+                if _conflict((item.reads, item.writes), acc)]
+        plan = None
+        # Without joins, only a unit with one producer (or reader) joins it: a join
+        # of several (a loss's scalar tail) may share a kernel with independent
+        # neighbours instead. With joins, it merges them all.
+        if deps and (joins or len(deps) == 1):
+            chosen = deps if joins == 2 else deps[-1:]
+            others = [x for k, x in enumerate(items) if k not in chosen]
+            movable = all(
+                not _conflict((items[k].reads, items[k].writes), (x.reads, x.writes))
+                for k in chosen for x in others if items.index(x) > k)
+            if movable:
+                merged = [v for k in chosen for v in items[k].units]
+                mode = items[chosen[0]].plan if len(chosen) == 1 else None
+                plan = _try(merged + [u], mode)
+                if plan is not None and plan.rows is None and not one_block:
+                    plan = None
+        if plan is not None:
+            reads, writes = set(u.reads), set(u.writes)
+            for k in chosen:
+                reads |= items[k].reads
+                writes |= items[k].writes
+            items = [x for k, x in enumerate(items) if k not in chosen]
+            items.append(_Item(plan.chain, plan, reads, writes))
+        else:
+            items.append(_Item([u], None, set(u.reads), set(u.writes)))
+    return items
+
+
+def _launches(items: list[_Item]) -> int:
+    """Kernels `items` become: each row kernel one; between them, the grids
+    `FuseBlockReductions` makes of the other loops (its dependency levels)."""
+    total, run = 0, []
+    for item in items + [None]:
+        if item is None or item.plan is not None:
+            members = [u.member for i in run for u in i.units]
+            if any(m.reduces for m in members) and len(members) > 1:
+                total += len(_schedule(members))
+            else:
+                total += len(members)
+            run = []
+            total += item is not None
+        else:
+            run.append(item)
+    return total
+
+
+def _window_plans(units: list[_Unit]) -> list[_Plan]:
+    """The row kernels of whichever choice gives the fewest kernels (as estimated by
+    `_launches`): with or without one-block kernels, a unit joining all, the latest
+    or (when it has one) its only producer, or no row kernel at all; on a tie, the
+    first of these."""
+    options = [_window_items(units, joins, one_block)
+               for one_block in (False, True) for joins in (2, 1, 0)]
+    options.append([_Item([u], None, u.reads, u.writes) for u in units])
+    best = min(options, key=_launches)
+    return [i.plan for i in best if i.plan is not None]
+
+
+def _plans(block: ir.Block) -> list[_Plan]:
+    out: list[_Plan] = []
+    units: list[_Unit] = []
+    for op in ops_of(block):
+        unit = _unit(op)
+        if unit is not None:
+            units.append(unit)
+        elif not _separator(op):
+            out += _window_plans(units)
+            units = []
+    out += _window_plans(units)
+    return out
+
+
+def _threads(plan: _Plan, block_size: int) -> tuple[int, int]:
+    """(threads per block, rows per block) of `plan`."""
+    counts = [_thread_count(u.threads) for u in plan.chain if u.reduces]
+    if plan.rows is None:
+        work = max((_trip_count(u.space) for u in plan.chain if not u.reduces), default=1)
+        return max([MIN_THREADS, min(block_size, _pow2(work))] + counts), 1
+    if counts:
+        return max(counts), 1
+    inner = _pow2(max(_trip_count(u.space) // plan.rows for u in plan.chain))
+    threads = max(MIN_THREADS, min(block_size, inner * plan.rows))
+    return threads, max(1, threads // inner)
+
+
+def _delinearize(linear: ir.Value, extents: list[int]) -> list[ir.Value]:
+    out: list[ir.Value] = []
+    for k in reversed(range(len(extents))):
+        if k == 0:
+            out.append(linear)
+            break
+        out.append(arith.remui(linear, index_const(extents[k])))
+        linear = arith.divui(linear, index_const(extents[k]))
+    return list(reversed(out))
+
+
+def _elementwise_phase(unit: _Unit, dim: int | None, group: ir.Value, threads: int,
+                       per_block: int, rows: int | None, term: ir.Operation) -> None:
+    """`unit` (a parallel loop) as a thread loop before `term`: block `group` runs
+    its `per_block` rows (all of it without a row dimension `dim`)."""
+    space = unit.space
+    others = [d for d in range(len(space)) if d != dim]
+    inner = math.prod(space[d][1] for d in others)
+    total = inner * (per_block if dim is not None else 1)
+    with ir.InsertionPoint(term), unit.loop.location:
+        _, tbody, tterm = new_parallel([index_const(0)], [index_const(threads)],
+                                       [index_const(1)])
+        with ir.InsertionPoint(tterm):
+            loop = scf.ForOp(tbody.arguments[0], index_const(total), index_const(threads))
+            with ir.InsertionPoint(loop.body):
+                target = scf.YieldOp([]).operation
+            with ir.InsertionPoint(target):
+                k = loop.induction_variable
+                ivs: list = [None] * len(space)
+                if dim is not None:
+                    if per_block == 1:
+                        row, rest = group, k
+                    else:
+                        c_inner = index_const(inner)
+                        row = arith.addi(arith.muli(group, index_const(per_block)),
+                                         arith.divui(k, c_inner))
+                        rest = arith.remui(k, c_inner)
+                        if rows % per_block:
+                            guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, row,
+                                                        index_const(rows)))
+                            with ir.InsertionPoint(guard.then_block):
+                                target = scf.YieldOp([]).operation
+                    ivs[dim] = row
+                else:
+                    rest = k
+                if others:
+                    with ir.InsertionPoint(target):
+                        for d, v in zip(others, _delinearize(rest, [space[d][1]
+                                                                    for d in others])):
+                            ivs[d] = v
+    old = unit.loop.regions[0].blocks[0]
+    for a, v in zip(old.arguments, ivs):
+        a.replace_all_uses_with(v)
+    for o in ops_of(old)[:-1]:
+        o.move_before(target)
+
+
+def _build(plan: _Plan, block_size: int) -> None:
+    threads, per_block = _threads(plan, block_size)
+    chain = plan.chain
+    block = chain[0].loop.block
+    ops = ops_of(block)
+    first, last = ops.index(chain[0].loop), ops.index(chain[-1].loop)
+    deallocs = [o for o in ops[first:last] if o.name == "memref.dealloc"]
+    anchor = chain[-1].loop
+    groups = 1 if plan.rows is None else -(-plan.rows // per_block)
+    with ir.InsertionPoint(anchor), anchor.location:
+        loop, body, term = new_parallel([index_const(0)], [index_const(groups)],
+                                        [index_const(1)])
+        loop.attributes[GPU_PHASES] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                         threads)
+        zero = index_const(0)
+    group = body.arguments[0]
+    for k, unit in enumerate(chain):
+        dim = plan.dims[k] if plan.rows is not None else None
+        if unit.reduces:
+            old = unit.loop.regions[0].blocks[0]
+            old.arguments[0].replace_all_uses_with(group if dim is not None else zero)
+            for o in ops_of(old)[:-1]:
+                o.move_before(term)
+        else:
+            _elementwise_phase(unit, dim, group, threads, per_block, plan.rows, term)
+        unit.loop.erase()
+    for d in reversed(deallocs):
+        d.move_after(loop)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowKernels(_Step):
+    """Runs of dependent loops over the same rows (or small enough for one block)
+    become one block loop of thread phases (see the module doc)."""
+
+    name = "autodiff-gpu-row-kernels"
+    summary = "Merge dependent loops over the same rows into one block loop of phases"
+
+    block_size: int = 256
+
+    def apply(self, module: ir.Operation) -> None:
+        if self.block_size < MIN_THREADS:
+            return
+        blocks = []
+        for op in walk_ops(module):
+            if op.name in ("func.func", "scf.for", "scf.if", "scf.while",
+                           "scf.execute_region") and on_host(op):
+                for region in op.regions:
+                    blocks.extend(region.blocks)
+        for block in blocks:
+            for plan in _plans(block):
+                _build(plan, self.block_size)
+
+
+# -- kernel stage: the block loop becomes a gpu.launch ---------------------------
+
+
+def _launch(loop: ir.Operation) -> None:
+    threads = ir.IntegerAttr(loop.attributes[GPU_PHASES]).value
+    groups = _static_space(loop)[0][1]
+    with ir.InsertionPoint(loop), loop.location:
+        one = index_const(1)
+        launch = gpu.LaunchOp((index_const(groups), one, one),
+                              (index_const(threads), one, one))
+        launch.operation.attributes[GPU_PHASES] = loop.attributes[GPU_PHASES]
+        if len(launch.regions[0].blocks) == 0:
+            ir.Block.create_at_start(launch.regions[0], [ir.IndexType.get()] * 12)
+        body = launch.regions[0].blocks[0]
+        with ir.InsertionPoint(body):
+            term = gpu.TerminatorOp().operation
+    old = loop.regions[0].blocks[0]
+    old.arguments[0].replace_all_uses_with(body.arguments[0])
+    for o in ops_of(old)[:-1]:
+        o.move_before(term)
+    loop.erase()
+    tid = body.arguments[3]
+    with ir.InsertionPoint.at_block_begin(body), launch.location:
+        zero = index_const(0)
+        first_thread = arith.cmpi(arith.CmpIPredicate.eq, tid, zero)
+
+    def barrier(before: ir.Operation) -> None:
+        ops = ops_of(before.block)
+        k = ops.index(before)
+        if k > 0 and ops[k - 1].name == "gpu.barrier":
+            return
+        with ir.InsertionPoint(before), launch.location:
+            gpu.BarrierOp()
+
+    started = False
+    for o in ops_of(body)[:-1]:
+        if o.name == "scf.parallel":
+            if started:
+                barrier(o)
+            _thread_phase(o, tid)
+            started = True
+        elif _pure(o) or o.name == "memref.load":
+            continue
+        else:  # a write: thread 0 makes it, between barriers
+            barrier(o)
+            with ir.InsertionPoint(o), launch.location:
+                guard = scf.IfOp(first_thread)
+                with ir.InsertionPoint(guard.then_block):
+                    y = scf.YieldOp([])
+            o.move_before(y)
+            with ir.InsertionPoint.after(guard), launch.location:
+                gpu.BarrierOp()
+            started = True
+
+
+def _thread_phase(loop: ir.Operation, tid: ir.Value) -> None:
+    """Thread loop `loop` (directly in a launch body) run by thread `tid`: inlined,
+    masked above its count; a reduction's partial goes to a gpu.all_reduce."""
+    count = _static_space(loop)[0][1]
+    body = loop.regions[0].blocks[0]
+    body.arguments[0].replace_all_uses_with(tid)
+    reduce_op = ops_of(body)[-1]
+    loc = loop.location
+    reduces = len(loop.results) == 1
+    elt = loop.results[0].type if reduces else None
+    with ir.InsertionPoint(loop), loc:
+        below = arith.cmpi(arith.CmpIPredicate.ult, tid, index_const(count))
+        if reduces:
+            init = loop.operands[len(loop.operands) - 1]
+            branch = scf.IfOp(below, [elt], has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                y = scf.YieldOp([reduce_op.operands[0]])
+            with ir.InsertionPoint(branch.else_block):
+                scf.YieldOp([init])
+        else:
+            branch = scf.IfOp(below)
+            with ir.InsertionPoint(branch.then_block):
+                y = scf.YieldOp([])
+    for o in ops_of(body)[:-1]:
+        o.move_before(y)
+    if reduces:
+        comb_name = ops_of(reduce_op.regions[0].blocks[0])[0].name
+        with ir.InsertionPoint(loop), loc:
+            red = gpu.AllReduceOp(branch.results[0], uniform=True)
+            rb = ir.Block.create_at_start(red.regions[0], [elt, elt])
+            with ir.InsertionPoint(rb):
+                comb = ir.Operation.create(comb_name, results=[elt], operands=list(rb.arguments))
+                gpu.YieldOp([comb.result])
+            total = ir.Operation.create(comb_name, results=[elt],
+                                        operands=[init, red.result]).result
+        loop.results[0].replace_all_uses_with(total)
+    loop.erase()
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasedKernels(_Step):
+    """The block loops `RowKernels` made become `gpu.launch`es (see the module doc)."""
+
+    name = "autodiff-gpu-phased-kernels"
+    summary = "Lower row kernels' block loops of thread phases to gpu.launch"
+
+    def apply(self, module: ir.Operation) -> None:
+        for op in [o for o in walk_ops(module)
+                   if o.name == "scf.parallel" and GPU_PHASES in o.attributes and on_host(o)]:
+            _launch(op)
