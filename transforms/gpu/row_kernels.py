@@ -58,7 +58,13 @@ from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
 from .fusion import _accesses, _candidate, _root, _static_space, _trip_count
 from .parallel_loops import _pure
-from .reduction_fusion import _map_member, _reduction_member, _schedule, _thread_count
+from .reduction_fusion import (
+    _map_member,
+    _Member,
+    _reduction_member,
+    _schedule,
+    _thread_count,
+)
 from .support import index_const, new_parallel, on_host, ops_of
 
 #: Most iterations of a loop (elementwise, or per-thread sequential) that a single
@@ -187,6 +193,7 @@ class _Plan:
     chain: list[_Unit]
     rows: int | None  # None: one block runs everything
     dims: list[int]
+    up: bool = False  # the row kernel takes the place of its first loop, not its last
 
 
 def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
@@ -223,73 +230,102 @@ class _Item:
     writes: set
 
 
-def _window_items(units: list[_Unit], joins: int, one_block: bool = True) -> list[_Item]:
-    """Row kernels of a run of units, in their final order: each unit joins the
-    latest kernel it depends on when the two can merge and that kernel can move
-    down to it (it is independent of every loop in between), else starts its own.
-    `joins`: 2, a unit merges all the kernels it depends on; 1, the latest; 0, only
-    its single one (a unit that depends on several kernels starts its own)."""
+#: How a unit joins the row kernels before it: (joins, one_block, up). `joins`: 2,
+#: it merges all the kernels it depends on; 1, the latest; 0, only its single one
+#: (a unit that depends on several starts its own). `one_block`: one-block row
+#: kernels allowed. `up`: the unit moves up to the kernel (else the kernel moves
+#: down to the unit), past loops independent of what moves. None: it starts its own.
+_Choice = tuple[int, bool, bool] | None
+_CHOICES: list[_Choice] = [None] + [(j, ob, up) for ob in (False, True) for j in (2, 1, 0)
+                                    for up in (False, True)]
+
+
+def _window_items(units: list[_Unit], choices: list[_Choice], memo: dict) -> list[_Item]:
+    """Row kernels of a run of units, in their final order, each unit joining the
+    row kernels before it as `choices` says (when legal)."""
     items: list[_Item] = []
-    for u in units:
+    for u, choice in zip(units, choices):
         acc = (u.reads, u.writes)
         deps = [k for k, item in enumerate(items)
                 if _conflict((item.reads, item.writes), acc)]
         plan = None
-        # Without joins, only a unit with one producer (or reader) joins it: a join
-        # of several (a loss's scalar tail) may share a kernel with independent
-        # neighbours instead. With joins, it merges them all.
-        if deps and (joins or len(deps) == 1):
+        if choice is not None and deps and (choice[0] or len(deps) == 1):
+            joins, one_block, up = choice
             chosen = deps if joins == 2 else deps[-1:]
-            others = [x for k, x in enumerate(items) if k not in chosen]
-            movable = all(
-                not _conflict((items[k].reads, items[k].writes), (x.reads, x.writes))
-                for k in chosen for x in others if items.index(x) > k)
-            if movable:
-                merged = [v for k in chosen for v in items[k].units]
+            if up:  # everything chosen after the first, and u, moves up to it
+                movers = [(items[k].reads, items[k].writes) for k in chosen[1:]] + [acc]
+            else:  # everything chosen moves down to u
+                movers = [(items[k].reads, items[k].writes) for k in chosen]
+            passed = [(x.reads, x.writes) for k, x in enumerate(items)
+                      if k > chosen[0] and k not in chosen]
+            if not any(_conflict(m, x) for m in movers for x in passed):
+                merged = [v for k in chosen for v in items[k].units] + [u]
                 mode = items[chosen[0]].plan if len(chosen) == 1 else None
-                plan = _try(merged + [u], mode)
+                key = (tuple(id(v) for v in merged),
+                       None if mode is None else (mode.rows,))
+                if key not in memo:
+                    memo[key] = _try(merged, mode)
+                plan = memo[key]
                 if plan is not None and plan.rows is None and not one_block:
                     plan = None
         if plan is not None:
+            plan = dataclasses.replace(plan, up=up)
             reads, writes = set(u.reads), set(u.writes)
             for k in chosen:
                 reads |= items[k].reads
                 writes |= items[k].writes
-            items = [x for k, x in enumerate(items) if k not in chosen]
-            items.append(_Item(plan.chain, plan, reads, writes))
+            item = _Item(plan.chain, plan, reads, writes)
+            rest = [x for k, x in enumerate(items) if k not in chosen]
+            if up:
+                items = rest[:chosen[0]] + [item] + rest[chosen[0]:]
+            else:
+                items = rest + [item]
         else:
             items.append(_Item([u], None, set(u.reads), set(u.writes)))
     return items
 
 
 def _launches(items: list[_Item]) -> int:
-    """Kernels `items` become: each row kernel one; between them, the grids
-    `FuseBlockReductions` makes of the other loops (its dependency levels)."""
-    total, run = 0, []
-    for item in items + [None]:
-        if item is None or item.plan is not None:
-            members = [u.member for i in run for u in i.units]
-            if any(m.reduces for m in members) and len(members) > 1:
-                total += len(_schedule(members))
-            else:
-                total += len(members)
-            run = []
-            total += item is not None
+    """Kernels `items` become: each row kernel one, the other loops the grids
+    `FuseBlockReductions` makes of them (its dependency levels)."""
+    members = []
+    for item in items:
+        if item.plan is None:
+            members.append(item.units[0].member)
         else:
-            run.append(item)
-    return total
+            members.append(_Member(None, item.reads, item.writes, 0, solo=True))
+    if any(m.reduces for m in members) and len(members) > 1:
+        return len(_schedule(members))
+    return len(members)
 
 
 def _window_plans(units: list[_Unit]) -> list[_Plan]:
-    """The row kernels of whichever choice gives the fewest kernels (as estimated by
-    `_launches`): with or without one-block kernels, a unit joining all, the latest
-    or (when it has one) its only producer, or no row kernel at all; on a tie, the
-    first of these."""
-    options = [_window_items(units, joins, one_block)
-               for one_block in (False, True) for joins in (2, 1, 0)]
-    options.append([_Item([u], None, u.reads, u.writes) for u in units])
-    best = min(options, key=_launches)
-    return [i.plan for i in best if i.plan is not None]
+    """The row kernels of a run of units that give the fewest kernels, as `_launches`
+    estimates them (then the most loops merged): the best of one choice for every
+    unit, then improved one unit's choice at a time (a merge that saves no kernel
+    yet may enable one that does: the softmax rows take the mean's sum, and then
+    the gradient rows too)."""
+    memo: dict = {}
+
+    def cost(choices: list[_Choice]) -> tuple[int, int]:
+        items = _window_items(units, choices, memo)
+        merged = sum(len(i.units) - 1 for i in items if i.plan is not None)
+        return _launches(items), -merged
+
+    best = min(([c] * len(units) for c in _CHOICES), key=cost)
+    best_cost = cost(best)
+    improved = True
+    while improved:
+        improved = False
+        for k in range(len(units)):
+            for c in _CHOICES:
+                if c == best[k]:
+                    continue
+                trial = best[:k] + [c] + best[k + 1:]
+                trial_cost = cost(trial)
+                if trial_cost < best_cost:
+                    best, best_cost, improved = trial, trial_cost, True
+    return [i.plan for i in _window_items(units, best, memo) if i.plan is not None]
 
 
 def _plans(block: ir.Block) -> list[_Plan]:
@@ -382,8 +418,18 @@ def _build(plan: _Plan, block_size: int) -> None:
     block = chain[0].loop.block
     ops = ops_of(block)
     first, last = ops.index(chain[0].loop), ops.index(chain[-1].loop)
-    deallocs = [o for o in ops[first:last] if o.name == "memref.dealloc"]
-    anchor = chain[-1].loop
+    between = [o for o in ops[first:last] if o not in [u.loop for u in chain]]
+    if plan.up:
+        # The later loops move up to the first: so do the allocations, constants
+        # and index math between them (no memory effects); deallocations stay.
+        anchor = chain[0].loop
+        for o in between:
+            if o.name != "memref.dealloc" and not (o.name == "scf.parallel"):
+                o.move_before(anchor)
+        deallocs = []
+    else:
+        anchor = chain[-1].loop
+        deallocs = [o for o in between if o.name == "memref.dealloc"]
     groups = 1 if plan.rows is None else -(-plan.rows // per_block)
     with ir.InsertionPoint(anchor), anchor.location:
         loop, body, term = new_parallel([index_const(0)], [index_const(groups)],
