@@ -76,6 +76,36 @@ func.func @rows(%x: tensor<48x1000xf32>, %ct: tensor<48x1000xf32>)
   } -> tensor<48x1000xf32>
   return %p, %dz : tensor<48x1000xf32>, tensor<48x1000xf32>
 }
+
+// Columns as rows, short ones (the GMM's 25 components per sample): exp, the sums
+// over the 25-long columns (one thread each) and the division share the column
+// index j; groups of 8 columns per block, 37 not a multiple of 8 (masked).
+#t = affine_map<(i, j) -> (i, j)>
+#col = affine_map<(i, j) -> (j)>
+func.func @cols(%x: tensor<25x37xf32>) -> tensor<25x37xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<25x37xf32>
+  %ex = linalg.generic {indexing_maps = [#t, #t], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<25x37xf32>) outs(%e : tensor<25x37xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %q = math.exp %a : f32
+    linalg.yield %q : f32
+  } -> tensor<25x37xf32>
+  %ec = tensor.empty() : tensor<37xf32>
+  %fc = linalg.fill ins(%z : f32) outs(%ec : tensor<37xf32>) -> tensor<37xf32>
+  %s = linalg.reduce ins(%ex : tensor<25x37xf32>) outs(%fc : tensor<37xf32>) dimensions = [0]
+    (%v: f32, %acc: f32) {
+      %r = arith.addf %v, %acc : f32
+      linalg.yield %r : f32
+    }
+  %y = linalg.generic {indexing_maps = [#t, #col, #t], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %s : tensor<25x37xf32>, tensor<37xf32>) outs(%e : tensor<25x37xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %q = arith.divf %a, %b : f32
+    linalg.yield %q : f32
+  } -> tensor<25x37xf32>
+  return %y : tensor<25x37xf32>
+}
 """
 
 
@@ -91,10 +121,12 @@ def _lowered(text: str, **options) -> ir.Module:
 def test_softmax_and_its_gradient_rows_are_one_kernel() -> None:
     module = _lowered(ROWS, stage="kernels")
     text = str(module)
-    assert text.count("gpu.launch_func") == 1, text  # 4 before RowKernels
-    # A block per row; the row's three sums and its maximum are block all-reduces,
-    # the phases separated by barriers.
+    # 4 before RowKernels for @rows, 3 for @cols.
+    assert text.count("gpu.launch_func") == 2, text
+    # A block per row; the row's two sums and its maximum are block all-reduces,
+    # the phases separated by barriers. The columns: 5 blocks of 8.
     assert "known_grid_size = array<i32: 48, 1, 1>" in text
+    assert "known_grid_size = array<i32: 5, 1, 1>" in text
     assert text.count("gpu.all_reduce") == 3 and "gpu.barrier" in text
 
 
@@ -112,6 +144,10 @@ def test_row_kernel_matches_numpy_on_the_cpu() -> None:
     cpu_p, cpu_dz = CompiledModule(ROWS)["rows"](x, ct)
     np.testing.assert_allclose(p, cpu_p, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(dz, cpu_dz, rtol=1e-4, atol=1e-4)
+    xs = rng.standard_normal((25, 37)).astype(np.float32)
+    got = CompiledModule(ROWS, pipeline=parallel_stage_on_cpu_pipeline())["cols"](xs)
+    es = np.exp(xs.astype(np.float64))
+    np.testing.assert_allclose(got, es / es.sum(axis=0), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
@@ -119,7 +155,7 @@ def test_row_kernel_matches_numpy_on_the_cpu() -> None:
 def test_row_kernel_assembles_with_ptxas(chip: str) -> None:
     module = _lowered(ROWS, chip=chip, format="isa")
     ptx = "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
-    assert ptx.count(".entry") == 1
+    assert ptx.count(".entry") == 2
     assert "shfl.sync.bfly" in ptx and "bar.sync" in ptx
     module = _lowered(ROWS, chip=chip, format="bin")
     for obj in adgpu.gpu_objects(module):

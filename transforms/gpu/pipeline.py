@@ -86,11 +86,15 @@ What runs where
    so that the two share the grid (a bias gradient beside its activation
    gradient). The partial passes of the weight-decay sums share one kernel,
    their combining passes another. Before that, dependent loops over the same
-   rows (or small enough for one block) become row kernels (row_kernels.py):
-   one block loop whose thread loops run as phases (a softmax's max, exp, sum
-   and division; an activation gradient and its column sums), lowered to a
-   `gpu.launch` with barriers and `gpu.all_reduce`s by `PhasedKernels` before
-   the upstream mapping (step 6), which maps one thread loop per block loop.
+   rows (or small enough for one block, host code that touches memory
+   included: it is wrapped as in step 4 first) become row kernels
+   (row_kernels.py): one block loop whose thread loops run as phases (a
+   softmax's max, exp, sum and division; an activation gradient and its column
+   sums; a loss's mean beside its gradient rows), lowered to a `gpu.launch`
+   with barriers and `gpu.all_reduce`s by `PhasedKernels` before the upstream
+   mapping (step 6), which maps one thread loop per block loop. Which loops
+   merge is chosen per run of loops by the kernel count it gives with the
+   grids of FuseBlockReductions, which orders its levels around row kernels.
    Contractions whose output is a multiple of 64 x 64 and whose reduced
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):

@@ -30,6 +30,11 @@ either
 - (one block) each is small (at most `ONE_BLOCK` iterations, or a one-block
   reduction): one block of threads runs them all (a scalar loss's tail, the
   cross-entropy's mean beside its gradient rows).
+Merging is not always a gain: a loop merged into a row kernel no longer shares a
+grid with its independent neighbours (`FuseBlockReductions`, which runs next and
+orders its levels around row kernels). So each run of loops takes the merges
+that give the fewest kernels by an estimate of both passes' result (`_launches`),
+searched one loop's choice at a time (`_window_plans`).
 The rows of a group (one with a block reduction, else as many as fill `T` threads)
 run in order within each phase, so on the CPU (where the `parallel` stage runs,
 every loop sequential) the program computes what it did before.
@@ -510,15 +515,22 @@ def _launch(loop: ir.Operation) -> None:
         with ir.InsertionPoint(before), launch.location:
             gpu.BarrierOp()
 
-    started = False
-    for o in ops_of(body)[:-1]:
+    touched = False  # whether memory was accessed since the kernel began
+    ops = ops_of(body)
+    for k, o in enumerate(ops[:-1]):
         if o.name == "scf.parallel":
-            if started:
+            if touched:
                 barrier(o)
+            if not o.results and ops[k + 1] != ops[-1]:
+                # What the phase wrote is read after a barrier.
+                with ir.InsertionPoint.after(o), launch.location:
+                    gpu.BarrierOp()
             _thread_phase(o, tid)
-            started = True
-        elif _pure(o) or o.name == "memref.load":
+            touched = True
+        elif _pure(o):
             continue
+        elif o.name == "memref.load":
+            touched = True
         else:  # a write: thread 0 makes it, between barriers
             barrier(o)
             with ir.InsertionPoint(o), launch.location:
@@ -528,7 +540,7 @@ def _launch(loop: ir.Operation) -> None:
             o.move_before(y)
             with ir.InsertionPoint.after(guard), launch.location:
                 gpu.BarrierOp()
-            started = True
+            touched = True
 
 
 def _thread_phase(loop: ir.Operation, tid: ir.Value) -> None:
