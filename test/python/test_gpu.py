@@ -1283,9 +1283,9 @@ def _gmm_row_text() -> tuple[str, tuple]:
 # four 64 x 64-tiled matmuls (transforms/gpu/contractions.py) take their fill and
 # elementwise epilogue into their kernels but fuse with no neighbour: 22 and 23 before
 # transforms/gpu/reduction_fusion.py (each block reduction its own kernel), 13 and 20
-# before transforms/gpu/row_kernels.py (a row's dependent loops each a kernel), now 11
-# and 11.
-ROW_LAUNCHES = {"mlp_train_step_784_512_512_10": 11, "gmm_d10_K25_gradient": 11}
+# before transforms/gpu/row_kernels.py (a row's dependent loops each a kernel), now 10
+# and 10.
+ROW_LAUNCHES = {"mlp_train_step_784_512_512_10": 10, "gmm_d10_K25_gradient": 10}
 
 
 @pytest.mark.parametrize("row", sorted(ROW_LAUNCHES))

@@ -152,8 +152,8 @@ Limits (what bounds the kernel count and speed)
   resulting kernel count). A producer updated in place (tanh's derivative on a reused buffer)
   is not recomputed. Each loop that reads another's output at other indices
   (a matmul reading an activation) is its own kernel. The benchmarks' MLP
-  training step (b128 784-512-512-10) is 11 launches, the ADBench GMM
-  gradient (d10 K25) 11.
+  training step (b128 784-512-512-10) is 10 launches, the ADBench GMM
+  gradient (d10 K25) 10.
 - Contractions that are not multiples of the 64 x 64 x 16 tile, and short
   reductions, are one thread per output element, accumulating in registers
   from global memory. A short reduction to a scalar (under 64 elements) is

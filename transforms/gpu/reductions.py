@@ -434,6 +434,18 @@ def _has_views(buf: ir.Value) -> bool:
     return False
 
 
+def _view_used_between(first: ir.Operation, last: ir.Operation, buf: ir.Value) -> bool:
+    """Whether an op between `first` and `last` (ops of one block) touches a view of
+    `buf` (which `_access` does not see)."""
+    ops = ops_of(last.block)
+    for o in ops[ops.index(first) + 1:ops.index(last)]:
+        for inner in walk_ops(o):
+            if any(isinstance(v.type, ir.MemRefType) and v != buf and _base(v) == buf
+                   for v in inner.operands):
+                return True
+    return False
+
+
 def _access(op: ir.Operation, buf: ir.Value) -> str:
     """How `op` touches `buf`: 'none', 'read', 'write' (all of it or as a linalg
     output) or 'unknown'."""
@@ -495,16 +507,19 @@ def _initial_value(op: ir.Operation, out: ir.Value):
     (or a copy of a filled buffer into it), ('load', src, dead) for a copy of
     `src` into `out`, ('load', out, []) otherwise. `dead`: the ops (the fill,
     the copy) the reduction makes useless, since it writes every element of
-    `out` and nothing read them in between."""
-    if _has_views(out):
-        return "load", out, []
+    `out` and nothing read them in between (through a view of `out` either: a
+    buffer with views keeps the load if any op in between uses one)."""
     found = _last_writer(op, out)
     if found is None or found[1]:
         return "load", out, []
     writer = found[0]
+    if _has_views(out) and _view_used_between(writer, op, out):
+        return "load", out, []
     value = _fill_value(writer, out)
     if value is not None:
         return "value", value, [writer]
+    if _has_views(out):
+        return "load", out, []
     if writer.name != "memref.copy":
         return "load", out, []
     src = writer.operands[0]

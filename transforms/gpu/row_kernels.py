@@ -77,6 +77,9 @@ from .support import index_const, new_parallel, on_host, ops_of
 ONE_BLOCK = 4096
 #: Fewest threads of a row kernel (one warp).
 MIN_THREADS = 32
+#: The search for a run's merges starts from this many of the uniform choices with
+#: the fewest kernels, and as many with the most merges.
+STARTS = 2
 
 
 @dataclasses.dataclass
@@ -198,7 +201,7 @@ class _Plan:
     chain: list[_Unit]
     rows: int | None  # None: one block runs everything
     dims: list[int]
-    up: bool = False  # the row kernel takes the place of its first loop, not its last
+    anchor: _Unit | None = None  # the member whose place the row kernel takes
 
 
 def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
@@ -234,15 +237,21 @@ class _Item:
     reads: set
     writes: set
 
+    @property
+    def anchor(self) -> _Unit:
+        return self.units[0] if self.plan is None else self.plan.anchor
+
 
 #: How a unit joins the row kernels before it: (joins, one_block, up). `joins`: 2,
 #: it merges all the kernels it depends on; 1, the latest; 0, only its single one
-#: (a unit that depends on several starts its own). `one_block`: one-block row
+#: (a unit that depends on several starts its own); 3, it joins the latest
+#: one-block row kernel it does not depend on (a small independent loop: one more
+#: phase of a kernel that runs anyway). `one_block`: one-block row
 #: kernels allowed. `up`: the unit moves up to the kernel (else the kernel moves
 #: down to the unit), past loops independent of what moves. None: it starts its own.
 _Choice = tuple[int, bool, bool] | None
 _CHOICES: list[_Choice] = [None] + [(j, ob, up) for ob in (False, True) for j in (2, 1, 0)
-                                    for up in (False, True)]
+                                    for up in (False, True)] + [(3, True, False), (3, True, True)]
 
 
 def _window_items(units: list[_Unit], choices: list[_Choice], memo: dict) -> list[_Item]:
@@ -254,9 +263,17 @@ def _window_items(units: list[_Unit], choices: list[_Choice], memo: dict) -> lis
         deps = [k for k, item in enumerate(items)
                 if _conflict((item.reads, item.writes), acc)]
         plan = None
-        if choice is not None and deps and (choice[0] or len(deps) == 1):
+        chosen = []
+        if choice is not None and choice[0] == 3:
+            # An independent small loop joins the latest one-block row kernel.
+            small = [k for k, item in enumerate(items)
+                     if item.plan is not None and item.plan.rows is None and k not in deps]
+            if small and (not choice[2] or all(k < small[-1] for k in deps)):
+                chosen = small[-1:]
+        elif choice is not None and deps and (choice[0] or len(deps) == 1):
+            chosen = deps if choice[0] == 2 else deps[-1:]
+        if chosen:
             joins, one_block, up = choice
-            chosen = deps if joins == 2 else deps[-1:]
             if up:  # everything chosen after the first, and u, moves up to it
                 movers = [(items[k].reads, items[k].writes) for k in chosen[1:]] + [acc]
             else:  # everything chosen moves down to u
@@ -274,7 +291,7 @@ def _window_items(units: list[_Unit], choices: list[_Choice], memo: dict) -> lis
                 if plan is not None and plan.rows is None and not one_block:
                     plan = None
         if plan is not None:
-            plan = dataclasses.replace(plan, up=up)
+            plan = dataclasses.replace(plan, anchor=items[chosen[0]].anchor if up else u)
             reads, writes = set(u.reads), set(u.writes)
             for k in chosen:
                 reads |= items[k].reads
@@ -306,10 +323,8 @@ def _launches(items: list[_Item]) -> int:
 
 def _window_plans(units: list[_Unit]) -> list[_Plan]:
     """The row kernels of a run of units that give the fewest kernels, as `_launches`
-    estimates them (then the most loops merged): the best of one choice for every
-    unit, then improved one unit's choice at a time (a merge that saves no kernel
-    yet may enable one that does: the softmax rows take the mean's sum, and then
-    the gradient rows too)."""
+    estimates them (then the most loops merged): starting from a few choices that
+    every unit makes alike, improved one unit's choice at a time."""
     memo: dict = {}
 
     def cost(choices: list[_Choice]) -> tuple[int, int]:
@@ -317,19 +332,29 @@ def _window_plans(units: list[_Unit]) -> list[_Plan]:
         merged = sum(len(i.units) - 1 for i in items if i.plan is not None)
         return _launches(items), -merged
 
-    best = min(([c] * len(units) for c in _CHOICES), key=cost)
-    best_cost = cost(best)
-    improved = True
-    while improved:
-        improved = False
-        for k in range(len(units)):
-            for c in _CHOICES:
-                if c == best[k]:
-                    continue
-                trial = best[:k] + [c] + best[k + 1:]
-                trial_cost = cost(trial)
-                if trial_cost < best_cost:
-                    best, best_cost, improved = trial, trial_cost, True
+    def descend(choices: list[_Choice]) -> tuple[tuple[int, int], list[_Choice]]:
+        best, best_cost = choices, cost(choices)
+        improved = True
+        while improved:
+            improved = False
+            for k in range(len(units)):
+                for c in _CHOICES:
+                    if c == best[k]:
+                        continue
+                    trial = best[:k] + [c] + best[k + 1:]
+                    trial_cost = cost(trial)
+                    if trial_cost < best_cost:
+                        best, best_cost, improved = trial, trial_cost, True
+        return best_cost, best
+
+    # From the best uniform choices, and those that merge most: a merge that pays
+    # only with another (the softmax rows taking the mean's sum, then the gradient
+    # rows) is found from a start that makes both.
+    uniform = [[c] * len(units) for c in _CHOICES]
+    by_cost = sorted(uniform, key=cost)
+    by_merges = sorted(uniform, key=lambda ch: (cost(ch)[1], cost(ch)[0]))
+    starts = by_cost[:STARTS] + [ch for ch in by_merges[:STARTS] if ch not in by_cost[:STARTS]]
+    best = min((descend(c) for c in starts), key=lambda r: r[0])[1]
     return [i.plan for i in _window_items(units, best, memo) if i.plan is not None]
 
 
@@ -422,19 +447,18 @@ def _build(plan: _Plan, block_size: int) -> None:
     chain = plan.chain
     block = chain[0].loop.block
     ops = ops_of(block)
-    first, last = ops.index(chain[0].loop), ops.index(chain[-1].loop)
-    between = [o for o in ops[first:last] if o not in [u.loop for u in chain]]
-    if plan.up:
-        # The later loops move up to the first: so do the allocations, constants
-        # and index math between them (no memory effects); deallocations stay.
-        anchor = chain[0].loop
-        for o in between:
-            if o.name != "memref.dealloc" and not (o.name == "scf.parallel"):
-                o.move_before(anchor)
-        deallocs = []
-    else:
-        anchor = chain[-1].loop
-        deallocs = [o for o in between if o.name == "memref.dealloc"]
+    loops = [u.loop for u in chain]
+    first = min(ops.index(o) for o in loops)
+    last = max(ops.index(o) for o in loops)
+    anchor = plan.anchor.loop
+    at = ops.index(anchor)
+    # Members before the anchor move down to it, past deallocations (which move
+    # after the row kernel); members after it move up, and so do the allocations,
+    # constants and index math they may use (no memory effects).
+    deallocs = [o for o in ops[first:at] if o.name == "memref.dealloc"]
+    for o in ops[at + 1:last]:
+        if o not in loops and o.name not in ("memref.dealloc", "scf.parallel"):
+            o.move_before(anchor)
     groups = 1 if plan.rows is None else -(-plan.rows // per_block)
     with ir.InsertionPoint(anchor), anchor.location:
         loop, body, term = new_parallel([index_const(0)], [index_const(groups)],
