@@ -80,6 +80,9 @@ GPU_BLOCK_REDUCTION = "autodiff.gpu.block_reduction"
 #: Tiled contractions of the GPU lowering (transforms/gpu/contractions.py): the warp
 #: loop of a tensor-core tile, the reduction loops of tensor-core and f32 register
 #: tiles, the operand reads they stage, and a gpu.module of bf16 mma.sync ops.
+#: A row kernel of the GPU lowering (transforms/gpu/row_kernels.py): on its block
+#: loop (i64, its threads per block) and on the gpu.launch made from it.
+GPU_PHASES = "autodiff.gpu.phases"
 GPU_WARP_LOOP = "autodiff.gpu.warp_loop"
 GPU_MMA_TILE = "autodiff.gpu.mma_tile"
 GPU_SIMT_TILE = "autodiff.gpu.simt_tile"
@@ -118,6 +121,8 @@ ATTRIBUTES: dict[str, str] = {
     GPU_NUM_OUTPUTS: "on a GPU function: how many trailing memref arguments are out-parameters",
     GPU_BLOCK_REDUCTION: "on an scf.execute_region of the GPU lowering: \"grid\" (a whole "
                          "block-parallel reduction) or \"row\" (one block's work)",
+    GPU_PHASES: "on the block loop of a GPU row kernel (i64: threads per block), whose "
+                "thread loops run one after another, and on the gpu.launch made from it",
     GPU_WARP_LOOP: "on the scf.parallel over a tensor-core tile's warps (one iteration "
                    "per warp until the kernel stage gives each 32 threads)",
     GPU_MMA_TILE: "on the reduction loop of a tensor-core tile (its A/B tiles are staged)",

@@ -85,7 +85,16 @@ What runs where
    reduction that reads an elementwise loop's output recomputes it instead,
    so that the two share the grid (a bias gradient beside its activation
    gradient). The partial passes of the weight-decay sums share one kernel,
-   their combining passes another.
+   their combining passes another. Before that, dependent loops over the same
+   rows (or small enough for one block, host code that touches memory
+   included: it is wrapped as in step 4 first) become row kernels
+   (row_kernels.py): one block loop whose thread loops run as phases (a
+   softmax's max, exp, sum and division; an activation gradient and its column
+   sums; a loss's mean beside its gradient rows), lowered to a `gpu.launch`
+   with barriers and `gpu.all_reduce`s by `PhasedKernels` before the upstream
+   mapping (step 6), which maps one thread loop per block loop. Which loops
+   merge is chosen per run of loops by the kernel count it gives with the
+   grids of FuseBlockReductions, which orders its levels around row kernels.
    Contractions whose output is a multiple of 64 x 64 and whose reduced
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):
@@ -137,16 +146,14 @@ Limits (what bounds the kernel count and speed)
 -----------------------------------------------
 - Fusion merges adjacent loops only (same space, same rows, or independent);
   block reductions share a kernel only with independent neighbours (or
-  producers they can recompute). A reduction and its consumer in the same row
-  (softmax: max, then the sum of exp(x - max), then the normalisation) stay
-  separate kernels: `convert-parallel-loops-to-gpu` maps one thread loop per
-  block loop and one reduced value per thread loop, so a row's second
-  reduction, or an elementwise pass after the all-reduce, needs a kernel of
-  its own. A producer updated in place (tanh's derivative on a reused buffer)
+  producers they can recompute), or with dependent loops over the same rows
+  as a row kernel (row_kernels.py; a row kernel fuses with nothing else, and
+  which merges to make is chosen per run of loops by an estimate of the
+  resulting kernel count). A producer updated in place (tanh's derivative on a reused buffer)
   is not recomputed. Each loop that reads another's output at other indices
   (a matmul reading an activation) is its own kernel. The benchmarks' MLP
-  training step (b128 784-512-512-10) is 13 launches, the ADBench GMM
-  gradient (d10 K25) 20.
+  training step (b128 784-512-512-10) is 10 launches, the ADBench GMM
+  gradient (d10 K25) 10.
 - Contractions that are not multiples of the 64 x 64 x 16 tile, and short
   reductions, are one thread per output element, accumulating in registers
   from global memory. A short reduction to a scalar (under 64 elements) is
@@ -189,6 +196,7 @@ from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reduction_fusion import FuseBlockReductions
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
+from .row_kernels import PhasedKernels, RowKernels
 from .tensors import ReductionsInnermost, SplatsToFills
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
@@ -311,6 +319,8 @@ class LowerToGpu(Pass):
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
+            SerialKernels(),
+            RowKernels(block_size=self.block_size),
             FuseBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
@@ -321,6 +331,7 @@ class LowerToGpu(Pass):
         return [
             WarpsToLanes(),
             DeviceMemory(),
+            PhasedKernels(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
             SingleThreadTails(),

@@ -49,6 +49,7 @@ import dataclasses
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from ...dialects.vocabulary import GPU_PHASES
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
 from .fusion import _accesses, _candidate, _fuse_chain, _static_space, _trip_count
@@ -65,6 +66,7 @@ class _Member:
     blocks: int  # blocks this member takes in a fused grid (for a loop: at the fused T)
     threads: ir.Operation | None = None  # the reducing thread loop (reductions)
     key: tuple | None = None  # (combiner, element type, neutral) of a reduction
+    solo: bool = False  # a row kernel (row_kernels.py): a kernel of its own, fused with none
 
     @property
     def reduces(self) -> bool:
@@ -164,6 +166,14 @@ def _map_member(op: ir.Operation) -> _Member | None:
     return _Member(op, acc[0], acc[1], 0)
 
 
+def _row_kernel_member(op: ir.Operation) -> _Member | None:
+    """A row kernel's block loop (row_kernels.py), which the levels order around."""
+    if op.name != "scf.parallel" or GPU_PHASES not in op.attributes or not on_host(op):
+        return None
+    acc = _accesses(op)
+    return None if acc is None else _Member(op, acc[0], acc[1], 0, solo=True)
+
+
 def _conflict(a: _Member, b: _Member) -> bool:
     return bool(a.writes & (b.reads | b.writes) or b.writes & a.reads)
 
@@ -180,7 +190,7 @@ def _windows(block: ir.Block) -> list[list[_Member]]:
         current.clear()
 
     for op in ops_of(block):
-        member = _reduction_member(op) or _map_member(op)
+        member = _reduction_member(op) or _map_member(op) or _row_kernel_member(op)
         if member is not None:
             current.append(member)
         elif op.name == "memref.dealloc" or (
@@ -205,6 +215,13 @@ def _schedule(window: list[_Member]) -> list[list[_Member]]:
     pending = list(window)
     while pending:
         ready = [m for m in pending if deps[id(m)] <= done]
+        # Ready loops are independent of each other: each row kernel its own group.
+        groups.extend([m] for m in ready if m.solo)
+        done |= {id(m) for m in ready if m.solo}
+        ready = [m for m in ready if not m.solo]
+        if not ready:
+            pending = [m for m in pending if id(m) not in done]
+            continue
         keys: dict = {}
         for m in ready:
             if m.reduces:
@@ -453,7 +470,7 @@ def _recompute_producers(window: list[_Member]) -> None:
             continue
         for j in range(k - 1, -1, -1):
             p = window[j]
-            if p.reduces or not _conflict(p, r):
+            if p.reduces or p.solo or not _conflict(p, r):
                 continue
             if _recompute(r, p, window[j + 1:k]):
                 acc = _accesses(r.loop)

@@ -64,7 +64,7 @@ from mlir import ir
 from mlir.dialects import affine as affine_d
 from mlir.dialects import arith, memref, scf
 
-from ...dialects.vocabulary import GPU_BLOCK_REDUCTION
+from ...dialects.vocabulary import GPU_BLOCK_REDUCTION, GPU_PHASES
 from ..ad_support import is_inside, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import index_const, new_parallel, on_host, ops_of
@@ -434,6 +434,18 @@ def _has_views(buf: ir.Value) -> bool:
     return False
 
 
+def _view_used_between(first: ir.Operation, last: ir.Operation, buf: ir.Value) -> bool:
+    """Whether an op between `first` and `last` (ops of one block) touches a view of
+    `buf` (which `_access` does not see)."""
+    ops = ops_of(last.block)
+    for o in ops[ops.index(first) + 1:ops.index(last)]:
+        for inner in walk_ops(o):
+            if any(isinstance(v.type, ir.MemRefType) and v != buf and _base(v) == buf
+                   for v in inner.operands):
+                return True
+    return False
+
+
 def _access(op: ir.Operation, buf: ir.Value) -> str:
     """How `op` touches `buf`: 'none', 'read', 'write' (all of it or as a linalg
     output) or 'unknown'."""
@@ -495,16 +507,19 @@ def _initial_value(op: ir.Operation, out: ir.Value):
     (or a copy of a filled buffer into it), ('load', src, dead) for a copy of
     `src` into `out`, ('load', out, []) otherwise. `dead`: the ops (the fill,
     the copy) the reduction makes useless, since it writes every element of
-    `out` and nothing read them in between."""
-    if _has_views(out):
-        return "load", out, []
+    `out` and nothing read them in between (through a view of `out` either: a
+    buffer with views keeps the load if any op in between uses one)."""
     found = _last_writer(op, out)
     if found is None or found[1]:
         return "load", out, []
     writer = found[0]
+    if _has_views(out) and _view_used_between(writer, op, out):
+        return "load", out, []
     value = _fill_value(writer, out)
     if value is not None:
         return "value", value, [writer]
+    if _has_views(out):
+        return "load", out, []
     if writer.name != "memref.copy":
         return "load", out, []
     src = writer.operands[0]
@@ -675,7 +690,8 @@ class SingleThreadTails(_Step):
     summary = "Run the code after a block reduction's gpu.all_reduce on thread 0"
 
     def apply(self, module: ir.Operation) -> None:
-        for launch in [o for o in walk_ops(module) if o.name == "gpu.launch"]:
+        for launch in [o for o in walk_ops(module) if o.name == "gpu.launch"
+                       and GPU_PHASES not in o.attributes]:  # row kernels: their own
             body = launch.regions[0].blocks[0]
             ops = ops_of(body)
             reduces = [k for k, o in enumerate(ops) if o.name == "gpu.all_reduce"]

@@ -1,0 +1,162 @@
+"""Row kernels: dependent loops over the same rows as phases of one kernel
+(transforms/gpu/row_kernels.py).
+
+No GPU needed: launch counts at `stage=kernels`, the `parallel` stage run on the
+CPU against numpy and the CPU pipeline, and the kernels through ptxas.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from mlir_autodiff import dialects
+from mlir_autodiff import gpu as adgpu
+from mlir_autodiff.runtime import CompiledModule
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
+from mlir_autodiff.transforms.pipeline import run_pipeline
+
+# A row softmax over 1000-long rows and the cross-entropy gradient rows beside it
+# (dz = p * sum(ct) - ct, log-softmax's backward): the row maximum, the sum of the
+# shifted exponentials, the normalisation, the sum of ct and dz. Before RowKernels:
+# a kernel each for the max, the exp, the sum (with ct's sum beside it), p and dz.
+# After: one, a block per row: reductions and elementwise passes as phases.
+ROWS = """
+#id = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+func.func @rows(%x: tensor<48x1000xf32>, %ct: tensor<48x1000xf32>)
+    -> (tensor<48x1000xf32>, tensor<48x1000xf32>) {
+  %z = arith.constant 0.0 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %er = tensor.empty() : tensor<48xf32>
+  %fm = linalg.fill ins(%ninf : f32) outs(%er : tensor<48xf32>) -> tensor<48xf32>
+  %m = linalg.reduce ins(%x : tensor<48x1000xf32>) outs(%fm : tensor<48xf32>) dimensions = [1]
+    (%v: f32, %acc: f32) {
+      %r = arith.maximumf %v, %acc : f32
+      linalg.yield %r : f32
+    }
+  %e = tensor.empty() : tensor<48x1000xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %m : tensor<48x1000xf32>, tensor<48xf32>) outs(%e : tensor<48x1000xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.subf %a, %b : f32
+    %q = math.exp %d : f32
+    linalg.yield %q : f32
+  } -> tensor<48x1000xf32>
+  %fs = linalg.fill ins(%z : f32) outs(%er : tensor<48xf32>) -> tensor<48xf32>
+  %s = linalg.reduce ins(%ex : tensor<48x1000xf32>) outs(%fs : tensor<48xf32>) dimensions = [1]
+    (%v: f32, %acc: f32) {
+      %r = arith.addf %v, %acc : f32
+      linalg.yield %r : f32
+    }
+  %p = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %s : tensor<48x1000xf32>, tensor<48xf32>) outs(%e : tensor<48x1000xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %q = arith.divf %a, %b : f32
+    linalg.yield %q : f32
+  } -> tensor<48x1000xf32>
+  %fc = linalg.fill ins(%z : f32) outs(%er : tensor<48xf32>) -> tensor<48xf32>
+  %c = linalg.reduce ins(%ct : tensor<48x1000xf32>) outs(%fc : tensor<48xf32>) dimensions = [1]
+    (%v: f32, %acc: f32) {
+      %r = arith.addf %v, %acc : f32
+      linalg.yield %r : f32
+    }
+  %e2 = tensor.empty() : tensor<48x1000xf32>
+  %dz = linalg.generic {indexing_maps = [#id, #id, #row, #id],
+                        iterator_types = ["parallel", "parallel"]}
+      ins(%p, %ct, %c : tensor<48x1000xf32>, tensor<48x1000xf32>, tensor<48xf32>)
+      outs(%e2 : tensor<48x1000xf32>) {
+  ^bb0(%a: f32, %g: f32, %t: f32, %o: f32):
+    %q = arith.mulf %a, %t : f32
+    %w = arith.subf %q, %g : f32
+    linalg.yield %w : f32
+  } -> tensor<48x1000xf32>
+  return %p, %dz : tensor<48x1000xf32>, tensor<48x1000xf32>
+}
+
+// Columns as rows, short ones (the GMM's 25 components per sample): exp, the sums
+// over the 25-long columns (one thread each) and the division share the column
+// index j; groups of 8 columns per block, 37 not a multiple of 8 (masked).
+#t = affine_map<(i, j) -> (i, j)>
+#col = affine_map<(i, j) -> (j)>
+func.func @cols(%x: tensor<25x37xf32>) -> tensor<25x37xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<25x37xf32>
+  %ex = linalg.generic {indexing_maps = [#t, #t], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<25x37xf32>) outs(%e : tensor<25x37xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %q = math.exp %a : f32
+    linalg.yield %q : f32
+  } -> tensor<25x37xf32>
+  %ec = tensor.empty() : tensor<37xf32>
+  %fc = linalg.fill ins(%z : f32) outs(%ec : tensor<37xf32>) -> tensor<37xf32>
+  %s = linalg.reduce ins(%ex : tensor<25x37xf32>) outs(%fc : tensor<37xf32>) dimensions = [0]
+    (%v: f32, %acc: f32) {
+      %r = arith.addf %v, %acc : f32
+      linalg.yield %r : f32
+    }
+  %y = linalg.generic {indexing_maps = [#t, #col, #t], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %s : tensor<25x37xf32>, tensor<37xf32>) outs(%e : tensor<25x37xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %q = arith.divf %a, %b : f32
+    linalg.yield %q : f32
+  } -> tensor<25x37xf32>
+  return %y : tensor<25x37xf32>
+}
+"""
+
+
+def _lowered(text: str, **options) -> ir.Module:
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(**options)])
+    return module
+
+
+def test_softmax_and_its_gradient_rows_are_one_kernel() -> None:
+    module = _lowered(ROWS, stage="kernels")
+    text = str(module)
+    # 4 before RowKernels for @rows, 3 for @cols.
+    assert text.count("gpu.launch_func") == 2, text
+    # A block per row; the row's two sums and its maximum are block all-reduces,
+    # the phases separated by barriers. The columns: 5 blocks of 8.
+    assert "known_grid_size = array<i32: 48, 1, 1>" in text
+    assert "known_grid_size = array<i32: 5, 1, 1>" in text
+    assert text.count("gpu.all_reduce") == 3 and "gpu.barrier" in text
+
+
+def test_row_kernel_matches_numpy_on_the_cpu() -> None:
+    rng = np.random.default_rng(5)
+    x = (4 * rng.standard_normal((48, 1000))).astype(np.float32)
+    ct = rng.standard_normal((48, 1000)).astype(np.float32)
+    p, dz = CompiledModule(ROWS, pipeline=parallel_stage_on_cpu_pipeline())["rows"](x, ct)
+    x64, ct64 = x.astype(np.float64), ct.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    want_p = e / e.sum(axis=1, keepdims=True)
+    want_dz = want_p * ct64.sum(axis=1, keepdims=True) - ct64
+    np.testing.assert_allclose(p, want_p, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dz, want_dz, rtol=1e-4, atol=1e-4)
+    cpu_p, cpu_dz = CompiledModule(ROWS)["rows"](x, ct)
+    np.testing.assert_allclose(p, cpu_p, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dz, cpu_dz, rtol=1e-4, atol=1e-4)
+    xs = rng.standard_normal((25, 37)).astype(np.float32)
+    got = CompiledModule(ROWS, pipeline=parallel_stage_on_cpu_pipeline())["cols"](xs)
+    es = np.exp(xs.astype(np.float64))
+    np.testing.assert_allclose(got, es / es.sum(axis=0), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_row_kernel_assembles_with_ptxas(chip: str) -> None:
+    module = _lowered(ROWS, chip=chip, format="isa")
+    ptx = "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
+    assert ptx.count(".entry") == 2
+    assert "shfl.sync.bfly" in ptx and "bar.sync" in ptx
+    module = _lowered(ROWS, chip=chip, format="bin")
+    for obj in adgpu.gpu_objects(module):
+        assert obj.data[:4] == b"\x7fELF" and adgpu.cubin_arch(obj.data) == int(chip[3:])
