@@ -40,7 +40,7 @@ def test_the_reference_machine_derives_the_measured_constants():
     assert parameters.REFERENCE == {"l1d": 48 << 10, "l2": 2 << 20}
     p = derive(emulate(**REFERENCE))
     assert p.matmul == MatmulSchedule(mr=8, nr=32, cache=(128, 256, 128), min_flops=MIN,
-                                      packed_k=1024, packed_n=256, mr_max=10)
+                                      packed_k=1024, packed_n=128, mr_max=10)
     assert p.pack_min_flops == 2 * 448 ** 3
     assert (p.row_tile_bytes, p.row_max_bytes) == (4 << 10, 256 << 10)
     assert p.reduction.lanes == {32: 64, 64: 32}
@@ -66,7 +66,7 @@ def test_zen4_double_pumped_avx512_with_1mb_l2():
     p = derive(m)
     # K tiles from the 32 KB L1: (8 + 32) x 64 x 4 B = 10 KB <= 16 KB; 8 x 512 x 4 B <= 24 KB.
     assert p.matmul == MatmulSchedule(mr=8, nr=32, cache=(128, 256, 64), min_flops=MIN,
-                                      packed_k=512, packed_n=256, mr_max=10)
+                                      packed_k=512, packed_n=128, mr_max=10)
     assert p.pack_min_flops == 2 * 320 ** 3
     assert (p.row_tile_bytes, p.row_max_bytes) == (4 << 10, 128 << 10)
 

@@ -144,7 +144,9 @@ def derive(machine: Machine, vector_bits: int | None = None) -> Parameters:
     L2: Kp = the largest power of two with mr x Kp x 4 B <= 3/4 L1d, at most
     1024 (C is then written once per 1024 k steps; 2048 was measured slower).
     The Kp x Np block of B is reused by every row tile of the M tile, from
-    L2, alongside A's Mc x Kp block: Np = pow2(L2 / 2 / (4 Kp)), at least nr.
+    L2, alongside A's Mc x Kp block: Np = pow2(L2 / 2 / (4 Kp)), at least nr
+    and at most 128 (wider was measured slower with both 1 MB and 2 MB of L2:
+    the L2 does not bound it there, so it is capped, not scaled).
     Packing pays once B is too big for the unpacked schedule's strided reads
     to hit in L2: for a cube of side s, from the side whose B fills 3/8 of L2
     (448 on the reference machine: 784 KB of 2 MB, between the 256^3 measured
@@ -171,7 +173,7 @@ def derive(machine: Machine, vector_bits: int | None = None) -> Parameters:
     while mc > mr and (mc + nc) * kc * f32 > l2 / 2:
         mc //= 2
     kp = max(128, min(1024, _pow2_floor(l1 * 3 / 4 / (f32 * mr))))
-    np_ = max(nr, _pow2_floor(l2 / 2 / (f32 * kp)))
+    np_ = max(nr, min(128, _pow2_floor(l2 / 2 / (f32 * kp))))
     side = max(128, 64 * round((3 / 8 * l2 / f32) ** 0.5 / 64))
     matmul = MatmulSchedule(mr=mr, nr=nr, cache=(mc, nc, kc), min_flops=_MATMUL_MIN_FLOPS,
                             packed_k=kp, packed_n=np_, mr_max=mr_max)
