@@ -1253,9 +1253,14 @@ def _main(argv: list[str]) -> int:
         sys.stdout.write(list_passes())
         return 0
     if opts.print_machine:
+        from ..transforms.cpu.machine import read_machine
         from ..transforms.cpu.parameters import machine_report
 
-        sys.stdout.write(machine_report())
+        try:
+            machine = read_machine()
+        except ValueError as err:
+            raise ToolError(f"{TOOL}: error: {err}") from None
+        sys.stdout.write(machine_report(machine))
         return 0
     return _call_with_big_stack(OptRun(opts).run)
 

@@ -160,6 +160,16 @@ def test_a_malformed_override_names_the_variable(var, value, words):
     assert words in str(err.value)
 
 
+def test_the_host_ignores_a_malformed_override_with_a_warning():
+    env = {"AUTODIFF_CPU_L2": "lots", "AUTODIFF_CPU_CORES": "0", "AUTODIFF_CPU_L1D": "64K"}
+    with pytest.warns(UserWarning) as caught:
+        m = mach.read_machine(env=env, strict=False)
+    assert sorted(str(w.message).rsplit("; ", 1)[1] for w in caught) == [
+        "AUTODIFF_CPU_CORES is ignored", "AUTODIFF_CPU_L2 is ignored"]
+    real = mach.read_machine(env={})
+    assert (m.l1d, m.l2, m.cores) == (64 << 10, real.l2, real.cores)
+
+
 def test_the_compilation_cache_key_changes_with_the_machine(tmp_path, monkeypatch):
     cache = compile_cache.Cache(str(tmp_path))
 

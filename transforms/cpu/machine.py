@@ -16,8 +16,9 @@ can derive the schedules of another machine on this one (see `ENV`):
 
     AUTODIFF_CPU_VECTOR_BITS=256  AUTODIFF_CPU_L1D=32K  AUTODIFF_CPU_L2=256K ...
 
-Sizes accept a plain byte count or a K / M / G suffix. The overrides are
-read once per process, with the host (the first `host_machine()` call); the
+Sizes accept a plain byte count or a K / M / G suffix; a malformed value
+is ignored with a warning naming its variable. The overrides are read once
+per process, with the host (the first `host_machine()` call); the
 derivation of the parameters from a machine is in `parameters.py`.
 """
 
@@ -27,6 +28,7 @@ import ctypes
 import dataclasses
 import functools
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -165,10 +167,22 @@ def _cores(root: str, info: dict[str, str]) -> tuple[int, int]:
     return max(1, logical // per_core), logical
 
 
-def read_machine(env: Mapping[str, str] | None = None, root: str = "/") -> Machine:
+def read_machine(env: Mapping[str, str] | None = None, root: str = "/", *,
+                 strict: bool = True) -> Machine:
     """The machine under `root` (/proc and /sys) with `env`'s overrides (default:
-    os.environ). Raises ValueError naming the variable whose value is malformed."""
+    os.environ). A malformed override raises ValueError naming its variable, or with
+    `strict=False` is left out with a warning that says so."""
     env = os.environ if env is None else env
+    if not strict:
+        kept = dict(env)
+        while True:
+            try:
+                return read_machine(kept, root)
+            except ValueError as err:
+                var = str(err).split(":")[0].split()[0]
+                if kept.pop(var, None) is None:
+                    raise
+                warnings.warn(f"{err}; {var} is ignored", stacklevel=2)
     info = _cpuinfo(root)
     flags = set(info.get("flags", "").split())
     vendor_id = info.get("vendor_id", "")
@@ -216,7 +230,7 @@ def read_machine(env: Mapping[str, str] | None = None, root: str = "/") -> Machi
         fields["fma_units"] = 1 if fields["double_pumped"] else 2
     for field in ("fma_units", "cores", "logical"):
         if fields[field] < 1:
-            raise ValueError(f"{ENV[field]} must be a positive integer, got {fields[field]}")
+            raise ValueError(f"{ENV[field]}: must be a positive integer, got {fields[field]}")
     return Machine(**fields)
 
 
@@ -235,7 +249,7 @@ def _bool(text: str) -> bool:
 @functools.cache
 def host_machine() -> Machine:
     """This process's machine (read once; see the module doc for the overrides)."""
-    return read_machine()
+    return read_machine(strict=False)
 
 
 @functools.cache
