@@ -179,15 +179,18 @@ def test_the_compilation_cache_key_changes_with_the_machine(tmp_path, monkeypatc
     host = mach.host_machine()
     before = key()
     assert key() == before
-    for change in ({"l2": host.l2 * 2}, {"l1d": host.l1d // 2}, {"cores": host.cores + 1},
-                   {"double_pumped": not host.double_pumped}, {"vector_bits": 256}):
+    for change in ({"l2": host.l2 * 2}, {"l1d": host.l1d // 2}, {"l3": host.l3 * 2},
+                   {"double_pumped": not host.double_pumped}, {"vector_bits": 256},
+                   {"family": host.family + 1}, {"fma_units": host.fma_units + 1}):
         other = dataclasses.replace(host, **change)
         monkeypatch.setattr(compile_cache, "host_machine", lambda other=other: other)
         assert key() != before, change
-    # the name only labels the model: no new compilation for it
-    named = dataclasses.replace(host, name="some-name")
-    monkeypatch.setattr(compile_cache, "host_machine", lambda: named)
-    assert key() == before
+    # the name only labels the model, and the core counts choose no tile (a process pinned
+    # to one core keeps its entries): no new compilation for them
+    for change in ({"name": "some-name"}, {"cores": host.cores + 1, "logical": 1}):
+        same = dataclasses.replace(host, **change)
+        monkeypatch.setattr(compile_cache, "host_machine", lambda same=same: same)
+        assert key() == before, change
 
 
 def test_print_machine(monkeypatch):

@@ -91,10 +91,13 @@ class Machine:
 
     def key(self) -> dict[str, Any]:
         """What compiled code depends on (the compilation cache's key): every field but
-        the name, which only labels the model."""
+        the name, which only labels the model, and the core counts, which choose no
+        tile (the number of threads is a key of its own): a process pinned to fewer
+        cores still hits its entries."""
         out = dataclasses.asdict(self)
         out["features"] = list(self.features)
-        del out["name"]
+        for field in ("name", "cores", "logical"):
+            del out[field]
         return out
 
 
