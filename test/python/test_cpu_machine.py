@@ -55,8 +55,20 @@ def test_the_host_uses_its_own_derivation():
     assert parameters.ROW_TILE_BYTES == p.row_tile_bytes
     assert parameters.ROW_MAX_BYTES == p.row_max_bytes
     assert parameters.REDUCTION == p.reduction
+    for bits in (128, 256, 512):
+        with parameters.target_vector_bits(bits):
+            assert parameters.matmul_schedule() == derive(parameters.portable_machine(bits)).matmul
+
+
+def test_portable_targets_keep_the_measured_tiles():
+    """`ad.export`'s x86-64-v3 / -v4 targets: any CPU of that width, desktop caches."""
     with parameters.target_vector_bits(256):
-        assert parameters.matmul_schedule() == derive(host, 256).matmul
+        assert parameters.matmul_schedule() == MatmulSchedule(
+            mr=4, nr=16, cache=(64, 256, 128), min_flops=MIN, packed_k=1024, packed_n=128)
+    with parameters.target_vector_bits(512):
+        assert parameters.matmul_schedule() == MatmulSchedule(
+            mr=8, nr=32, cache=(128, 256, 128), min_flops=MIN, packed_k=1024, packed_n=128,
+            mr_max=10)
 
 
 def test_zen4_double_pumped_avx512_with_1mb_l2():

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 from collections.abc import Iterator
 
-from .machine import Machine, host_machine
+from .machine import DEFAULT_CACHES, Machine, host_machine
 
 # -- schedule parameters (data) ---------------------------------------------------------------
 
@@ -187,8 +187,20 @@ def derive(machine: Machine, vector_bits: int | None = None) -> Parameters:
 
 
 def host_parameters() -> Parameters:
-    """The parameters for the host machine at the target's vector width."""
-    return derive(host_machine(), host_vector_bits())
+    """The parameters of the target: the host's, or inside `target_vector_bits` (code for
+    any CPU of a portable target) those of `portable_machine` of that width."""
+    bits = _TARGET_BITS.get()
+    return derive(host_machine() if bits is None else portable_machine(bits))
+
+
+@functools.cache
+def portable_machine(bits: int) -> Machine:
+    """Any CPU with `bits`-wide vectors: its caches are not known, so a common core's of
+    that width: 32 KB L1d and 1 MB L2 (`machine.DEFAULT_CACHES`), 48 KB L1d for AVX-512
+    (Ice Lake and later Xeons, Zen 5)."""
+    caches = dict(DEFAULT_CACHES, **({"l1d": 48 << 10} if bits == 512 else {}))
+    return Machine(vendor="other", family=0, model=0, features=(), vector_bits=bits,
+                   double_pumped=False, fma_units=2, cores=1, logical=1, **caches)
 
 
 def matmul_schedule() -> MatmulSchedule:
