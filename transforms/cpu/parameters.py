@@ -134,7 +134,8 @@ def derive(machine: Machine, vector_bits: int | None = None) -> Parameters:
     Kc = the largest power of two with (mr + nr) x Kc x 4 B <= L1d / 2.
     The Kc x Nc block of B is reused by the Mc / mr row tiles of the M tile,
     from L2; read with a stride, it gets a quarter of L2, and at most 256
-    columns (512 were measured slower): Nc = min(256, pow2(L2 / 4 / (4 Kc))).
+    columns (a 512-wide tile was measured slower, and 128 mixed):
+    Nc = min(256, pow2(L2 / 4 / (4 Kc))).
     Mc = 16 mr (the B block read once per 16 row tiles), halved while the A
     and B blocks together exceed half of L2.
 
