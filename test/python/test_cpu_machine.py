@@ -1,15 +1,21 @@
 """The CPU description the schedules are derived from (transforms/cpu/machine.py) and the
 derivation of their tiles (parameters.derive): emulated machines through the AUTODIFF_CPU_*
 overrides and a fake /proc + /sys tree, the reference machine's measured values, the
-compilation cache's key and `autodiff-opt --print-machine`. No compilation."""
+compilation cache's key, `autodiff-opt --print-machine`, and code compiled for two emulated
+machines (one small jit each, in a subprocess)."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
+import subprocess
+import sys
+import textwrap
 from contextlib import redirect_stdout
 
+import numpy as np
 import pytest
 
 from mlir_autodiff import compile_cache
@@ -69,6 +75,66 @@ def test_portable_targets_keep_the_measured_tiles():
         assert parameters.matmul_schedule() == MatmulSchedule(
             mr=8, nr=32, cache=(128, 256, 128), min_flops=MIN, packed_k=1024, packed_n=128,
             mr_max=10)
+
+
+@pytest.mark.skipif(
+    (mach.host_machine().l1d, mach.host_machine().l2, mach.host_machine().vector_bits)
+    != (parameters.REFERENCE["l1d"], parameters.REFERENCE["l2"], 512),
+    reason="the host is not the reference machine")
+def test_the_real_machine_derives_the_former_constants():
+    """On the machine they were measured on, the values these parameters had as constants."""
+    assert parameters.matmul_schedule() == MatmulSchedule(
+        mr=8, nr=32, cache=(128, 256, 128), min_flops=MIN, packed_k=1024, packed_n=128,
+        mr_max=10)
+    assert parameters.PACK_MIN_FLOPS == 2 * 448 ** 3
+    assert (parameters.ROW_TILE_BYTES, parameters.ROW_MAX_BYTES) == (4 << 10, 256 << 10)
+    assert parameters.REDUCTION.lanes == {32: 64, 64: 32}
+
+
+#: Run under an emulated machine: a packed matmul, an unpacked one with a K cache tile, and a
+#: row softmax in one jit; prints the results' digests as JSON lists.
+EMULATED = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import mlir_autodiff as ad
+    from mlir_autodiff import numpy as anp
+    from mlir_autodiff.transforms.cpu import parameters
+
+    def f(a, b, c, d, x):
+        e = anp.exp(x - anp.max(x, axis=1, keepdims=True))
+        return a @ b, c @ d, e / anp.sum(e, axis=1, keepdims=True)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in
+            [(384, 384), (384, 384), (96, 520), (520, 288), (64, 9000)]]
+    out = ad.jit(f)(*args)
+    print(json.dumps({"schedule": str(parameters.matmul_schedule()),
+                      "pack": parameters.PACK_MIN_FLOPS,
+                      "out": [np.asarray(o, np.float64).ravel()[::97].tolist() for o in out]}))
+""")
+
+
+@pytest.mark.parametrize("env", [
+    {"AUTODIFF_CPU_VENDOR": "amd", "AUTODIFF_CPU_FAMILY": "0x19", "AUTODIFF_CPU_L1D": "32K",
+     "AUTODIFF_CPU_L2": "1M"},
+    {"AUTODIFF_CPU_VECTOR_BITS": "256", "AUTODIFF_CPU_L1D": "32K", "AUTODIFF_CPU_L2": "256K"},
+], ids=["zen4", "avx2-256k-l2"])
+def test_emulated_machines_compile_correct_code(env):
+    """The tiles another machine derives (smaller K tiles, a 32-column packed N tile, rows
+    too long to fuse) still compute the same values (against numpy in float64)."""
+    proc = subprocess.run([sys.executable, "-c", EMULATED], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    m = mach.read_machine(env=env)
+    assert got["schedule"] == str(derive(m).matmul) and got["pack"] == derive(m).pack_min_flops
+    rng = np.random.default_rng(0)
+    a, b, c, d, x = [rng.standard_normal(s).astype(np.float64) for s in
+                     [(384, 384), (384, 384), (96, 520), (520, 288), (64, 9000)]]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    for want, have in zip([a @ b, c @ d, e / e.sum(axis=1, keepdims=True)], got["out"],
+                          strict=True):
+        np.testing.assert_allclose(have, want.ravel()[::97], rtol=2e-4, atol=2e-4)
 
 
 def test_zen4_double_pumped_avx512_with_1mb_l2():
