@@ -124,6 +124,7 @@ class Options:
     disable_threading: bool = False
     timing: bool = False
     list_passes: bool = False
+    print_machine: bool = False
     run_reproducer: bool = False
     help: bool = False
     version: bool = False
@@ -151,6 +152,7 @@ _BOOL_FLAGS = {
     "mlir-disable-threading": "disable_threading",
     "mlir-timing": "timing",
     "list-passes": "list_passes",
+    "print-machine": "print_machine",
     "run-reproducer": "run_reproducer",
     "help": "help",
     "h": "help",
@@ -224,6 +226,8 @@ OPTIONS:
   --mlir-disable-threading          Run single-threaded
   --mlir-timing                     Report pass timings (to stderr)
   --list-passes                     List the mlir-autodiff passes and their options
+  --print-machine                   Print the CPU the schedules are derived for and
+                                    the tiles derived from it (AUTODIFF_CPU_* overrides)
   --version                         Print the version
   --help-hidden                     Print this help and the rarely used options
   -h, --help                        Print this help
@@ -1247,6 +1251,16 @@ def _main(argv: list[str]) -> int:
         return 0
     if opts.list_passes:
         sys.stdout.write(list_passes())
+        return 0
+    if opts.print_machine:
+        from ..transforms.cpu.machine import read_machine
+        from ..transforms.cpu.parameters import machine_report
+
+        try:
+            machine = read_machine()
+        except ValueError as err:
+            raise ToolError(f"{TOOL}: error: {err}") from None
+        sys.stdout.write(machine_report(machine))
         return 0
     return _call_with_big_stack(OptRun(opts).run)
 

@@ -20,7 +20,9 @@ The key of an entry (`Cache.key`) is a sha256 over everything the native code
 depends on: the traced module's text (without locations: they only shape
 diagnostics, and a hit produces none; a miss compiles the module with them),
 the device, threads, donated leaves, the CPU target (`native`: this host's
-CPU model and /proc/cpuinfo flags), whether CPU schedules are strict, the
+CPU model and /proc/cpuinfo flags), the machine the CPU schedules' tiles are
+derived from (`transforms/cpu/machine.py`: caches, cores, vector width, with
+its AUTODIFF_CPU_* overrides), whether CPU schedules are strict, the
 versions of this package, the MLIR bindings and LLVM's tools, a fingerprint
 of the package's sources (size and mtime of each file: an edited pass never
 hits an entry of the old code) and the entry and artifact formats.
@@ -69,6 +71,7 @@ from typing import Any
 from . import aot, dialects, transforms
 from .native_build import _host_cpu_name, tool_versions
 from .native_call import NativeFunction
+from .transforms.cpu.machine import host_machine
 from .transforms.cpu.pipeline import STRICT_ENV
 
 __all__ = ["Cache", "Entry", "active", "cache_dir", "flush", "store_in_background",
@@ -79,7 +82,7 @@ DIR_ENV = "AUTODIFF_CACHE_DIR"
 MAX_MB_ENV = "AUTODIFF_CACHE_MAX_MB"
 DEFAULT_MAX_MB = 2048
 #: Version of the entry layout and of the key's contents (bump on any change).
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 ENTRY_JSON = "entry.json"
 LIBRARY = "artifact.so"
 #: Temporary and discarded directories older than this (seconds) are removed on eviction.
@@ -290,6 +293,8 @@ class Cache:
             "donated": [int(d) for d in donated], "cpu": cpu, "opt_level": opt_level,
             "strict_schedules": os.environ.get(STRICT_ENV) == "1",
             "host": _host() if cpu == "native" else None,
+            # the schedules' tiles are derived from it, whatever the target
+            "machine": host_machine().key(),
             "chip": chip if device == "gpu" else None,
             "versions": versions(),
         }

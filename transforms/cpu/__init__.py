@@ -20,7 +20,8 @@ owns its subject; `pipeline.py` lists them in the order they run):
   `contraction.py` (contractions in canonical form), `schedules.py` (one
   transform-script builder per kind), `script.py` (transform-script text
   and its application), `approximations.py` (f32 exp/log/tanh) and
-  `parameters.py` (the tile sizes and thresholds, by host vector width).
+  `parameters.py` (the tile sizes and thresholds, derived from `machine.py`'s
+  description of the CPU: vector width, caches, cores).
 - `donation.py`: results in the caller's buffers (donated arguments,
   out-parameters).
 - `openmp.py`: the OpenMP lowering for threads > 1 and its runtime library.

@@ -1,7 +1,12 @@
 """The CPU schedules' parameters: register and cache tiles, vector lanes, size thresholds.
 
-Data only (and the host's vector width they are chosen by). Why each value
-is what it is, with the measurements behind it: benchmarks/notes/cpu-schedules.md.
+The cache tiles and the thresholds that follow the cache sizes are derived
+from the machine (`machine.py`: the host, or what AUTODIFF_CPU_* emulates) by
+`derive`, whose docstring gives each rule; on the machine they were measured
+on (`REFERENCE`) the rules give the measured values. The register tiles and
+the thresholds that do not depend on the caches are data. Why each value is
+what it is, with the measurements behind it: benchmarks/notes/cpu-schedules.md.
+`autodiff-opt --print-machine` shows the machine and what it derives.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import contextvars
 import dataclasses
 import functools
 from collections.abc import Iterator
+
+from .machine import DEFAULT_CACHES, Machine, host_machine
 
 # -- schedule parameters (data) ---------------------------------------------------------------
 
@@ -60,7 +67,7 @@ def host_vector_bits() -> int:
     The ExecutionEngine compiles for the host CPU and its features (it was
     checked to emit AVX-512 `vfmadd231ps zmm` here), so schedules follow it.
     """
-    return _TARGET_BITS.get() or _host_vector_bits()
+    return _TARGET_BITS.get() or host_machine().vector_bits
 
 
 _TARGET_BITS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -80,35 +87,125 @@ def target_vector_bits(bits: int | None) -> Iterator[None]:
         _TARGET_BITS.reset(token)
 
 
-@functools.cache
-def _host_vector_bits() -> int:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return 256
-    if "avx512f" in flags:
-        return 512
-    return 256 if "avx2" in flags else 128
-
-
-#: Matmul register tiles by vector width: on AVX-512 (32 zmm) 8 x 32 f32 = 16 accumulators, enough
-#: independent FMAs to cover their latency; AVX2 4 x 16. f64 and contraction generics use the same
-#: table with `nr` counted in f32 lanes. Packed matmuls tile K by `packed_k` and N by `packed_n`;
-#: unpacked ones take up to `mr_max` register rows when they divide M. Below `_MATMUL_MIN_FLOPS`
-#: the schedule's compile time does not pay. (measurements: benchmarks/notes/cpu-schedules.md)
+#: Matmul register tiles by vector width (not derived: measured): on AVX-512 (32 zmm) 8 x 32 f32 =
+#: 16 accumulators, enough independent FMAs to cover their latency (4 cycles x 2 FMAs per cycle,
+#: or x 1 where 512-bit vectors are double-pumped); AVX2 4 x 16 = 8 ymm accumulators. f64 and
+#: contraction generics use the same table with `nr` counted in f32 lanes. Unpacked ones take up
+#: to `mr_max` register rows when they divide M. Below `_MATMUL_MIN_FLOPS` the schedule's compile
+#: time does not pay. (measurements: benchmarks/notes/cpu-schedules.md)
 _MATMUL_MIN_FLOPS = 2 * 40 ** 3
+REGISTER_TILES = {512: (8, 32, 10), 256: (4, 16, 0), 128: (4, 8, 0)}  # bits -> mr, nr, mr_max
 
-MATMUL_BY_VECTOR_BITS = {
-    512: MatmulSchedule(mr=8, nr=32, cache=(128, 256, 128), min_flops=_MATMUL_MIN_FLOPS,
-                        mr_max=10),
-    256: MatmulSchedule(mr=4, nr=16, cache=(64, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
-    128: MatmulSchedule(mr=4, nr=8, cache=(64, 256, 128), min_flops=_MATMUL_MIN_FLOPS),
-}
+#: The reference machine of the measurements (this project's 2-vCPU Xeon: 48 KB L1d, 2 MB L2):
+#: on it the derivation gives the values measured best there (a test checks it).
+REFERENCE = {"l1d": 48 << 10, "l2": 2 << 20}
+
+
+def _pow2_floor(x: float) -> int:
+    return 1 << max(0, int(x).bit_length() - 1) if x >= 1 else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameters:
+    """The machine-dependent parameters of the CPU schedules (see `derive`)."""
+
+    matmul: MatmulSchedule
+    pack_min_flops: int
+    row_tile_bytes: int
+    row_max_bytes: int
+    reduction: ReductionSchedule
+    threads: int
+
+
+@functools.cache
+def derive(machine: Machine, vector_bits: int | None = None) -> Parameters:
+    """The schedules' parameters for `machine` (its vector width unless `vector_bits`).
+
+    Sizes are counted in f32 (4 bytes): f64 schedules use the same tiles with
+    `nr` in f32 lanes, i.e. the same number of registers and twice the bytes.
+    The register tile is the measured table `REGISTER_TILES`; the rest follows
+    the cache hierarchy:
+
+    Unpacked matmul (loops: M, N, K cache tiles, then mr x nr register tiles
+    with i outer, j inner, k innermost). Each register tile reads an mr x Kc
+    micro-panel of A, reused by the Nc / nr tiles of its row (so it must stay
+    in L1), and a Kc x nr micro-panel of B whose rows are a row stride apart
+    (so they sit in few cache sets and must not evict A's panel):
+    Kc = the largest power of two with (mr + nr) x Kc x 4 B <= L1d / 2.
+    The Kc x Nc block of B is reused by the Mc / mr row tiles of the M tile,
+    from L2; read with a stride, it gets a quarter of L2, and at most 256
+    columns (a 512-wide tile was measured slower, and 128 mixed):
+    Nc = min(256, pow2(L2 / 4 / (4 Kc))).
+    Mc = 16 mr (the B block read once per 16 row tiles), halved while the A
+    and B blocks together exceed half of L2.
+
+    Packed matmul (B copied to contiguous [N / nr, K, nr] panels; the same
+    loop order). The mr x Kp micro-panel of A is reused by the Np / nr panels
+    of the N tile from L1, while the panels stream through the rest of it from
+    L2: Kp = the largest power of two with mr x Kp x 4 B <= 3/4 L1d, at most
+    1024 (C is then written once per 1024 k steps; 2048 was measured slower).
+    The Kp x Np block of B is reused by every row tile of the M tile, from
+    L2, alongside A's Mc x Kp block: Np = pow2(L2 / 2 / (4 Kp)), at least nr
+    and at most 128 (wider was measured slower with both 1 MB and 2 MB of L2:
+    the L2 does not bound it there, so it is capped, not scaled).
+    Packing pays once B is too big for the unpacked schedule's strided reads
+    to hit in L2: for a cube of side s, from the side whose B fills 3/8 of L2
+    (448 on the reference machine: 784 KB of 2 MB, between the 256^3 measured
+    slower packed and the 512^3 measured faster), rounded to a multiple of 64.
+
+    Row groups: a tile's input, its intermediates and its output (up to 8
+    tiles of a softmax or layer norm) stay in L1 between the passes over
+    them: tile bytes = pow2(L1d / 8); rows longer than L2 / 8 are not fused
+    (a single-row tile's 8 buffers would not stay in L2).
+
+    Reductions: four vectors of partial sums per row (four independent add
+    chains hide the add latency): 4 x lanes.
+
+    Threads: the physical cores (what `benchmarks/run.py` and users may pass
+    as `threads`; jit's default stays AUTODIFF_CPU_THREADS, else 1).
+    """
+    bits = vector_bits or machine.vector_bits
+    mr, nr, mr_max = REGISTER_TILES[bits]
+    f32 = 4
+    l1, l2 = machine.l1d, machine.l2
+    kc = max(16, min(512, _pow2_floor(l1 / 2 / (f32 * (mr + nr)))))
+    nc = max(nr, min(256, _pow2_floor(l2 / 4 / (f32 * kc))))
+    mc = 16 * mr
+    while mc > mr and (mc + nc) * kc * f32 > l2 / 2:
+        mc //= 2
+    kp = max(128, min(1024, _pow2_floor(l1 * 3 / 4 / (f32 * mr))))
+    np_ = max(nr, min(128, _pow2_floor(l2 / 2 / (f32 * kp))))
+    side = max(128, 64 * round((3 / 8 * l2 / f32) ** 0.5 / 64))
+    matmul = MatmulSchedule(mr=mr, nr=nr, cache=(mc, nc, kc), min_flops=_MATMUL_MIN_FLOPS,
+                            packed_k=kp, packed_n=np_, mr_max=mr_max)
+    lanes32 = bits // 32
+    return Parameters(
+        matmul=matmul, pack_min_flops=2 * side ** 3,
+        row_tile_bytes=_pow2_floor(l1 / 8), row_max_bytes=l2 // 8,
+        reduction=ReductionSchedule(lanes={32: 4 * lanes32, 64: 2 * lanes32},
+                                    min_elements=4096),
+        threads=machine.cores)
+
+
+def host_parameters() -> Parameters:
+    """The parameters of the target: the host's, or inside `target_vector_bits` (code for
+    any CPU of a portable target) those of `portable_machine` of that width."""
+    bits = _TARGET_BITS.get()
+    return derive(host_machine() if bits is None else portable_machine(bits))
+
+
+@functools.cache
+def portable_machine(bits: int) -> Machine:
+    """Any CPU with `bits`-wide vectors: its caches are not known, so a common core's of
+    that width: 32 KB L1d and 1 MB L2 (`machine.DEFAULT_CACHES`), 48 KB L1d for AVX-512
+    (Ice Lake and later Xeons, Zen 5)."""
+    caches = dict(DEFAULT_CACHES, **({"l1d": 48 << 10} if bits == 512 else {}))
+    return Machine(vendor="other", family=0, model=0, features=(), vector_bits=bits,
+                   double_pumped=False, fma_units=2, cores=1, logical=1, **caches)
 
 
 def matmul_schedule() -> MatmulSchedule:
-    return MATMUL_BY_VECTOR_BITS[host_vector_bits()]
+    return host_parameters().matmul
 
 
 #: Elementwise: 16 f32 / 8 f64 elements per iteration; from 4096 elements the schedule's compile
@@ -121,9 +218,9 @@ ELEMENTWISE_WHOLE_ROW_VECTORS = 4
 
 #: Matmuls (canonical: C[m, n] += A[m, k] or A[k, m] times B[k, n]) with at least this many flops,
 #: M and N multiples of the register tile, read B from a packed copy [N / nr, K, nr] (`pack_rhs`):
-#: contiguous panels instead of rows a stride apart; below it the copy is not amortized.
-#: (measurements: benchmarks/notes/cpu-schedules.md)
-PACK_MIN_FLOPS = 2 * 448 ** 3
+#: contiguous panels instead of rows a stride apart; below it the copy is not amortized. Derived
+#: from L2 (`derive`: 2 * 448^3 with 2 MB). (measurements: benchmarks/notes/cpu-schedules.md)
+PACK_MIN_FLOPS = derive(host_machine()).pack_min_flops
 
 #: The k loop of a register tile is unrolled this many times (after its accumulators are hoisted):
 #: the loop's own increment, compare and branch are paid once per 4 rank-1 updates. (measurements:
@@ -149,22 +246,22 @@ PARALLEL_MIN_ELEMENTS = 1 << 16
 ROW_GROUP_MIN_ELEMENTS = 1 << 14
 #: Groups without a reduction: only with at least this many ops (fills not counted).
 ELEMENTWISE_GROUP_MIN_OPS = 3
-#: Rows longer than this (bytes) are not fused: a tile would not stay in L2.
-ROW_MAX_BYTES = 256 << 10
+#: Rows longer than this (bytes) are not fused: a tile would not stay in L2 (`derive`: L2 / 8).
+ROW_MAX_BYTES = derive(host_machine()).row_max_bytes
 #: Rows per tile: the most (a power of two dividing the row count, at most `ROW_TILE_ROWS`) whose
-#: tile stays within `ROW_TILE_BYTES` per intermediate. 4 KB: a tile's input and its intermediates
-#: stay in L1 between the passes over it. Short rows (the MLP's 10 logits) keep tiles of
+#: tile stays within `ROW_TILE_BYTES` per intermediate. 4 KB (`derive`: L1d / 8 as a power of two):
+#: a tile's input and its intermediates stay in L1 between the passes over it. Short rows (the MLP's 10 logits) keep tiles of
 #: `ROW_TILE_ROWS`. (measurements: benchmarks/notes/cpu-schedules.md)
-ROW_TILE_BYTES = 4 << 10
+ROW_TILE_BYTES = derive(host_machine()).row_tile_bytes
 ROW_TILE_ROWS = 16
 
 #: Transposes: square blocks of this many elements per side.
 TRANSPOSE_BLOCK = {32: 8, 64: 4}
 
-#: Reductions: 64 f32 / 32 f64 partial sums per row, i.e. four AVX-512 vectors: four independent
+#: Reductions: four vectors of partial sums per row (64 f32 / 32 f64 with AVX-512): four independent
 #: add (or max) chains hide the latency one vector of partial sums waits on. (measurements:
 #: benchmarks/notes/cpu-schedules.md)
-REDUCTION = ReductionSchedule(lanes={32: 64, 64: 32}, min_elements=4096)
+REDUCTION = derive(host_machine()).reduction
 
 #: Element types a schedule accepts (i1 memory is bytes in this project's
 #: lowering, so vectors of i1 in memory would be wrong; index has no fixed width).
@@ -180,3 +277,33 @@ VECTORIZABLE_BODY_OPS = {
     "math.exp", "math.log", "math.tanh", "math.sqrt", "math.rsqrt", "math.absf",
     "math.floor", "math.ceil", "math.fma", "math.copysign",
 }
+
+
+def machine_report(machine: Machine | None = None) -> str:
+    """`autodiff-opt --print-machine`: the machine and the parameters derived from it."""
+    m = machine or host_machine()
+    d = m.describe()
+    p = derive(m)
+    mm = p.matmul
+
+    def size(b: int) -> str:
+        return f"{b >> 20} MB" if b >= 1 << 20 and not b % (1 << 20) else f"{b >> 10} KB"
+
+    lines = [
+        f"cpu: {d['name']} ({m.vendor}, family {m.family:#x}, model {m.model:#x})",
+        f"vectors: {m.vector_bits} bits{', double-pumped' if m.double_pumped else ''}, "
+        f"{m.fma_units} FMA/cycle, {m.peak_flops_per_cycle} f32 flops/cycle/core",
+        f"features: {' '.join(m.features) or '-'}",
+        f"caches: L1d {size(m.l1d)}, L2 {size(m.l2)}, L3 {size(m.l3)}",
+        f"cores: {m.cores} physical, {m.logical} logical",
+        "derived:",
+        f"  matmul register tile: {mm.mr} x {mm.nr} (rows up to {mm.mr_max or mm.mr})",
+        f"  matmul cache tile (M, N, K): {mm.cache}",
+        f"  packed matmul: K tile {mm.packed_k}, N tile {mm.packed_n}, "
+        f"from {round((p.pack_min_flops / 2) ** (1 / 3))}^3",
+        f"  row tiles: {size(p.row_tile_bytes)} per intermediate, rows up to "
+        f"{size(p.row_max_bytes)}",
+        f"  reduction partial sums: {p.reduction.lanes[32]} f32 / {p.reduction.lanes[64]} f64",
+        f"  threads: {p.threads}",
+    ]
+    return "\n".join(lines) + "\n"
