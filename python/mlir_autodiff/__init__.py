@@ -44,20 +44,23 @@ depend on) the front end.
 #   layer 7  numpy                       numpy's API; installs Tracer's operators and methods
 #   layer 8  api, special_math           jit and lower (imports numpy: traces see a full Tracer);
 #                                        erfinv, gammaln & co. written with numpy
-#   layer 9  batching, random, exporting, distributed, convolution  vmap; random draws;
-#                                        ahead-of-time export; MPI processes, meshes,
-#                                        shard_map; convolution and pooling composites
-#   layer 10 custom_core, differentiate, nn_initializers  custom functions' shared
+#   layer 9  batching, exporting, distributed, convolution  vmap; ahead-of-time export;
+#                                        MPI processes, meshes, shard_map; convolution and
+#                                        pooling composites
+#   layer 10 random_sharding             a process's block of a global keyed draw
+#                                        (`out_sharding`: needs vmap and the mesh)
+#   layer 11 random                      random draws
+#   layer 12 custom_core, differentiate, nn_initializers  custom functions' shared
 #                                        machinery; grad & co; keyed initializers
-#   layer 11 custom_vmap, checkpointing, nn, optim, lax_ops  custom batching rules;
+#   layer 13 custom_vmap, checkpointing, nn, optim, lax_ops  custom batching rules;
 #                                        checkpoint and residuals; optimizers; jax.lax's
 #                                        everyday operations (add, dot_general, pad, ...)
-#   layer 12 custom, lax                 custom_vjp, custom_jvp; loops (and lax_ops' names)
-#   layer 13 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
+#   layer 14 custom, lax                 custom_vjp, custom_jvp; loops (and lax_ops' names)
+#   layer 15 custom_function, linalg     the torch-style Function (a custom_vjp call); linear
 #                                        algebra (factorizations with custom_jvp rules)
-#   layer 14 linalg_numpy, scipy, example_libraries  numpy.linalg's and scipy.linalg's
+#   layer 16 linalg_numpy, scipy, example_libraries  numpy.linalg's and scipy.linalg's
 #                                        names; jax.example_libraries' stax and optimizers
-#   layer 15 __init__                    this namespace, imported lazily (PEP 562)
+#   layer 17 __init__                    this namespace, imported lazily (PEP 562)
 
 from __future__ import annotations
 

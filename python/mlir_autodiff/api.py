@@ -1004,6 +1004,12 @@ def _int_tuple(value: int | Sequence[int], what: str) -> tuple[int, ...]:
     return tuple(int(i) for i in items)
 
 
+#: `jit(f, in_shardings=..., out_shardings=...)`: set by mlir_autodiff.distributed (a
+#: higher layer, which builds on jit) when it loads; the `NamedSharding`s those
+#: arguments take are defined there, so it has loaded whenever they are given.
+PARTITIONED_JIT: Callable[..., Any] | None = None
+
+
 def jit(fun: Callable[..., Any] | None = None, *,
         static_argnums: int | Sequence[int] = (), device: str = "cpu",
         donate_argnums: int | Sequence[int] = (),
@@ -1064,9 +1070,10 @@ def jit(fun: Callable[..., Any] | None = None, *,
     """
     def make(f: Callable[..., Any]) -> Any:
         if in_shardings is not None or out_shardings is not None:
-            from .distributed import partitioned_jit
-
-            return partitioned_jit(f, in_shardings, out_shardings)
+            if PARTITIONED_JIT is None:
+                raise TypeError("jit: in_shardings/out_shardings take ad.NamedSharding "
+                                "values (mlir_autodiff.distributed)")
+            return PARTITIONED_JIT(f, in_shardings, out_shardings)
         return JitFunction(f, static_argnums, device, donate_argnums, static_argnames, threads)
 
     return make if fun is None else make(fun)

@@ -72,7 +72,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, tensor
 
-from . import dialects, primitives, pytree
+from . import api, dialects, primitives, pytree
 from . import numpy as anp
 from .api import _draws_random, _transform_passes
 from .rng_state import call_with_state
@@ -87,6 +87,7 @@ from .tracing import (
     format_site,
     require_trace,
 )
+from .transforms.ad_support import post_order_ops
 from .transforms.pipeline import run_pipeline
 from .transforms.shard_to_mpi import (
     HELPER_PREFIX,
@@ -975,8 +976,6 @@ def _unshare_constants(fn: ir.Operation) -> None:
     """Give every user of a `tensor.empty` / `linalg.fill` / tensor `arith.constant` its
     own copy: CSE merges equal ones, and upstream's sharding propagation aborts when
     one value is annotated with two shardings (its users want different ones)."""
-    from .transforms.ad_support import post_order_ops
-
     for kind in ("linalg.fill", "arith.constant", "tensor.empty"):
         for op in list(post_order_ops(fn)):
             if op.name != kind or len(op.results) != 1 or \
@@ -992,8 +991,6 @@ def _unshare_constants(fn: ir.Operation) -> None:
 def _check_partitionable(fn: ir.Operation, who: str) -> None:
     """NotImplementedError naming the first op (and the user's line that made it)
     upstream's sharding propagation/partitioning has no rule for."""
-    from .transforms.ad_support import post_order_ops
-
     for op in post_order_ops(fn):
         if op.operation == fn.operation or op.name in _PARTITIONABLE_OPS or \
                 op.name.startswith(_PARTITIONABLE_DIALECTS):
@@ -1169,3 +1166,6 @@ __all__ = [
     "initialize", "is_available", "mpi_library", "mpiexec", "pmax", "pmean", "pmin",
     "ppermute", "process_count", "process_index", "psum", "psum_scatter", "shard_map",
 ]
+
+
+api.PARTITIONED_JIT = partitioned_jit

@@ -62,6 +62,7 @@ from .dialects.vocabulary import RANDOM
 from .dialects.vocabulary import RNG_KEY as KEY_ATTR
 from .dialects.vocabulary import RNG_PINS as PIN_ATTR
 from .errors import UnsupportedError
+from .random_sharding import block_draw, is_split
 from .rng_state import (  # the generator's state lives a layer down, where `api` uses it
     _MASK64,
     DEFAULT_SEED,
@@ -338,8 +339,6 @@ def _out_sharding(who: str, k: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[s
     spec = kwargs.pop("out_sharding")
     if spec is None:
         return None, kwargs
-    from .random_sharding import is_split
-
     if k is None:
         raise TypeError(f"{who}: out_sharding needs the keyed form ({who}(key, shape, ...)): "
                         "the implicit generator's draws are not split over processes")
@@ -357,8 +356,6 @@ def _source(k: Any, out_sharding: Any = None, who: str = "random") -> Callable[.
     if k is None:
         return _draw
     if out_sharding is not None:
-        from .random_sharding import block_draw
-
         return lambda shape, dtype, dist, **p: block_draw(k, _keyed_draw, shape, dtype, dist,
                                                           out_sharding, who, **p)
     return lambda *a, **p: _keyed_draw(k, *a, **p)
