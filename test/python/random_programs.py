@@ -467,6 +467,7 @@ STACKS = {
     "jacfwd": "fwd", "jvp_of_jvp": "fwd", "vmap_of_jvp": "fwd", "grad_of_checkpoint": "rev",
     "jacrev": "rev", "vmap_none": "fwd", "vmap_out1": "fwd", "grad_last": "rev",
     "vmap_of_vmap": "fwd", "grad_of_grad_sum": "rev", "grad_pytree": "rev", "static": "fwd",
+    "vmap_last_axis": "fwd", "grad_of_vmap_last_axis": "rev",
 }
 
 
@@ -585,6 +586,14 @@ def build(p: Program, mods: types.SimpleNamespace):
     if s == "static":          # an inner jit with a static power
         inner = mods.jit(lambda k, *ys: f(*ys) ** k, static_argnums=0)
         return lambda *xs: (inner(2, *xs), inner(3, *xs))
+    if s in ("vmap_last_axis", "grad_of_vmap_last_axis"):   # in_axes=-1, out_axes=0
+        def vl(*xs):
+            return mods.vmap(f, in_axes=-1)(*(xp.stack([x, 0.7 * x + 0.2 * xp.sin(x)], axis=-1)
+                                              for x in xs))
+        if s == "vmap_last_axis":
+            return vl
+        return mods.grad(lambda *xs: xp.sum(vl(*xs) * _weights((2,) + p.out_shape)),
+                         argnums=argnums)
     if s == "jacrev":
         return mods.jacrev(f, argnums=argnums)
     if s == "vmap_none" and nin > 1:    # the last input unbatched
