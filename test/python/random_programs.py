@@ -673,7 +673,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # every third seed eagerly (not `value`: its inputs are plain ndarrays,
             # without `.at`, in jax as here)
-            got = run(p, a, jit=seed % 3 != 0 or p.stack == "value")
+            # nor with a Python float input: eagerly anp.sin(0.5) is numpy's strong
+            # float64, under jit a weak value (a recorded difference)
+            eager = seed % 3 == 0 and p.stack != "value" and \
+                not any(isinstance(x, float) for x in p.inputs())
+            got = run(p, a, jit=not eager)
             why = compare(p, got, want)
         except Exception:
             why = "raised:\n" + traceback.format_exc(limit=3)
