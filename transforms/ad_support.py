@@ -18,7 +18,7 @@ from typing import Any
 from mlir import ir
 
 # arith.cmpf predicates (mlir/Dialect/Arith/IR/ArithBase.td).
-CMPF = {"oeq": 1, "ogt": 2, "oge": 3, "olt": 4, "ole": 5, "one": 6, "une": 13}
+CMPF = {"oeq": 1, "ogt": 2, "oge": 3, "olt": 4, "ole": 5, "one": 6, "ord": 7, "une": 13, "uno": 14}
 
 
 def element_type(t: ir.Type) -> ir.Type:

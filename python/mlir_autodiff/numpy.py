@@ -261,7 +261,13 @@ def asarray(a: ArrayLike, dtype: Any = None) -> Any:
     return P.constant_like(a, dtype)
 
 
-array = asarray
+def array(a: ArrayLike, dtype: Any = None) -> Any:
+    """asarray, except that an array built from a list or tuple is strongly typed, as
+    numpy's and jax's are (`array([s, s])` of a Python float `s` is float64)."""
+    r = asarray(a, dtype)
+    if isinstance(a, (list, tuple)) and isinstance(r, Tracer) and r.weak_type:
+        return P.convert(r, r.dtype, weak_type=False)
+    return r
 
 
 def _t(x: Any) -> Tracer:
@@ -875,7 +881,9 @@ def _reduction(kind: str, opname: str, a: Any, axis: Any, dtype: Any, keepdims: 
         t = P.convert(t, canonical_dtype(dtype), weak_type=False)
     elif kind in ("sum", "prod"):
         t = P.convert(t, _sum_dtype(t.dtype))
-    r = P.reduce(t, axes, kind)
+    # a reduction is a new array, not a Python scalar: never weakly typed (numpy's
+    # sum of a Python float is float64, as jax's)
+    r = P.convert(P.reduce(t, axes, kind), t.dtype, weak_type=False)
     return _keep(r, t.shape, axes, keepdims)
 
 
@@ -932,7 +940,7 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
     count = _pymath.prod(t.shape[i] for i in axes)
     half = dt.itemsize == 2  # float16/bfloat16: in float32 (the count may not fit)
     s = P.reduce(P.convert(t, _F32) if half else t, axes, "sum")
-    r = true_divide(s, float(count) if count else np.nan)
+    r = true_divide(P.convert(s, s.dtype, weak_type=False), float(count) if count else np.nan)
     return _keep(P.convert(r, dt) if half else r, t.shape, axes, keepdims)
 
 

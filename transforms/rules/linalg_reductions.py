@@ -7,7 +7,8 @@ points d: W = 1 for sums; for max/min (JAX's convention at ties) W is
 1/count at the loop points equal to the result (the init counts as one more
 element when it ties, unless it is the identity +-inf) and 0 elsewhere, so a
 tied cotangent is split evenly and the tangent is the mean of the tied
-tangents; for products W(d) is the product of every other factor (init
+tangents (a NaN result has NaN weights: its derivative is NaN, as the
+difference quotient's); for products W(d) is the product of every other factor (init
 included), computed without division by a pairwise tree (exact with any
 number of zeros). Forward mode emits the same weighted sum (`weighted_jvp`),
 a plain `addf` reduction, so every order composes; reverse mode
@@ -172,7 +173,10 @@ def _max_aux(b: Builder, op: ir.Operation, red: dict, js: Sequence[int]) -> dict
         tie = b.select(b.cmpf("oeq", init, y),
                        b.select(b.cmpf("oeq", init, ident),
                                 b.select(b.cmpf("oeq", c, zero), one, zero), one), zero)
-        inv = b.recip(b.addf(c, tie))
+        # A NaN result (a NaN among the points) ties with no point: its weight is
+        # NaN, so the derivative is NaN as the difference quotient's is (and
+        # JAX's), not a silent 0.
+        inv = b.select(b.cmpf("uno", y, y), y, b.recip(b.addf(c, tie)))
         aux[j] = (inv, b.mulf(tie, inv))
     return aux
 
@@ -237,7 +241,9 @@ def reduction_weight(bb: Builder, kind: str, g: ir.Value, y: ir.Value | None, w:
         return None
     if kind == "mul":
         return w
-    return bb.select(bb.cmpf("oeq", g, y), w, bb.zeros_like(w))
+    # every point carries the NaN weight of a NaN result (see _max_aux)
+    return bb.select(bb.cmpf("uno", y, y), w,
+                     bb.select(bb.cmpf("oeq", g, y), w, bb.zeros_like(w)))
 
 
 def weighted_jvp(b: Builder, op: ir.Operation, ts: list, red: dict) -> list:
