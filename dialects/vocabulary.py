@@ -92,6 +92,9 @@ GPU_BF16_MMA = "autodiff.gpu.bf16_mma"
 #: and the mpi op a private declaration stands for while buffers are deallocated.
 MPI_PROCESSES = "autodiff.mpi_processes"
 HIDDEN_MPI_OP = "autodiff.hidden_mpi_op"
+#: transforms/shard_to_mpi.py: the process group (grid and axes) of a collective's helper
+#: function; its communicator is cached under that name.
+MPI_GROUP = "autodiff.mpi_group"
 
 #: attribute -> (where it sits, what it means).
 ATTRIBUTES: dict[str, str] = {
@@ -134,6 +137,8 @@ ATTRIBUTES: dict[str, str] = {
     MPI_PROCESSES: "on the module (i64): the number of MPI processes its grids span",
     HIDDEN_MPI_OP: "on a private declaration while buffers are deallocated: {name, "
                    "attributes} of the mpi op its calls stand for",
+    MPI_GROUP: "on a collective's helper function (string): its process group, the key "
+               "of its cached communicator",
 }
 
 #: The function attributes a user writes (the README's table).

@@ -57,7 +57,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, builtin, func, memref, scf
 
-from ..dialects.vocabulary import HIDDEN_MPI_OP, MPI_PROCESSES
+from ..dialects.vocabulary import HIDDEN_MPI_OP, MPI_GROUP, MPI_PROCESSES
 from .ad_support import post_order_ops
 from .diagnostics import fail
 from .passes import Pass, PipelineElement, register
@@ -316,7 +316,7 @@ def _reduction(op: ir.Operation) -> str:
 
 #: Attribute of a helper function naming the process group (grid and axes) of its
 #: collective: its communicator is cached under that name (see cache_communicators).
-GROUP_ATTR = "autodiff.mpi_group"
+GROUP_ATTR = MPI_GROUP
 
 
 def _helper_for(op: ir.Operation) -> tuple[str, str] | None:

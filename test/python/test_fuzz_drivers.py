@@ -47,9 +47,10 @@ def our_passes() -> dict[str, str]:
     return {name: PASS_FLAGS.get(name, f"--{name}") for name in all_passes()}
 
 
-#: A diagnostic's first line: `file:line:col: error: ...` or the tool's own prefix.
+#: A diagnostic's first line: `file:line:col: error: ...` (`<unknown>:0: error: ...` for
+#: an op whose location is `loc(unknown)`, as MLIR prints it) or the tool's own prefix.
 _FIRST_LINE = re.compile(
-    r"^(?:[^\n]*:\d+:\d+: (?:error|warning|remark|note): "
+    r"^(?:(?:[^\n]*:\d+:\d+|<unknown>:0): (?:error|warning|remark|note): "
     r"|autodiff-(?:opt|run): (?:error|internal error): )"
 )
 
