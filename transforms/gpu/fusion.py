@@ -29,7 +29,7 @@ from mlir.dialects import arith, scf
 
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
-from .support import index_const, new_parallel, on_host, ops_of
+from .support import host_blocks, index_const, new_parallel, on_host, ops_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,13 +223,7 @@ class HorizontalFusion(_Step):
     summary = "Fuse adjacent independent parallel loops of any shapes into one"
 
     def apply(self, module: ir.Operation) -> None:
-        blocks = []
-        for op in walk_ops(module):
-            if op.name in ("func.func", "scf.for", "scf.if", "scf.while",
-                           "scf.execute_region") and on_host(op):
-                for region in op.regions:
-                    blocks.extend(region.blocks)
-        for block in blocks:
+        for block in host_blocks(module):
             for chain in _chains(block):
                 _fuse_chain([loop for loop, _, _ in chain])
 

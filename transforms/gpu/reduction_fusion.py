@@ -55,7 +55,7 @@ from ..bufferize import ContextPass as _Step
 from .fusion import _accesses, _candidate, _fuse_chain, _static_space, _trip_count
 from .fusion import _root as _fusion_root
 from .parallel_loops import _pure
-from .support import index_const, new_parallel, on_host, ops_of
+from .support import host_blocks, index_const, new_parallel, on_host, ops_of
 
 
 @dataclasses.dataclass
@@ -512,12 +512,6 @@ class FuseBlockReductions(_Step):
     summary = "Fuse independent block reductions and parallel loops into one block grid"
 
     def apply(self, module: ir.Operation) -> None:
-        blocks = []
-        for op in walk_ops(module):
-            if op.name in ("func.func", "scf.for", "scf.if", "scf.while",
-                           "scf.execute_region") and on_host(op):
-                for region in op.regions:
-                    blocks.extend(region.blocks)
-        for block in blocks:
+        for block in host_blocks(module):
             for window in _windows(block):
                 _fuse_window(window)

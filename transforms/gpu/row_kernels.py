@@ -70,7 +70,7 @@ from .reduction_fusion import (
     _schedule,
     _thread_count,
 )
-from .support import index_const, new_parallel, on_host, ops_of
+from .support import host_blocks, index_const, new_parallel, on_host, ops_of
 
 #: Most iterations of a loop (elementwise, or per-thread sequential) that a single
 #: block runs in a one-block row kernel.
@@ -494,13 +494,7 @@ class RowKernels(_Step):
     def apply(self, module: ir.Operation) -> None:
         if self.block_size < MIN_THREADS:
             return
-        blocks = []
-        for op in walk_ops(module):
-            if op.name in ("func.func", "scf.for", "scf.if", "scf.while",
-                           "scf.execute_region") and on_host(op):
-                for region in op.regions:
-                    blocks.extend(region.blocks)
-        for block in blocks:
+        for block in host_blocks(module):
             for plan in _plans(block):
                 _build(plan, self.block_size)
 

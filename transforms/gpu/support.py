@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from ..ad_support import walk_ops
+
 
 def functions(module: ir.Operation) -> list[ir.Operation]:
     """The `func.func` definitions (with a body) at the top level of `module`."""
@@ -30,6 +32,18 @@ def _inside(op: ir.Operation, names: tuple[str, ...]) -> bool:
 def on_host(op: ir.Operation) -> bool:
     """Whether `op` runs on the host: not inside a parallel loop, launch or kernel."""
     return not _inside(op, ("scf.parallel", "gpu.launch", "gpu.func", "gpu.module"))
+
+
+def host_blocks(module: ir.Operation) -> list[ir.Block]:
+    """The blocks of host code: those of functions and of host-side scf regions (the
+    places where a sequence of parallel loops may become fewer kernels)."""
+    blocks = []
+    for op in walk_ops(module):
+        if op.name in ("func.func", "scf.for", "scf.if", "scf.while",
+                       "scf.execute_region") and on_host(op):
+            for region in op.regions:
+                blocks.extend(region.blocks)
+    return blocks
 
 
 def ops_of(block: ir.Block) -> list[ir.Operation]:
