@@ -1103,6 +1103,9 @@ _conv_row("groups2_nhwc", "1x4x4x4", "2x2x2x4", (1, 1), "SAME", dimension_number
           feature_group_count=2)
 _conv_row("1d_depthwise_same_lower", "2x7x3", "3x1x6", (2,), "SAME_LOWER",
           dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=3)
+# one filter per channel (groups = in = out features): linalg.depthwise_conv_2d_nhwc_hwc
+_conv_row("depthwise_nhwc_stride_dilation", "2x6x5x3", "3x2x1x3", (2, 1), "SAME",
+          rhs_dilation=(1, 2), dimension_numbers=_NHWC, feature_group_count=3)
 _conv_row("3d_ncdhw", "1x1x3x2x3", "2x1x2x1x2", (1, 1, 1), "VALID")
 _conv_row("stride_same", "1x2x5x5", "2x2x3x2", (2, 2), "SAME", name="conv")
 _conv_row("dilations", "1x2x4x5", "2x2x2x2", (1, 2), [(1, 1), (0, 1)], (2, 1), (1, 2),
