@@ -53,7 +53,41 @@ TORCH_COMPILE_ROWS = ("matmul", "tanh(x*y+z)", "softmax (rows)")
 def _rows() -> list[Any]:
     import run
 
-    return [c for c in run.CASES if c.full]
+    return _acceptance_cases() + [c for c in run.CASES if c.full]
+
+
+def _bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    import ml_dtypes
+
+    return rng.standard_normal(shape, dtype=np.float32).astype(ml_dtypes.bfloat16)
+
+
+_ACCEPTANCE: list[Any] = []
+
+
+def _acceptance_cases() -> list[Any]:
+    """The GPU issue's two acceptance rows, which the CPU benchmark does not run: a bf16
+    matmul 4096^3 (against torch.matmul, i.e. cuBLAS) and a 4096 x 4096 f32 row softmax
+    (against the copy bandwidth torch measures)."""
+    import run
+
+    if not _ACCEPTANCE:
+        n = 4096
+        _ACCEPTANCE.append(run.Case(
+            name="bf16 matmul", size=f"{n}^3",
+            inputs=lambda rng: (_bf16(rng, n, n), _bf16(rng, n, n)),
+            ours=run.ours_kernel(lambda anp, nn: lambda a, b: a @ b),
+            jax=run.jax_kernel(lambda jnp, jnn: lambda a, b: a @ b),
+            torch=run.torch_kernel(lambda torch: lambda a, b: a @ b),
+            flops=2.0 * n ** 3, rtol=2e-2, atol=0.1, full=False, quick=False))
+        _ACCEPTANCE.append(run.Case(
+            name="softmax (rows)", size=f"{n}x{n}",
+            inputs=lambda rng: (rng.standard_normal((n, n), dtype=np.float32),),
+            ours=run.ours_kernel(lambda anp, nn: lambda a: nn.softmax(a, axis=-1)),
+            jax=run.jax_kernel(lambda jnp, jnn: lambda a: jnn.softmax(a, axis=-1)),
+            torch=run.torch_kernel(lambda torch: lambda a: torch.softmax(a, dim=-1)),
+            bytes=2.0 * 4 * n * n, rtol=1e-4, atol=1e-6, full=False, quick=False))
+    return _ACCEPTANCE
 
 
 def _slug(key: str) -> str:
@@ -71,6 +105,8 @@ def _sample_indices(n: int) -> np.ndarray | None:
 
 def _sampled(a: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(a).ravel()
+    if flat.dtype.kind == "V" or flat.dtype.name == "bfloat16":  # bf16: npz keeps f32
+        flat = flat.astype(np.float32)
     idx = _sample_indices(flat.size)
     return flat if idx is None else flat[idx]
 
@@ -164,6 +200,7 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
         rows.append({"key": case.key, "name": case.name, "slug": slug, "args_tree": tree,
                      "args": plan, "size": int(output.size), "dtype": output.dtype.str,
                      "bitwise": case.ours is None, "rtol": case.rtol, "atol": case.atol,
+                     "half": output.dtype.itemsize == 2,
                      "rng_state": [DROPOUT_SEED, 0] if case.ours is None else None,
                      "prepare_s": round(time.perf_counter() - t0, 2)})
         print(f"prepared {case.key} ({rows[-1]['prepare_s']} s)", flush=True)
@@ -194,11 +231,18 @@ def _time(thunk: Callable[[], Any], min_time: float = 0.2, repeats: int = 5) -> 
     return statistics.median(samples)
 
 
+def _torch_numpy(t: Any) -> np.ndarray:
+    t = t.detach()
+    if str(t.dtype) == "torch.bfloat16":  # numpy has no bf16: through f32 (exact)
+        t = t.float()
+    return t.cpu().numpy()
+
+
 def _to_numpy(value: Any) -> np.ndarray:
     if isinstance(value, (tuple, list)):
         return np.concatenate([_to_numpy(v).astype(np.float64).ravel() for v in value])
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = _torch_numpy(value)
     return np.asarray(value)
 
 
@@ -207,7 +251,7 @@ def _host(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(_host(v) for v in value)
     if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
+        return _torch_numpy(value)
     return np.asarray(value)
 
 
@@ -218,6 +262,8 @@ def _check(got: np.ndarray, want: np.ndarray, row: dict[str, Any]) -> tuple[bool
     if row["bitwise"]:
         return bool(np.array_equal(got_s, want)), float(np.count_nonzero(got_s != want))
     rtol = 1e-10 if want.dtype == np.float64 and row["rtol"] < 1e-6 else 1e-4
+    if row.get("half"):  # bf16/f16 results: a different summation order moves an ulp
+        rtol = max(rtol, row["rtol"])
     err = np.abs(got_s.astype(np.float64) - want.astype(np.float64))
     scale = np.abs(want.astype(np.float64)) + 1e-30
     rel = float(np.max(err / np.maximum(scale, 1.0))) if err.size else 0.0
@@ -231,7 +277,9 @@ def _peer_builders(case: Any) -> dict[str, Any]:
         return out
     for fw in ("jax", "torch", "torch_compile"):
         b = case.builder(fw)
-        if b is not None and (fw != "torch_compile" or case.name in TORCH_COMPILE_ROWS):
+        compiled = os.environ.get("AUTODIFF_GPU_CHECK_TORCH_COMPILE", "1") != "0"
+        if b is not None and (fw != "torch_compile" or (compiled and case.name
+                                                         in TORCH_COMPILE_ROWS)):
             out[fw] = b
     return out
 
@@ -274,7 +322,14 @@ def _gpu_torch() -> Any:
         return None
     if not getattr(torch, "_autodiff_gpu_check", False):
         host = torch.from_numpy
-        torch.from_numpy = lambda a: host(np.ascontiguousarray(a)).cuda()
+
+        def to_device(a: np.ndarray) -> Any:
+            a = np.ascontiguousarray(a)
+            if a.dtype.name == "bfloat16":  # ml_dtypes' bf16: the same bits
+                return host(a.view(np.int16)).view(torch.bfloat16).cuda()
+            return host(a).cuda()
+
+        torch.from_numpy = to_device
         torch._autodiff_gpu_check = True
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -381,7 +436,7 @@ def run_check(folder: str, out_json: str | None, peers: bool = True,
     print(f"device: {device.name} ({device.chip}); rows compiled for {meta['chip']}", flush=True)
     import run  # the rows' inputs, and the peers' builders (jax/torch imported when built)
 
-    cases = {c.key: c for c in run.CASES}
+    cases = {c.key: c for c in run.CASES + _acceptance_cases()}
     jax_device = "not used"
     if peers:
         try:
@@ -487,6 +542,57 @@ def _ms(t: float | None) -> str:
     return "-" if t is None else f"{t * 1e3:.3f}"
 
 
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
+
+
+def baselines(out_json: str | None) -> int:
+    """The device's ceilings as torch measures them (CUDA events, median of 20 after 3
+    warm-ups): device-to-device copy bandwidth (bytes read + written) of a 4096 x 4096
+    f32 tensor (the softmax row's size) and of 1 GiB, and torch.matmul's bf16 rate
+    (cuBLAS) at 4096^3 and 8192^3 on random data."""
+    try:
+        import torch
+    except ImportError:
+        print("no torch: no baselines")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch sees no CUDA device: no baselines")
+        return 0
+
+    def timed(fn: Callable[[], Any]) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(20):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(times)
+
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(0)}
+    for label, n in (("copy 4096x4096 f32", 4096 * 4096), ("copy 1 GiB", 1 << 28)):
+        x = torch.randn(n, device="cuda")
+        y = torch.empty_like(x)
+        t = timed(lambda: y.copy_(x))
+        out[label + " GB/s"] = 2 * 4 * n / t / 1e9
+    for n in (4096, 8192):
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        t = timed(lambda: a @ b)
+        out[f"torch bf16 matmul {n}^3 TFLOP/s"] = 2 * n ** 3 / t / 1e12
+        out[f"torch bf16 matmul {n}^3 ms"] = t * 1e3
+    for k, v in out.items():
+        print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
 def _line(res: dict[str, Any]) -> str:
     if "error" in res:
         return f"{res['key']}: ERROR {res['error']}"
@@ -496,8 +602,8 @@ def _line(res: dict[str, Any]) -> str:
 
 
 def table(results: Sequence[dict[str, Any]]) -> list[str]:
-    head = ["row", "correct", "launches", "ours ms", "kernels ms", "jax ms", "torch ms", "torch.compile ms",
-            "ours/jax", "ours/torch"]
+    head = ["row", "correct", "launches", "ours ms", "kernels ms", "jax ms", "torch ms",
+            "torch.compile ms", "ours/jax", "kernels/jax", "kernels/torch"]
     body = []
     for r in results:
         ratio = (lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}")
@@ -507,7 +613,8 @@ def table(results: Sequence[dict[str, Any]]) -> list[str]:
                      _ms(r.get("jax_s")),
                      _ms(r.get("torch_s")), _ms(r.get("torch_compile_s")),
                      ratio(r.get("ours_s"), r.get("jax_s")),
-                     ratio(r.get("ours_s"), r.get("torch_s"))])
+                     ratio(_s(r.get("kernel_ms")), r.get("jax_s")),
+                     ratio(_s(r.get("kernel_ms")), r.get("torch_s"))])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(b) + " |" for b in body]
     return lines
@@ -518,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prepare", metavar="DIR", help="export the rows into DIR")
     mode.add_argument("--run", metavar="DIR", help="run the prepared rows in DIR")
+    mode.add_argument("--baselines", action="store_true",
+                      help="measure the device's copy bandwidth and cuBLAS bf16 rate (torch)")
     p.add_argument("--chip", default="sm_90", help="SM the kernels are compiled for")
     p.add_argument("--json", metavar="FILE", help="--run: write the results here")
     p.add_argument("--no-peers", action="store_true", help="--run: do not time jax/torch")
@@ -535,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.prepare:
         return prepare(a.prepare, a.chip, a.only)
+    if a.baselines:
+        return baselines(a.json)
     if a.in_process:
         return run_check(a.run, a.json, peers=not a.no_peers, only=a.only, slug=a.slug,
                          profile=a.profile)
