@@ -247,9 +247,12 @@ def _to_numpy(value: Any) -> np.ndarray:
 
 
 def _host(value: Any) -> Any:
-    """`value` with torch tensors (and jax arrays) as numpy arrays, tuples/lists kept."""
+    """`value` with torch tensors (and jax arrays) as numpy arrays, tuples, lists and
+    dicts kept."""
     if isinstance(value, (tuple, list)):
         return type(value)(_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _host(v) for k, v in value.items()}
     if hasattr(value, "detach"):
         return _torch_numpy(value)
     return np.asarray(value)
@@ -403,6 +406,8 @@ def run_isolated(folder: str, out_json: str | None, peers: bool, only: Sequence[
         if profile and "error" not in res:
             prof, _, why = _child(folder, row["slug"], False, row_timeout, True)
             res["kernel_ms"] = prof.get("kernel_ms") if prof else None
+            if prof and prof.get("launch_ms"):
+                res["launch_ms"] = prof["launch_ms"]
         if out_json:
             with open(out_json, "w") as f:
                 json.dump({"device": device.name, "chip": device.chip, **extra_info,
@@ -490,6 +495,10 @@ def run_check(folder: str, out_json: str | None, peers: bool = True,
                 for _ in range(3):
                     art(*args)
                 res["kernel_ms"] = art.kernel_ms() / 3
+                each = art.launch_ms()
+                if each and len(each) % 3 == 0:  # per launch of one call, the mean of 3
+                    n = len(each) // 3
+                    res["launch_ms"] = [sum(each[i::n]) / 3 for i in range(n)]
                 print(_line(res), flush=True)
                 continue
             res["ours_s"] = _time(lambda: art(*args))

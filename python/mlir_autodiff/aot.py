@@ -244,6 +244,19 @@ class Artifact:
         self._lib.autodiff_cuda_kernel_ms.restype = ctypes.c_double
         return float(self._lib.autodiff_cuda_kernel_ms())
 
+    def launch_ms(self) -> list[float]:
+        """Each kernel's time (ms) since load or `reset_counters`, in launch order, when
+        the process runs with AUTODIFF_CUDA_PROFILE=1; else []."""
+        if self.device != "gpu" or self._lib is None:
+            return []
+        fn = self._lib.autodiff_cuda_launch_ms
+        fn.restype = ctypes.c_longlong
+        fn.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_longlong]
+        n = int(fn(None, 0))
+        out = (ctypes.c_double * max(n, 1))()
+        n = int(fn(out, n))
+        return list(out[:n])
+
     def reset_counters(self) -> None:
         """Zero the launch count and the kernel time."""
         if self.device == "gpu" and self._lib is not None:

@@ -61,6 +61,8 @@ sig = {
     "autodiff_cuda_launch_count": (ctypes.c_longlong, []),
     "autodiff_cuda_reset_counters": (None, []),
     "autodiff_cuda_kernel_ms": (ctypes.c_double, []),
+    "autodiff_cuda_launch_ms": (ctypes.c_longlong, [ctypes.POINTER(ctypes.c_double),
+                                                    ctypes.c_longlong]),
 }
 for name, (res, args) in sig.items():
     getattr(rt, name).restype = res
@@ -455,15 +457,17 @@ mod = rt.mgpuModuleLoad(IMAGE, 6)
 fn = rt.mgpuModuleGetFunction(mod, b"k")
 call(fn, [1.0]); call(fn, [1.0])
 print(rt.autodiff_cuda_kernel_ms(), err())
+each = (ctypes.c_double * 4)()
+print(rt.autodiff_cuda_launch_ms(each, 4), list(each[:2]))
 rt.autodiff_cuda_reset_counters()
-print(rt.autodiff_cuda_kernel_ms())
+print(rt.autodiff_cuda_kernel_ms(), rt.autodiff_cuda_launch_ms(each, 4))
 """
     )
     out, lines = _run(built, tmp_path, body, env={"AUTODIFF_CUDA_PROFILE": "1"})
-    assert out.splitlines() == ["3.0 None", "0.0"]
+    assert out.splitlines() == ["3.0 None", "2 [1.5, 1.5]", "0.0 0"]
     assert sum("cuEventElapsedTime" in x for x in lines) == 2
     out, lines = _run(built, tmp_path, body)
-    assert out.splitlines() == ["0.0 None", "0.0"]
+    assert out.splitlines() == ["0.0 None", "0 [0.0, 0.0]", "0.0 0"]
     assert not any("cuEvent" in x for x in lines)
 
 

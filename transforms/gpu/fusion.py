@@ -108,6 +108,35 @@ def _trip_count(space: list[tuple[int, int, int]]) -> int:
     return n
 
 
+def _sequential_work(block: ir.Block) -> int:
+    """Iterations one thread runs for one iteration of the loop whose body is `block`:
+    1 plus, for each `scf.for` nested in it, its trip count times its body's work (a
+    contraction's reduction, the sequential loops of rows fused before). A loop
+    without static bounds counts `UNKNOWN_TRIPS`."""
+    total = 1
+    for o in ops_of(block):
+        if o.name == "scf.for":
+            view = o.opview
+            lo, hi, st = (int_constant(v) for v in (view.lowerBound, view.upperBound,
+                                                    view.step))
+            trips = UNKNOWN_TRIPS if None in (lo, hi, st) or st <= 0 else \
+                max(0, -(-(hi - lo) // st))
+            total += trips * _sequential_work(o.regions[0].blocks[0])
+            continue
+        for region in o.regions:
+            for inner in region.blocks:
+                total += _sequential_work(inner) - 1
+    return total
+
+
+def loop_work(loop: ir.Operation, skip: int = 0) -> int:
+    """Sequential iterations of `loop`'s dimensions after the first `skip` times the
+    work of its body (`_sequential_work`): what one thread runs for one of its rows
+    when the first `skip` dimensions are the rows."""
+    space = _static_space(loop)
+    return _trip_count((space or [])[skip:]) * _sequential_work(loop.regions[0].blocks[0])
+
+
 def _candidate(op: ir.Operation) -> bool:
     """A host `scf.parallel` without results, nested parallel loops or a dynamic
     iteration space: one kernel of one thread per iteration."""
@@ -234,6 +263,12 @@ class HorizontalFusion(_Step):
 #: softmax over 10 classes, a 25-component mixture), so that the broadcast and
 #: reduction chain around a row stays one kernel without serialising real work.
 ROW_ELEMENTS = 64
+#: Most sequential iterations (nested loops counted) a thread runs for one row of a
+#: row-fused loop: beyond it, the rows' few threads cost more than a launch saves (a
+#: contraction's reduction inside each row ran one thread per row for 4,096 steps).
+ROW_WORK = 1024
+#: Trip count assumed for an `scf.for` with dynamic bounds.
+UNKNOWN_TRIPS = 64
 
 
 def _prefix_len(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int:
@@ -268,6 +303,8 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
     if k == 0:
         return 0
     if max(_trip_count(sa[k:]), _trip_count(sb[k:])) > ROW_ELEMENTS:
+        return 0
+    if loop_work(a, k) + loop_work(b, k) > ROW_WORK:
         return 0
     acc_a, acc_b = _accesses(a), _accesses(b)
     if acc_a is None or acc_b is None:
@@ -327,7 +364,7 @@ class RowFusion(_Step):
     """Adjacent parallel loops whose iteration spaces share their leading (row)
     dimensions fuse into one loop over the rows, the rest of each loop's
     dimensions running sequentially inside it (at most `ROW_ELEMENTS`
-    iterations per row): a bias add over (batch, classes), the row maximum over
+    iterations per row and loop, `ROW_WORK` with nested loops): a bias add over (batch, classes), the row maximum over
     (batch), the shifted exponentials over (batch, classes)... Legal when the
     buffers one of them writes and the other touches are accessed by both only in
     the iteration's own row (indexed by the row's induction variables): row by

@@ -61,7 +61,15 @@ from mlir.dialects import arith, gpu, scf
 from ...dialects.vocabulary import GPU_PHASES
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
-from .fusion import _accesses, _candidate, _root, _static_space, _trip_count
+from .fusion import (
+    _accesses,
+    _candidate,
+    _root,
+    _sequential_work,
+    _static_space,
+    _trip_count,
+    loop_work,
+)
 from .parallel_loops import _pure
 from .reduction_fusion import (
     _map_member,
@@ -72,11 +80,18 @@ from .reduction_fusion import (
 )
 from .support import host_blocks, index_const, new_parallel, on_host, ops_of
 
-#: Most iterations of a loop (elementwise, or per-thread sequential) that a single
-#: block runs in a one-block row kernel.
+#: Most iterations of a loop (elementwise, or per-thread sequential, nested loops
+#: counted) that a single block runs in a one-block row kernel.
 ONE_BLOCK = 4096
 #: Fewest threads of a row kernel (one warp).
 MIN_THREADS = 32
+#: Most sequential iterations (nested loops counted) each thread of a row kernel runs
+#: over all its phases: a merge beyond it gives each of few threads a contraction's
+#: whole rows (a transformer block's projections in 16 blocks ran 10x slower on an
+#: H200 than as kernels of their own).
+PHASE_WORK = 1024
+#: Block size the merge search assumes for `PHASE_WORK` (the pass's default).
+_ASSUMED_BLOCK = 256
 #: The search for a run's merges starts from this many of the uniform choices with
 #: the fewest kernels, and as many with the most merges.
 STARTS = 2
@@ -189,7 +204,7 @@ def _row_dims(chain: list[_Unit], rows: int) -> list[int] | None:
 def _small(unit: _Unit) -> bool:
     if unit.reduces:
         return unit.space[0][1] == 1
-    return _trip_count(unit.space) <= ONE_BLOCK
+    return loop_work(unit.loop) <= ONE_BLOCK  # nested loops (a reduction) counted
 
 
 def _pow2(n: int) -> int:
@@ -204,8 +219,31 @@ class _Plan:
     anchor: _Unit | None = None  # the member whose place the row kernel takes
 
 
+def _thread_work(plan: _Plan) -> int:
+    """Sequential iterations one thread of `plan`'s kernel runs, over all phases."""
+    threads, per_block = _threads(plan, _ASSUMED_BLOCK)
+    total = 0
+    for u in plan.chain:
+        if u.reduces:
+            total += _sequential_work(u.threads.regions[0].blocks[0])
+            continue
+        iters = _trip_count(u.space)
+        if plan.rows is not None:
+            iters = iters // plan.rows * per_block
+        total += -(-iters // threads) * _sequential_work(u.loop.regions[0].blocks[0])
+    return total
+
+
 def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
-    """`chain` as a row kernel of `mode`'s kind (or any kind, if None)."""
+    """`chain` as a row kernel of `mode`'s kind (or any kind, if None), unless its
+    threads would each run more than `PHASE_WORK` iterations."""
+    plan = _try_kind(chain, mode)
+    if plan is not None and len(chain) > 1 and _thread_work(plan) > PHASE_WORK:
+        return None
+    return plan
+
+
+def _try_kind(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
     if mode is None or mode.rows is not None:
         candidates = [mode.rows] if mode is not None else sorted(
             {s[1] for s in chain[0].space if s[0] == 0 and s[2] == 1 and s[1] > 1})

@@ -344,6 +344,21 @@ static pthread_mutex_t g_profile_lock = PTHREAD_MUTEX_INITIALIZER;
 static TimedLaunch *g_timed;
 static size_t g_timed_count, g_timed_capacity;
 static double g_kernel_ms;
+/* Each timed launch's milliseconds since load/reset, in launch order. */
+static double *g_each_ms;
+static size_t g_each_count, g_each_capacity;
+
+static void profile_keep(double ms) {
+  if (g_each_count == g_each_capacity) {
+    size_t capacity = g_each_capacity ? 2 * g_each_capacity : 256;
+    double *grown = realloc(g_each_ms, capacity * sizeof *grown);
+    if (grown == NULL)
+      return; /* the total still counts it */
+    g_each_ms = grown;
+    g_each_capacity = capacity;
+  }
+  g_each_ms[g_each_count++] = ms;
+}
 
 static void profile_launch_begin(CUstream stream, TimedLaunch *t) {
   t->start = t->stop = NULL;
@@ -382,8 +397,10 @@ static void profile_collect(int keep_time) {
     if (keep_time && !failed(drv.cuEventSynchronize(t->stop),
                              "cuEventSynchronize") &&
         !failed(drv.cuEventElapsedTime(&ms, t->start, t->stop),
-                "cuEventElapsedTime"))
+                "cuEventElapsedTime")) {
       g_kernel_ms += ms;
+      profile_keep(ms);
+    }
     if (drv.cuEventDestroy != NULL) {
       drv.cuEventDestroy(t->start);
       drv.cuEventDestroy(t->stop);
@@ -863,6 +880,7 @@ EXPORT void autodiff_cuda_reset_counters(void) {
   if (g_ready)
     profile_collect(0);
   g_kernel_ms = 0.0;
+  g_each_count = 0;
   pthread_mutex_unlock(&g_profile_lock);
 }
 
@@ -875,4 +893,17 @@ EXPORT double autodiff_cuda_kernel_ms(void) {
   double total = g_kernel_ms;
   pthread_mutex_unlock(&g_profile_lock);
   return total;
+}
+
+/* Copies the milliseconds of each launch timed since load/reset (launch order,
+ * at most n) into out; returns how many there are.  Waits for the kernels. */
+EXPORT long long autodiff_cuda_launch_ms(double *out, long long n) {
+  pthread_mutex_lock(&g_profile_lock);
+  if (g_timed_count > 0 && ready())
+    profile_collect(1);
+  long long count = (long long)g_each_count;
+  for (long long i = 0; i < count && i < n; ++i)
+    out[i] = g_each_ms[i];
+  pthread_mutex_unlock(&g_profile_lock);
+  return count;
 }
