@@ -196,6 +196,7 @@ from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reduction_fusion import FuseBlockReductions
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
+from .scatter_loops import ParallelScatterLoops
 from .row_kernels import PhasedKernels, RowKernels
 from .tensors import ReductionsInnermost, SplatsToFills
 
@@ -319,6 +320,7 @@ class LowerToGpu(Pass):
             # No canonicalize from here on until the loops are mapped: it would
             # merge the block and thread loops back into one.
             InlineBlockReductions(),
+            ParallelScatterLoops(),
             SerialKernels(),
             RowKernels(block_size=self.block_size),
             FuseBlockReductions(),
