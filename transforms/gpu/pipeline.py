@@ -196,8 +196,8 @@ from .fusion import HoistAllocations, HorizontalFusion, RowFusion
 from .parallel_loops import CopiesToLinalg, SerialKernels, TileParallelLoops
 from .reduction_fusion import FuseBlockReductions
 from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTails
-from .scatter_loops import ParallelScatterLoops
 from .row_kernels import PhasedKernels, RowKernels
+from .scatter_loops import ParallelScatterLoops
 from .tensors import ReductionsInnermost, SplatsToFills
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
