@@ -17,6 +17,10 @@ docstring explains what runs where):
   row fusion and horizontal fusion of parallel loops.
 - `reduction_fusion.py`: block reductions sharing a grid with independent
   reductions and elementwise loops (and recomputing elementwise producers).
+- `row_kernels.py`: dependent loops over the same rows as phases of one
+  kernel (`RowKernels`, `PhasedKernels`).
+- `scatter_loops.py`: scatter loops in parallel over the index digits that
+  keep their writes apart.
 - `parallel_loops.py`: the program as parallel loops shaped for the GPU
   (copies as loops, blocks x threads tiling, single-thread kernels for host
   code that touches memory).
