@@ -21,6 +21,8 @@ docstring explains what runs where):
   kernel (`RowKernels`, `PhasedKernels`).
 - `scatter_loops.py`: scatter loops in parallel over the index digits that
   keep their writes apart.
+- `accumulators.py`: reduction loops carry their output element as a loop
+  value (a register) instead of a load and a store per step.
 - `parallel_loops.py`: the program as parallel loops shaped for the GPU
   (copies as loops, blocks x threads tiling, single-thread kernels for host
   code that touches memory).

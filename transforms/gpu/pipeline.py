@@ -179,6 +179,7 @@ from ..bufferize import (
 )
 from ..cpu.to_llvm import LOWER_VECTORS, TO_LLVM, ExpandFloatClassTests
 from ..passes import Pass, PipelineElement, register
+from .accumulators import ScalarAccumulators
 from .calling_convention import (
     CheckGpuLowerable,
     DistinctReturnBuffers,
@@ -326,6 +327,7 @@ class LowerToGpu(Pass):
             FuseBlockReductions(),
             TileParallelLoops(block_size=self.block_size),
             SerialKernels(),
+            ScalarAccumulators(),
             "cse",
         ]
 
