@@ -597,6 +597,43 @@ def _launch(loop: ir.Operation) -> None:
             with ir.InsertionPoint.after(guard), launch.location:
                 gpu.BarrierOp()
             touched = True
+    _forward_block_writes(body)
+
+
+def _forward_block_writes(body: ir.Block) -> None:
+    """Loads, later in the kernel, of an element thread 0 wrote between phases take the
+    written value instead: every thread holds it (the code between phases runs on all
+    threads; what it computes is the same on each), so a phase over a row no longer
+    reads the row's maximum or sum from memory at every element. Up to the next other
+    access to that buffer that is not such a load."""
+    ops = ops_of(body)
+    for k, guard in enumerate(ops):
+        inner = ops_of(guard.regions[0].blocks[0]) if guard.name == "scf.if" else []
+        if len(inner) != 2 or inner[0].name != "memref.store":
+            continue
+        store = inner[0]
+        value, ref, idx = store.operands[0], store.operands[1], list(store.operands[2:])
+        if not _defined_in(value, body):
+            continue
+        for later in ops[k + 1:]:
+            stop = False
+            for o in walk_ops(later):
+                if not any(v == ref for v in o.operands):
+                    continue
+                if o.name == "memref.load" and list(o.operands[1:]) == idx:
+                    o.results[0].replace_all_uses_with(value)
+                    o.erase()
+                else:
+                    stop = True
+                    break
+            if stop:
+                break
+
+
+def _defined_in(value: ir.Value, block: ir.Block) -> bool:
+    """Whether `value` is an op result directly in `block` (so it dominates what follows)."""
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and owner.operation.block == block
 
 
 def _thread_phase(loop: ir.Operation, tid: ir.Value) -> None:
