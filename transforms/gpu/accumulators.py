@@ -19,8 +19,8 @@ the loop instead, read once before and written once after:
     %a = scf.for %k = 0 to K iter_args(%acc = %a0) { ...; scf.yield %next }
     memref.store %a, %C[%i, %j]
 
-Which loops: an `scf.for` inside a parallel loop (device code), without loop
-values, whose body loads one buffer
+Which loops: an `scf.for` inside a parallel loop (device code), with constant
+bounds and at least one iteration, without loop values, whose body loads one buffer
 element at indices defined outside the loop and, later in the same block,
 stores to that element, with no other access to that buffer in the loop; and
 every buffer the loop touches is its own allocation or a function argument
@@ -37,7 +37,7 @@ import dataclasses
 from mlir import ir
 from mlir.dialects import memref, scf
 
-from ..ad_support import walk_ops
+from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import on_host, ops_of
 
@@ -58,10 +58,32 @@ def _defined_outside(value: ir.Value, inside: set) -> bool:
     return owner.operation not in inside
 
 
+def _in_thread_loop(op: ir.Operation) -> bool:
+    """Whether the parallel loop around `op` is innermost (each of its iterations one
+    thread's): the code of a row kernel's block between its thread phases runs on
+    every thread of the block, its writes on one, which a carried value would split."""
+    parent = op.parent
+    while parent is not None and parent.name != "scf.parallel":
+        parent = parent.parent
+    if parent is None:
+        return False
+    return not any(o.name == "scf.parallel" for o in walk_ops(parent)[1:])
+
+
 def _accumulator(loop: ir.Operation) -> tuple[ir.Operation, ir.Operation] | None:
     """(load, store) of the element `loop` accumulates into, or None."""
     if loop.name != "scf.for" or len(loop.results) or on_host(loop):
         return None  # host loops: their loads and stores must stay in kernels
+    if not _in_thread_loop(loop):
+        return None
+    view = loop.opview
+    lo, hi, st = (int_constant(v) for v in (view.lowerBound, view.upperBound, view.step))
+    if None in (lo, hi, st) or hi <= lo or st <= 0:
+        # At least one iteration, on every thread that reaches it: the element's one
+        # store after the loop is then made by exactly the threads that stored in it.
+        # A loop over a thread's share (from the thread index) may run no iteration
+        # on some threads, which would write back a value another thread changed.
+        return None
     nested = walk_ops(loop)[1:]
     inside = set(nested) | {loop}  # the loop's own induction variable is inside
     buffers = set()
