@@ -73,6 +73,33 @@ func.func @vector(%ids: tensor<30xi32>, %upd: tensor<30xf32>) -> tensor<7xf32> {
   }
   return %t : tensor<7xf32>
 }
+
+func.func @swap(%ids: tensor<40xi32>, %upd: tensor<40x8xf32>) -> tensor<8x8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %n = arith.constant 320 : index
+  %lo = arith.constant 0 : i64
+  %hi = arith.constant 7 : i64
+  %z = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<8x8xf32>
+  %t0 = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %t = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %t0) -> (tensor<8x8xf32>) {
+    %f = arith.remui %i, %c8 : index
+    %s = arith.divui %i, %c8 : index
+    %id = tensor.extract %ids[%s] : tensor<40xi32>
+    %u = tensor.extract %upd[%s, %f] : tensor<40x8xf32>
+    %w = arith.extsi %id : i32 to i64
+    %c = arith.minsi %w, %hi : i64
+    %d = arith.maxsi %c, %lo : i64
+    %r = arith.index_cast %d : i64 to index
+    %old = tensor.extract %acc[%r, %f] : tensor<8x8xf32>
+    %new = arith.addf %old, %u : f32
+    %ins = tensor.insert %new into %acc[%f, %r] : tensor<8x8xf32>
+    scf.yield %ins : tensor<8x8xf32>
+  }
+  return %t : tensor<8x8xf32>
+}
 """
 
 
@@ -97,6 +124,9 @@ def test_table_scatter_runs_a_thread_per_feature() -> None:
     # the vector: every update may land on any element: one thread over all 30
     (vector,) = [k for name, k in kernels.items() if name.startswith("vector")]
     assert "to %c30 step %c1" in vector and "%thread_id_x to %c30" not in vector, vector
+    # reading [r, f] and writing [f, r]: feature f's iterations meet feature r's
+    (swap,) = [k for name, k in kernels.items() if name.startswith("swap")]
+    assert "to %c320 step %c1" in swap, swap
 
 
 def test_scatter_matches_numpy_on_the_cpu() -> None:
@@ -115,4 +145,13 @@ def test_scatter_matches_numpy_on_the_cpu() -> None:
     want = np.zeros(7, np.float32)
     for i in range(30):
         want[vids[i]] += vupd[i]
+    np.testing.assert_array_equal(got, want)
+    sids = rng.integers(0, 8, 40).astype(np.int32)
+    supd = rng.standard_normal((40, 8)).astype(np.float32)
+    got = CompiledModule(SCATTER, pipeline=parallel_stage_on_cpu_pipeline())["swap"](sids, supd)
+    want = np.ones((8, 8), np.float32)
+    for i in range(320):
+        f, s_ = i % 8, i // 8
+        r = sids[s_]
+        want[f, r] = want[r, f] + supd[s_, f]
     np.testing.assert_array_equal(got, want)

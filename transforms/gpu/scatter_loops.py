@@ -93,15 +93,18 @@ def _split(loop: ir.Operation) -> tuple[int, int] | None:
             return None
     if not written or not all(_root_buffer(r) for r in accesses):
         return None
-    # Candidate digits: those at one fixed index position of every access of every
-    # written buffer (the same digit for all of them).
+    # Candidate digits: for each written buffer, those every access to it has at one
+    # same index position (two positions would let iterations of different digit
+    # values meet at one element, e.g. M[d, r] and M[r, d]); then those all share.
     choice: set | None = None
     for ref in written:
+        placed: set | None = None
         for op in accesses[ref]:
             idx = list(op.operands[2:] if op.name == "memref.store" else op.operands[1:])
             here = {(p, digits[v]) for p, v in enumerate(idx) if v in digits}
-            here = {d for _, d in here}
-            choice = here if choice is None else choice & here
+            placed = here if placed is None else placed & here
+        found = {d for _, d in placed or ()}
+        choice = found if choice is None else choice & found
     if not choice:
         return None
     inner, k = max(choice, key=lambda d: d[1])
