@@ -364,9 +364,10 @@ class RowFusion(_Step):
     """Adjacent parallel loops whose iteration spaces share their leading (row)
     dimensions fuse into one loop over the rows, the rest of each loop's
     dimensions running sequentially inside it (at most `ROW_ELEMENTS`
-    iterations per row and loop, `ROW_WORK` with nested loops): a bias add over (batch, classes), the row maximum over
-    (batch), the shifted exponentials over (batch, classes)... Legal when the
-    buffers one of them writes and the other touches are accessed by both only in
+    iterations per row and loop, `ROW_WORK` with nested loops): a bias add over
+    (batch, classes), the row maximum over (batch), the shifted exponentials over
+    (batch, classes)... Legal when the buffers one of them writes and the other
+    touches are accessed by both only in
     the iteration's own row (indexed by the row's induction variables): row by
     row, every such access keeps its original order."""
 

@@ -597,10 +597,10 @@ def _launch(loop: ir.Operation) -> None:
             with ir.InsertionPoint.after(guard), launch.location:
                 gpu.BarrierOp()
             touched = True
-    _forward_block_writes(body)
+    _forward_block_writes(body, first_thread)
 
 
-def _forward_block_writes(body: ir.Block) -> None:
+def _forward_block_writes(body: ir.Block, first_thread: ir.Value) -> None:
     """Loads, later in the kernel, of an element thread 0 wrote between phases take the
     written value instead: every thread holds it (the code between phases runs on all
     threads; what it computes is the same on each), so a phase over a row no longer
@@ -608,7 +608,9 @@ def _forward_block_writes(body: ir.Block) -> None:
     access to that buffer that is not such a load."""
     ops = ops_of(body)
     for k, guard in enumerate(ops):
-        inner = ops_of(guard.regions[0].blocks[0]) if guard.name == "scf.if" else []
+        if guard.name != "scf.if" or guard.operands[0] != first_thread:
+            continue  # only the writes made for the block, by thread 0
+        inner = ops_of(guard.regions[0].blocks[0])
         if len(inner) != 2 or inner[0].name != "memref.store":
             continue
         store = inner[0]
