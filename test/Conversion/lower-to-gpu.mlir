@@ -17,7 +17,8 @@
 /// exp, square, sqrt) becomes a single kernel: the named ops are fused into
 /// one generic, and the fill, matmul and generic loops over the same 16x8
 /// space are fused into one parallel loop. The matmul's reduction over k is a
-/// sequential scf.for inside each thread (no atomics, no races).
+/// sequential scf.for inside each thread (no atomics, no races), carrying its
+/// output element as a loop value (read once before, written once after).
 
 // PAR-LABEL: func.func @matmul_chain
 // PAR-SAME: (%[[A:.*]]: memref<16x32xf32>, %[[B:.*]]: memref<32x8xf32>, %[[C:.*]]: memref<8xf32>, %[[OUT:.*]]: memref<16x8xf32>)
@@ -26,7 +27,12 @@
 // PAR-NEXT: %[[I:.*]] = arith.addi %[[BI]], %[[TI]] : index
 // PAR-NEXT: %[[J:.*]] = arith.addi %[[BJ]], %[[TJ]] : index
 // PAR-NEXT: memref.store %{{.*}}, %[[OUT]][%[[I]], %[[J]]]
-// PAR-NEXT: scf.for %[[K:.*]] = %c0 to %c32 step %c1 {
+// PAR-NEXT: %[[INIT:.*]] = memref.load %[[OUT]][%[[I]], %[[J]]]
+// PAR-NEXT: %[[SUM:.*]] = scf.for %[[K:.*]] = %c0 to %c32 step %c1 iter_args(%[[ACC:.*]] = %[[INIT]]) -> (f32) {
+// PAR-NOT: %[[OUT]]
+// PAR: scf.yield
+// PAR-NEXT: }
+// PAR-NEXT: memref.store %[[SUM]], %[[OUT]][%[[I]], %[[J]]]
 // PAR: math.tanh
 // PAR-NEXT: math.exp
 // PAR-NEXT: arith.mulf
@@ -65,7 +71,7 @@
 // KERNELS-SAME: kernel attributes {known_block_size = array<i32: 8, 16, 1>, known_grid_size = array<i32: 1, 1, 1>}
 // KERNELS: %[[TX:.*]] = gpu.thread_id x
 // KERNELS: %[[TY:.*]] = gpu.thread_id y
-// KERNELS: scf.for %{{.*}} = %c0 to %c32 step %c1 {
+// KERNELS: scf.for %{{.*}} = %c0 to %c32 step %c1 iter_args(
 // KERNELS: math.sqrt
 // KERNELS: gpu.return
 
@@ -122,7 +128,7 @@ func.func @matmul_chain(%a: tensor<16x32xf32>, %b: tensor<32x8xf32>, %c: tensor<
 // KERNELS: gpu.func @sum_rows_kernel(%[[OUT:.*]]: memref<16xf32>, %[[X:.*]]: memref<16x40xf32>)
 // KERNELS: %[[T:.*]] = gpu.thread_id x
 // KERNELS: memref.store %{{.*}}, %[[OUT]][%[[T]]]
-// KERNELS: scf.for %[[K:.*]] = %c0 to %c40 step %c1 {
+// KERNELS: scf.for %[[K:.*]] = %c0 to %c40 step %c1 iter_args(
 // KERNELS-NEXT: memref.load %[[X]][%[[T]], %[[K]]]
 // KERNELS-NOT: atomic
 // KERNELS: gpu.return
