@@ -279,3 +279,45 @@ def test_library_names_through_jit() -> None:
                     - sum(refs[n](x - h * e).sum() for n in ops)) / (2 * h)
                    for e in np.eye(len(x))])
     np.testing.assert_allclose(ad.jit(ad.grad(total))(x), fd, rtol=1e-6)
+
+
+def test_runtime_functions_list_the_runtime_library() -> None:
+    """`RUNTIME_FUNCTIONS` is every C-named function MLIR's runtime library exports
+    (read from the pinned library's dynamic symbols), so none can capture a call."""
+    from mlir import ir as _ir
+
+    from mlir_autodiff.native_build import _llvm_tool
+    from mlir_autodiff.transforms.reserved_symbols import RUNTIME_FUNCTIONS
+
+    lib = os.path.join(os.path.dirname(_ir.__file__), "lib", "libmlir_c_runner_utils.so")
+    out = subprocess.run([_llvm_tool("llvm-nm"), "-D", "--defined-only", lib],
+                         capture_output=True, text=True, check=True).stdout
+    exported = {parts[2] for parts in (line.split() for line in out.splitlines())
+                if len(parts) == 3 and parts[1] in "TDBRWV"}
+    c_named = {n for n in exported if not n.startswith("_")}
+    assert c_named == RUNTIME_FUNCTIONS
+    assert all(is_reserved(n) for n in exported)
+
+
+def test_runtime_library_loaded_only_for_calls_into_it() -> None:
+    """A lowered module calling only malloc/free and libm runs without MLIR's runtime
+    library; one that calls into it (its clock) gets it."""
+    from mlir_autodiff.runtime import CompiledModule, shared_libs
+
+    plain = CompiledModule("""
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = math.sinh %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    assert shared_libs(plain.module) == []
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(plain["f"](x), np.sinh(x), rtol=1e-6)
+    clock = CompiledModule("""
+func.func private @rtclock() -> f64
+func.func @g(%x: tensor<1xf64>) -> tensor<1xf64> {
+  %t = func.call @rtclock() : () -> f64
+  %c0 = arith.constant 0 : index
+  %y = tensor.insert %t into %x[%c0] : tensor<1xf64>
+  return %y : tensor<1xf64>
+}""")
+    assert shared_libs(clock.module) != []
