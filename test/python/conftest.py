@@ -51,3 +51,14 @@ def _private_cache_when_patching(request: pytest.FixtureRequest) -> None:
         mp = request.getfixturevalue("monkeypatch")
         tmp = request.getfixturevalue("tmp_path_factory").mktemp("compile-cache")
         mp.setenv("AUTODIFF_CACHE_DIR", str(tmp))
+
+
+@pytest.fixture
+def llvm_o0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compile at LLVM -O0 (AUTODIFF_OPT_LEVEL=0) for tests that check values, not the
+    generated code or its speed: the MLIR pipeline (AD passes, schedules, lowering) is
+    the same at every level, and LLVM's optimizer is most of the compile time of loop
+    algorithms and large training steps. The ports, examples and execution tests keep
+    the default level, so optimized code is still checked on real programs.
+    Use it with `pytestmark = pytest.mark.usefixtures("llvm_o0")` or per test."""
+    monkeypatch.setenv("AUTODIFF_OPT_LEVEL", "0")

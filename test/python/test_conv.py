@@ -311,6 +311,7 @@ _CONV_MLIR = """func.func @conv(%x: tensor<2x7x7x3xf64>, %w: tensor<2x3x3x4xf64>
 }"""
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_named_conv_rules_match_finite_differences_and_jax() -> None:
     """The rules of `linalg.conv_2d_nhwc_hwcf` (strides, dilations, an input row
     no window reaches, an accumulating init) at the MLIR level: jvp and vjp
@@ -335,6 +336,7 @@ def _ops(text: str) -> set[str]:
     return set(re.findall(r"\b(?:linalg|scf)\.[a-z_0-9]+", text))
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_conv_is_the_named_op_in_every_transform() -> None:
     """2-D and 1-D convolutions trace to `linalg.conv_2d_nhwc_hwcf` (no im2col
     matmul), and stay it through reverse mode and every batching of the
@@ -412,6 +414,7 @@ _POOL_MLIR = """func.func @pool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x2x3xf6
 }"""
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_named_sum_pool_rules_match_finite_differences_and_jax() -> None:
     """The rules of `linalg.pooling_nhwc_sum` (strides, dilations, an input
     column no window reaches, an accumulating init) at the MLIR level: jvp
@@ -431,6 +434,7 @@ def test_named_sum_pool_rules_match_finite_differences_and_jax() -> None:
     check_against_jax(cm, f, rng)
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_sum_and_avg_pooling_are_the_named_op_in_every_transform() -> None:
     """Sum windows over one or two axes trace to `linalg.pooling_nhwc_sum`
     (NHWC as is, NCHW through a transpose, 1-D at height 1), and reverse
@@ -492,6 +496,7 @@ _MAXPOOL_MLIR = """func.func @maxpool(%x: tensor<2x7x6x3xf64>, %acc: tensor<2x3x
 }"""
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_named_max_pool_rules_match_finite_differences_and_jax() -> None:
     """The rules of `linalg.pooling_nhwc_max` (strides, dilations, an init that
     wins some windows) at the MLIR level, on inputs without ties: jvp and
@@ -540,6 +545,7 @@ def test_max_window_derivative_goes_to_the_first_nan_or_first_tied_maximum(
     assert ("linalg.pooling_nhwc_max" in text) == named, _ops(text)
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_tiling_max_pool_is_the_named_op_with_every_order_like_jax() -> None:
     """2x2 windows at stride 2 (the usual pool) over a 7x9 input (a row and a
     column past the last window) are `linalg.pooling_nhwc_max` by default and
@@ -570,6 +576,7 @@ def test_tiling_max_pool_is_the_named_op_with_every_order_like_jax() -> None:
     assert np.count_nonzero(g) == 3 * 3 * 4 * 2       # one element per window
 
 
+@pytest.mark.usefixtures("llvm_o0")  # values and MLIR ops: LLVM -O0 (conftest)
 def test_depthwise_conv_is_the_named_op_in_every_transform() -> None:
     """`feature_group_count` = input features = output features (depthwise;
     2-D with strides and kernel dilation, 1-D SAME) is one

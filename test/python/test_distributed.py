@@ -34,7 +34,9 @@ P = ad.PartitionSpec
 
 def launch(n: int, case: str, out: pathlib.Path, timeout: float = 120
            ) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # the processes check values: LLVM -O0 (as conftest's llvm_o0; a quarter less CPU time
+    # for the n processes that each compile the same programs)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", AUTODIFF_OPT_LEVEL="0")
     # hydra's launcher: processes on this host only, no ssh
     cmd = [distributed.mpiexec(), "-n", str(n), "-launcher", "fork", sys.executable,
            str(HERE / "distributed_programs.py"), case, str(out)]

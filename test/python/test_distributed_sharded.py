@@ -30,7 +30,9 @@ NAMES = ("x", "w1", "b1", "w2", "b2")
 
 def launch_in_background(n: int, case: str, out: pathlib.Path) -> subprocess.Popen:
     """`launch` (test_distributed.py) without waiting."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # the processes check values: LLVM -O0 (as conftest's llvm_o0; a quarter less CPU time
+    # for the n processes that each compile the same programs)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", AUTODIFF_OPT_LEVEL="0")
     cmd = [distributed.mpiexec(), "-n", str(n), "-launcher", "fork", sys.executable,
            str(pathlib.Path(programs.__file__).resolve()), case, str(out)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

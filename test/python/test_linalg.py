@@ -16,6 +16,10 @@ import mlir_autodiff as ad
 import mlir_autodiff.numpy as anp
 import mlir_autodiff.scipy.linalg as asl
 
+# values and derivatives, not LLVM's code: compiled at -O0 (conftest's llvm_o0), which
+# cuts the compile time of these loop algorithms by a third
+pytestmark = pytest.mark.usefixtures("llvm_o0")
+
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
@@ -128,6 +132,11 @@ def _loss(np_, sl_, a43, m, b):
             + np_.sum(sl_.cholesky(spd) ** 2 * m))
 
 
+# jax's value and gradient of _loss: one XLA compilation (per input shapes), not one per op
+_jax_value_and_grad = jax.jit(jax.value_and_grad(lambda *x: _loss(jnp, jsl, *x),
+                                                 argnums=(0, 1, 2)))
+
+
 def test_first_order_matches_jax_and_transposes() -> None:
     args = (A43, M, B)
     ts = tuple(RNG.standard_normal(x.shape) for x in args)
@@ -139,7 +148,7 @@ def test_first_order_matches_jax_and_transposes() -> None:
         return val, g, tangent
 
     val, g, tangent = ad.jit(both)(*args, *ts)
-    jval, jg = jax.value_and_grad(lambda *x: _loss(jnp, jsl, *x), argnums=(0, 1, 2))(*args)
+    jval, jg = _jax_value_and_grad(*args)
     _close(val, jval, tol=1e-12, what="value")
     for got, want, name in zip(g, jg, ("a43", "m", "b")):
         _close(got, want, tol=1e-10, what=f"grad wrt {name}")
@@ -153,7 +162,7 @@ def test_second_order_matches_jax() -> None:
         return L.slogdet(m)[1] + np_.sum(L.solve(m, b) ** 2) + np_.sum(L.eigh(m @ m.T)[0] ** 2)
 
     h = ad.jit(lambda m, b: ad.hessian(lambda *x: f(anp, *x), argnums=(0, 1))(m, b))(M, B)
-    jh = jax.hessian(lambda *x: f(jnp, *x), argnums=(0, 1))(M, B)
+    jh = jax.jit(jax.hessian(lambda *x: f(jnp, *x), argnums=(0, 1)))(M, B)
     for i in range(2):
         for j in range(2):
             _close(h[i][j], jh[i][j], tol=1e-9, what=f"hessian block {i}{j}")
@@ -222,8 +231,7 @@ def test_float32_value_and_gradient_match_float64() -> None:
     args32 = tuple(x.astype(np.float32) for x in (A43, M, B))
     val, g = ad.jit(ad.value_and_grad(lambda *x: _loss(anp, asl, *x), argnums=(0, 1, 2)))(
         *args32)
-    jval, jg = jax.value_and_grad(lambda *x: _loss(jnp, jsl, *x), argnums=(0, 1, 2))(
-        *(x.astype(np.float64) for x in args32))
+    jval, jg = _jax_value_and_grad(*(x.astype(np.float64) for x in args32))
     _close(val, jval, tol=1e-4, what="float32 value")
     for got, want, name in zip(g, jg, ("a43", "m", "b")):
         assert got.dtype == np.float32

@@ -74,6 +74,9 @@ def test_example_has_the_expected_import_block() -> None:
     assert "mlir_autodiff" not in rest.split('"""', 2)[2]  # the program names only the block
 
 
+# the loss curve and parameters, not LLVM's code: -O0 (conftest's llvm_o0) compiles the
+# train step in a third of the time; the ports and the CNN tests run optimized code
+@pytest.mark.usefixtures("llvm_o0")
 def test_loss_curve_matches_jax_for_100_steps() -> None:
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
