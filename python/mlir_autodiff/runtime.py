@@ -67,6 +67,7 @@ from mlir_autodiff.signatures import (
 )
 from mlir_autodiff.transforms.cpu.donation import RESULT_ARGS
 from mlir_autodiff.transforms.cpu.openmp import openmp_shared_libs
+from mlir_autodiff.transforms.reserved_symbols import in_process
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
@@ -144,8 +145,6 @@ def shared_libs(module: ir.Module | ir.Operation | None = None) -> list[str]:
 
 def _calls_outside_process(module: ir.Module | ir.Operation) -> bool:
     """Whether lowered `module` declares a function the process's symbols lack."""
-    from mlir_autodiff.transforms.reserved_symbols import in_process
-
     body = module.operation.regions[0].blocks[0]
     for op in body.operations:
         op = op.operation
