@@ -67,11 +67,10 @@ from mlir_autodiff.signatures import (
 )
 from mlir_autodiff.transforms.cpu.donation import RESULT_ARGS
 from mlir_autodiff.transforms.cpu.openmp import openmp_shared_libs
-from mlir_autodiff.transforms.reserved_symbols import in_process
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
 from mlir_autodiff.transforms.passes import PipelineElement
 from mlir_autodiff.transforms.pipeline import run_pipeline
-from mlir_autodiff.transforms.reserved_symbols import renamed_symbols
+from mlir_autodiff.transforms.reserved_symbols import in_process, renamed_symbols
 
 #: Held while anything builds or transforms IR for compilation (tracing for jit,
 #: the pass pipelines, the ExecutionEngine): MLIR contexts are shared (one per
