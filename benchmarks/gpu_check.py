@@ -28,6 +28,7 @@ peers' are on device-resident inputs. A machine without a CUDA device gets
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -53,7 +54,12 @@ TORCH_COMPILE_ROWS = ("matmul", "tanh(x*y+z)", "softmax (rows)")
 def _rows() -> list[Any]:
     import run
 
-    return _acceptance_cases() + [c for c in run.CASES if c.full]
+    return _acceptance_cases() + _contraction_cases() + [c for c in run.CASES if c.full]
+
+
+def _gpu_cases() -> list[Any]:
+    """The rows this check adds to the CPU benchmark's."""
+    return _acceptance_cases() + _contraction_cases()
 
 
 def _bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -88,6 +94,73 @@ def _acceptance_cases() -> list[Any]:
             torch=run.torch_kernel(lambda torch: lambda a: torch.softmax(a, dim=-1)),
             bytes=2.0 * 4 * n * n, rtol=1e-4, atol=1e-6, full=False, quick=False))
     return _ACCEPTANCE
+
+
+_CONTRACTIONS: list[Any] = []
+#: row key -> the tensor-core tile (transforms/gpu/contractions.py `Tile` fields) its
+#: export uses instead of the default large tile: the same bf16 matmul, tiled
+#: differently, timed side by side.
+TILE_VARIANTS: dict[str, tuple[int, ...]] = {}
+_VARIANTS = ((128, 128, 2, 2, 32, 3), (128, 128, 2, 2, 32, 4), (128, 128, 2, 4, 32, 3),
+             (128, 256, 2, 4, 32, 3), (256, 128, 4, 2, 32, 3))
+
+
+def _contraction_cases() -> list[Any]:
+    """bf16 contractions in every operand layout (what reverse mode makes of a matmul)
+    and a batch, at sizes that take the large tensor-core tile and one that takes the
+    small (64 x 64) tile, each checked against the CPU pipeline; and the 4096^3 matmul
+    under other tiles (`TILE_VARIANTS`), timed without peers."""
+    import run
+
+    if _CONTRACTIONS:
+        return _CONTRACTIONS
+    m, n, k = 2048, 1024, 256
+    mm = lambda a, b: a @ b  # noqa: E731
+    layouts = {  # name: (body, shapes, m * n * k)
+        "nn": (mm, ((m, k), (k, n)), m * n * k),
+        "nt": (lambda a, b: a @ b.T, ((m, k), (n, k)), m * n * k),
+        "tn": (lambda a, b: a.T @ b, ((k, m), (k, n)), m * n * k),
+        "tt": (lambda a, b: a.T @ b.T, ((k, m), (n, k)), m * n * k),
+        "batch": (mm, ((4, 1024, k), (4, k, 1024)), 4 * 1024 * 1024 * k),
+        "small nn": (mm, ((192, 128), (128, 256)), 192 * 256 * 128),
+    }
+    for name, (body, shapes, mnk) in layouts.items():
+        size = f"{name} " + " x ".join("x".join(map(str, s)) for s in shapes)
+        _CONTRACTIONS.append(run.Case(
+            name="bf16 contraction", size=size,
+            inputs=lambda rng, shapes=shapes: tuple(_bf16(rng, *s) for s in shapes),
+            ours=run.ours_kernel(lambda anp, nn, body=body: body),
+            jax=run.jax_kernel(lambda jnp, jnn, body=body: body),
+            torch=run.torch_kernel(lambda torch, body=body: body),
+            flops=2.0 * mnk, rtol=2e-2, atol=0.1, full=False, quick=False))
+    size = 4096
+    for tile in _VARIANTS:
+        bm, bn, wm, wn, sk, st = tile
+        case = run.Case(
+            name="bf16 matmul tile", size=f"{size}^3 {bm}x{bn}x{sk} {wm}x{wn}w {st}s",
+            inputs=lambda rng: (_bf16(rng, size, size), _bf16(rng, size, size)),
+            ours=run.ours_kernel(lambda anp, nn: lambda a, b: a @ b),
+            flops=2.0 * size ** 3, rtol=2e-2, atol=0.1, full=False, quick=False)
+        TILE_VARIANTS[case.key] = tile
+        _CONTRACTIONS.append(case)
+    return _CONTRACTIONS
+
+
+@contextlib.contextmanager
+def _tile(key: str) -> Any:
+    """Export the row `key` with its tile variant, if it has one."""
+    from mlir_autodiff.transforms.gpu import contractions
+
+    if key not in TILE_VARIANTS:
+        yield
+        return
+    saved = contractions.LARGE, contractions.LARGE_MIN_TILES
+    contractions.LARGE, contractions.LARGE_MIN_TILES = \
+        contractions.Tile(*TILE_VARIANTS[key]), 1
+    try:
+        yield
+    finally:
+        contractions.LARGE, contractions.LARGE_MIN_TILES = saved
 
 
 def _slug(key: str) -> str:
@@ -186,7 +259,8 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
         recorder.calls.clear()
         if case.ours is not None:
             thunk = case.ours(inputs)
-            result = thunk()
+            with _tile(case.key):
+                result = thunk()
             output = (case.output or run.to_numpy)(result)
             fn, args = recorder.calls[-1]
         else:  # the dropout row: fixed generator state, outputs checked bit for bit
@@ -195,7 +269,8 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
             y, u = ad.jit(fn)(*args)
             output = np.concatenate([y.ravel(), u.ravel()])
         tree, plan = _arg_plan(args, inputs, extra)
-        ad.export(fn, *args, path=os.path.join(folder, slug), device="gpu", chip=chip)
+        with _tile(case.key):
+            ad.export(fn, *args, path=os.path.join(folder, slug), device="gpu", chip=chip)
         expected[slug] = _sampled(output)
         rows.append({"key": case.key, "name": case.name, "slug": slug, "args_tree": tree,
                      "args": plan, "size": int(output.size), "dtype": output.dtype.str,
@@ -441,7 +516,7 @@ def run_check(folder: str, out_json: str | None, peers: bool = True,
     print(f"device: {device.name} ({device.chip}); rows compiled for {meta['chip']}", flush=True)
     import run  # the rows' inputs, and the peers' builders (jax/torch imported when built)
 
-    cases = {c.key: c for c in run.CASES + _acceptance_cases()}
+    cases = {c.key: c for c in run.CASES + _gpu_cases()}
     jax_device = "not used"
     if peers:
         try:

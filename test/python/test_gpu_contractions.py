@@ -319,3 +319,89 @@ func.func @layer(%x: tensor<128x96xf32>, %w: tensor<96x64xf32>, %b: tensor<64xf3
     np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w + b), rtol=1e-5,
                                atol=1e-6)
     np.testing.assert_array_equal(zeros, np.zeros((128, 64), np.float32))
+
+
+# -- the large tile, its pipeline, dynamic shared memory -------------------------------------------
+
+from mlir_autodiff.transforms.gpu import contractions  # noqa: E402
+
+
+def test_large_tile_parallel_stage_matches_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """128 x 128 tiles of 4 warps of 64 x 64 (32 fragments, two mma steps per staged
+    step: 64 contractions per warp and step) in the layouts of A (row-major and
+    k-major) and B, on the CPU against numpy."""
+    monkeypatch.setattr(contractions, "LARGE_MIN_TILES", 1)
+    tn = _contraction("large_tn", (64, 128), (64, 256), (128, 256), (_KI, _KJ, _IJ), _PAR2,
+                      inp="bf16")
+    nt = _contraction("large_nt", (128, 64), (128, 64), (128, 128), (_IK, _JK, _IJ), _PAR2)
+    text = tn + nt
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(stage="parallel")])
+        for fn in module.body.operations:
+            assert str(fn).count("vector.contract") == 64
+    compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
+    rng = np.random.default_rng(5)
+    for name, shapes, dtype, ref in (
+            ("large_tn", ((64, 128), (64, 256)), bfloat16(), lambda a, b: a.T @ b),
+            ("large_nt", ((128, 64), (128, 64)), np.float16, lambda a, b: a @ b.T)):
+        a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
+        want = ref(a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(compiled[name](a, b), want, rtol=1e-5, atol=1e-4)
+
+
+def _kernel_ir(text: str, **options) -> str:
+    return str(_lowered(text, stage="kernels", chip="sm_90", **options))
+
+
+@needs_ptxas
+def test_large_tile_ptx_pipelines_its_copies() -> None:
+    """A bf16 matmul of 128 output tiles (2048 x 1024) with A k-major: the large tile,
+    two stages in flight (each step waits for all but the newest copy group), rows
+    padded, L1 bypassed; each k-major A fragment's second and third 8 x 8 matrices
+    reordered after ldmatrix.trans (MLIR 22's conversion swaps them); ptxas accepts
+    it for sm_90 without spilling."""
+    text = _contraction("big_tn", (256, 2048), (256, 1024), (2048, 1024), (_KI, _KJ, _IJ),
+                        _PAR2, inp="bf16")
+    ptx = _ptx(_lowered(text, chip="sm_90", format="isa"))
+    ((_, body),) = [(k, b) for k, b in _ptx_kernels(ptx) if "mma.sync" in b]
+    _assert_tensor_core_kernel(body)
+    assert body.count("mma.sync") == 64  # one unrolled step: 32 fragments x 2 mma steps
+    assert re.search(r"cp\.async\.wait_group\s+1;", body)
+    assert "cp.async.cg.shared.global" in body
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
+    # 128 x (32 + 8) and 32 x (128 + 8) halves per stage, two stages
+    assert re.search(rf"\.shared \.align 128 \.b8 \w+\[{2 * 2 * 32 * 136}\]", ptx)
+    ir_text = _kernel_ir(text)
+    lds = re.findall(r"(%\w+) = nvgpu\.ldmatrix .*numTiles = 4 : i32, transpose = true", ir_text)
+    assert lds
+    for v in lds:
+        assert re.search(rf"vector\.shuffle {v}, {v} \[0, 2, 1, 3\]", ir_text), v
+
+
+@needs_ptxas
+def test_tile_over_48k_takes_dynamic_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three stages of the large tile (56 KB): the kernel's tiles are views of dynamic
+    shared memory and its launch names the size; ptxas accepts it."""
+    tile = contractions.Tile(128, 128, 2, 2, 32, 3)
+    monkeypatch.setattr(contractions, "LARGE", tile)
+    monkeypatch.setattr(contractions, "LARGE_MIN_TILES", 1)
+    text = _contraction("mm", (256, 256), (256, 256), (256, 256), (_IK, _KJ, _IJ), _PAR2,
+                        inp="bf16")
+    ir_text = _kernel_ir(text)
+    size = 3 * 2 * (128 * (32 + 8) + 32 * (128 + 8))
+    assert re.search(rf"gpu\.launch_func .*dynamic_shared_memory_size %c{size}_i32", ir_text)
+    assert "gpu.dynamic_shared_memory" in ir_text and "memref.global" not in ir_text
+    module = _lowered(text, chip="sm_90", format="bin")
+    for obj in adgpu.gpu_objects(module):
+        assert adgpu.cubin_arch(obj.data) == 90
+
+
+def test_tiles_that_do_not_fit_are_rejected() -> None:
+    with pytest.raises(ValueError, match="does not fit"):
+        contractions.Tile(256, 256, 2, 2, 64, 4)  # shared memory
+    with pytest.raises(ValueError, match="does not fit"):
+        contractions.Tile(64, 64, 2, 2, 24, 2)  # not a multiple of the mma k
+    assert contractions.LARGE.shared_bytes <= contractions.STATIC_SHARED_LIMIT

@@ -81,20 +81,123 @@ from .reductions import _GRID, _ROW, _base, _has_views, _region
 from .support import identity_layout, index_const, new_parallel, on_host, ops_of
 
 #: Output tile per block (rows, columns), warps per block (rows x columns),
-#: mma fragment shape (m, n, k) and the reduced elements staged per step.
+#: mma fragment shape (m, n, k) and the reduced elements staged per step: the
+#: f32 register tiles' and the small tensor-core tiles' (`SMALL`).
 BLOCK_M, BLOCK_N = 64, 64
 WARPS_M, WARPS_N = 2, 2
 FRAG_M, FRAG_N, FRAG_K = 16, 8, 16
 STAGE_K = 16
 WARPS = WARPS_M * WARPS_N
-# Staging copies one 16-byte chunk (8 halves) of each tile per thread.
-assert BLOCK_M * FRAG_K // 8 == 32 * WARPS and BLOCK_N * FRAG_K // 8 == 32 * WARPS
-#: Marks the warp loop (one iteration per warp until WarpsToLanes).
+#: Marks the warp loop (one iteration per warp until WarpsToLanes; array<i32>: the tile).
 WARP_ATTR = GPU_WARP_LOOP
 #: Marks a gpu.module whose f16-typed mma.sync ops compute on bf16 values.
 BF16_ATTR = GPU_BF16_MMA
-#: Marks the reduction loop of a warp-tiled contraction (for the staging pass).
+#: Marks the reduction loop of a warp-tiled contraction (for the staging pass;
+#: array<i32>: the tile).
 TILE_ATTR = GPU_MMA_TILE
+
+_MIN_SM = 80
+
+
+#: Halves of padding after each row of a staged tile: rows 16 bytes apart in the
+#: banks, so the 8 rows an ldmatrix reads (16 bytes each) hit 8 different banks.
+PAD = 8
+#: Static shared memory a kernel may use without opting in to more: tiles that need
+#: more take it as dynamic shared memory (the launch names the size; the runtime
+#: opts the kernel in, up to the chip's limit).
+STATIC_SHARED_LIMIT = 48 * 1024
+#: Dynamic shared memory a tile may use (sm_80: 163 KB per block, sm_90: 227 KB).
+SHARED_LIMIT = 160 * 1024
+#: On a gpu.func whose tiles take dynamic shared memory (i32: bytes), until its
+#: launches name the size.
+DYNAMIC_SHARED_ATTR = "autodiff.gpu.dynamic_shared_bytes"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A tensor-core tile: the block's output tile, its warps (rows x columns), the
+    reduced elements each shared-memory stage holds and how many stages are in
+    flight (the copy of step k + stages - 1 overlaps the mma of step k)."""
+
+    block_m: int
+    block_n: int
+    warps_m: int
+    warps_n: int
+    stage_k: int
+    stages: int
+
+    def __post_init__(self) -> None:
+        threads = 32 * self.warps
+        if self.shared_bytes > SHARED_LIMIT or self.stages < 2 or \
+                self.stage_k % FRAG_K or self.warp_m % FRAG_M or self.warp_n % FRAG_N or \
+                (self.block_m * self.stage_k // 8) % threads or \
+                (self.block_n * self.stage_k // 8) % threads:
+            raise ValueError(f"tensor-core tile {self} does not fit: {self.shared_bytes} "
+                             f"bytes of shared memory (at most {SHARED_LIMIT}), 16-byte "
+                             f"copies shared evenly by {threads} threads, mma-shaped warps")
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory of the staged A and B tiles (padded rows, either layout)."""
+        sk = self.stage_k
+        per_stage = sum(max(b * (sk + PAD), sk * (b + PAD))
+                        for b in (self.block_m, self.block_n))
+        return 2 * per_stage * self.stages
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+    @property
+    def warp_m(self) -> int:
+        return self.block_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.block_n // self.warps_n
+
+    @property
+    def frags(self) -> tuple[int, int]:
+        """Accumulator fragments of a warp (rows, columns)."""
+        return self.warp_m // FRAG_M, self.warp_n // FRAG_N
+
+    @property
+    def ksteps(self) -> int:
+        return self.stage_k // FRAG_K
+
+    def attr(self) -> ir.Attribute:
+        return ir.DenseI32ArrayAttr.get(list(dataclasses.astuple(self)))
+
+    @classmethod
+    def of(cls, op: ir.Operation, name: str) -> Tile:
+        return cls(*ir.DenseI32ArrayAttr(op.attributes[name]))
+
+    def warp_row(self, tid: str) -> str:
+        """The row offset in the block tile of the warp of thread `tid` (affine)."""
+        return f"(({tid} floordiv 32) floordiv {self.warps_n}) * {self.warp_m}"
+
+    def warp_col(self, tid: str) -> str:
+        return f"(({tid} floordiv 32) mod {self.warps_n}) * {self.warp_n}"
+
+
+#: 64 x 64 tiles of 4 warps (32 x 32 each), 16 reduced elements per stage.
+SMALL = Tile(64, 64, 2, 2, 16, 2)
+#: 128 x 128 tiles of 4 warps (64 x 64 each: 32 fragments, 8 ldmatrix for 32 mma per
+#: 16 reduced elements), 32 reduced elements per stage, two stages (41 KB of shared
+#: memory with the padding, under the 48 KB a kernel has without opting in).
+LARGE = Tile(128, 128, 2, 2, 32, 2)
+#: LARGE when the output has at least this many of its tiles (about one per SM of
+#: an sm_90 chip); fewer, larger tiles would leave SMs idle.
+LARGE_MIN_TILES = 128
+
+def _tile_for(plan: _Plan) -> Tile:
+    big = LARGE
+    tiles = (plan.m // big.block_m) * (plan.n // big.block_n) * max(plan.batch_size, 1)
+    if plan.m % big.block_m == 0 and plan.n % big.block_n == 0 and \
+            plan.k % big.stage_k == 0 and tiles >= LARGE_MIN_TILES:
+        return big
+    return SMALL
+
 
 _MIN_SM = 80
 
@@ -155,6 +258,7 @@ class _Plan:
     a_trans: bool  # A indexed (k, m)
     b_trans: bool  # B indexed (n, k)
     simt: bool  # f32: register tiles of threads, not warp tiles of tensor cores
+    batch_size: int = 1  # the batch dimension's extent (1 without one)
 
 
 def _widened_from_half(generic: ir.Operation, buf: ir.Value) -> ir.Value | None:
@@ -278,7 +382,8 @@ def _plan(generic: ir.Operation, tensor_cores: bool = True) -> _Plan | None:
     k = ashape[-2] if a_trans else ashape[-1]
     if m % BLOCK_M or n % BLOCK_N or k % STAGE_K:
         return None
-    return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans, simt)
+    return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans, simt,
+                 cshape[0] if rank == 3 else 1)
 
 
 def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: bool,
@@ -298,8 +403,9 @@ def _read(src: ir.Value, idx: list[ir.Value], shape: tuple[int, int], trans: boo
 READ_ATTR = GPU_TILE_READ
 
 
-def _tag(read: ir.Value, operand: int, frag: int, trans: bool) -> None:
-    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get([operand, frag, int(trans)])
+def _tag(read: ir.Value, operand: int, frag: int, trans: bool, ksub: int = 0) -> None:
+    read.owner.attributes[READ_ATTR] = ir.DenseI32ArrayAttr.get(
+        [operand, frag, int(trans), ksub])
 
 
 def _fill_before(generic: ir.Operation, out: ir.Value) -> \
@@ -374,8 +480,9 @@ def _fold_fill(generic: ir.Operation, out: ir.Value, constant_only: bool) -> ir.
 
 @contextlib.contextmanager
 def _block_tiles(generic: ir.Operation, plan: _Plan, cshape: Sequence[int],
-                 threads_per_block: int) -> Iterator[tuple[ir.Operation, ir.Block, ir.Block]]:
-    """Before `generic`: a parallel loop over the BLOCK_M x BLOCK_N tiles of the output
+                 threads_per_block: int, block: tuple[int, int] = (BLOCK_M, BLOCK_N)) -> \
+        Iterator[tuple[ir.Operation, ir.Block, ir.Block]]:
+    """Before `generic`: a parallel loop over the `block` (rows x columns) tiles of the output
     (and its batch), with a loop of `threads_per_block` threads inside. They sit in
     "grid"/"row" regions as block reductions do (reductions.py): no loop fuses into
     the block loop and canonicalization does not merge it with the thread loop;
@@ -387,7 +494,7 @@ def _block_tiles(generic: ir.Operation, plan: _Plan, cshape: Sequence[int],
         zero, one = index_const(0), index_const(1)
         lbs = [zero] * (plan.batch + 2)
         ubs = [index_const(s) for s in cshape]
-        steps = [one] * plan.batch + [index_const(BLOCK_M), index_const(BLOCK_N)]
+        steps = [one] * plan.batch + [index_const(block[0]), index_const(block[1])]
         _, blocks, bterm = new_parallel(lbs, ubs, steps)
         with ir.InsertionPoint(bterm):
             row = _region(_ROW)
@@ -400,6 +507,7 @@ def _block_tiles(generic: ir.Operation, plan: _Plan, cshape: Sequence[int],
 
 
 def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
+    tile = _tile_for(plan)
     ctype = ir.MemRefType(plan.c.type)
     cshape = ctype.shape
     acc_t = ir.VectorType.get([FRAG_M, FRAG_N], ctype.element_type)
@@ -410,14 +518,15 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
     iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
                               for t in ("parallel", "parallel", "reduction")])
     init = _fold_fill(generic, plan.c, constant_only=True)
-    with _block_tiles(generic, plan, cshape, WARPS) as (tloop, blocks, threads):
-        tloop.attributes[WARP_ATTR] = ir.UnitAttr.get()
+    with _block_tiles(generic, plan, cshape, tile.warps, (tile.block_m, tile.block_n)) as \
+            (tloop, blocks, threads):
+        tloop.attributes[WARP_ATTR] = tile.attr()
         bidx = list(blocks.arguments)
         bat, bm, bn = bidx[:plan.batch], bidx[plan.batch], bidx[plan.batch + 1]
         t = threads.arguments[0]
-        wm = _apply(f"s1 + (s0 floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}", t, bm)
-        wn = _apply(f"s1 + (s0 mod {WARPS_N}) * {BLOCK_N // WARPS_N}", t, bn)
-        fm, fn = BLOCK_M // WARPS_M // FRAG_M, BLOCK_N // WARPS_N // FRAG_N
+        wm = _apply(f"s1 + (s0 floordiv {tile.warps_n}) * {tile.warp_m}", t, bm)
+        wn = _apply(f"s1 + (s0 mod {tile.warps_n}) * {tile.warp_n}", t, bn)
+        fm, fn = tile.frags
         rows = [_apply(f"s0 + {FRAG_M * i}", wm) for i in range(fm)]
         cols = [_apply(f"s0 + {FRAG_N * j}", wn) for j in range(fn)]
         cpad = arith.constant(ctype.element_type, 0.0)
@@ -428,26 +537,27 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
         else:
             accs = [_read(plan.c, bat + [rows[i], cols[j]], (FRAG_M, FRAG_N), False, cpad)
                     for i in range(fm) for j in range(fn)]
-        loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(FRAG_K), accs)
-        loop.operation.attributes[TILE_ATTR] = ir.UnitAttr.get()
+        loop = scf.ForOp(index_const(0), index_const(plan.k), index_const(tile.stage_k), accs)
+        loop.operation.attributes[TILE_ATTR] = tile.attr()
         with ir.InsertionPoint(loop.body):
-            kk = loop.induction_variable
-            a_frags = []
-            for i in range(fm):
-                idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
-                a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
-                _tag(a_frags[-1], 0, i, plan.a_trans)
-            b_frags = []
-            for j in range(fn):
-                idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
-                b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
-                _tag(b_frags[-1], 1, j, plan.b_trans)
-            outs = []
-            for i in range(fm):
+            outs = list(loop.inner_iter_args)
+            for ks in range(tile.ksteps):  # the mma steps of one staged step
+                kk = _apply(f"s0 + {FRAG_K * ks}", loop.induction_variable)
+                a_frags = []
+                for i in range(fm):
+                    idx = bat + ([kk, rows[i]] if plan.a_trans else [rows[i], kk])
+                    a_frags.append(_read(plan.a, idx, (FRAG_M, FRAG_K), plan.a_trans, apad))
+                    _tag(a_frags[-1], 0, i, plan.a_trans, ks)
+                b_frags = []
                 for j in range(fn):
-                    acc = loop.inner_iter_args[i * fn + j]
-                    outs.append(vector.ContractionOp(acc_t, a_frags[i], b_frags[j], acc,
-                                                     contract_maps, iters).result)
+                    idx = bat + ([cols[j], kk] if plan.b_trans else [kk, cols[j]])
+                    b_frags.append(_read(plan.b, idx, (FRAG_K, FRAG_N), plan.b_trans, apad))
+                    _tag(b_frags[-1], 1, j, plan.b_trans, ks)
+                for i in range(fm):
+                    for j in range(fn):
+                        outs[i * fn + j] = vector.ContractionOp(
+                            acc_t, a_frags[i], b_frags[j], outs[i * fn + j], contract_maps,
+                            iters).result
             scf.YieldOp(outs)
         in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)] * 2)
         rank = len(cshape)
@@ -471,15 +581,19 @@ class WarpTileContractions(_Step):
     chip: str = "sm_80"
 
     def apply(self, module: ir.Operation) -> None:
-        for op in list(walk_ops(module)):
-            if op.name == "linalg.generic" and on_host(op):
-                plan = _plan(op, tensor_cores=_sm(self.chip) >= _MIN_SM)
-                if plan is None:
-                    continue
-                if plan.simt:
-                    _rewrite_simt(op, plan)
-                elif _sm(self.chip) >= _MIN_SM:
-                    _rewrite(op, plan)
+        cores = _sm(self.chip) >= _MIN_SM
+        # The contractions first: a rewrite erases other ops (the fill it folds, the
+        # epilogue it takes), never another contraction, so no op visited is erased.
+        targets = [op for op in walk_ops(module) if op.name == "linalg.generic"
+                   and on_host(op) and _plan(op, tensor_cores=cores) is not None]
+        for op in targets:
+            plan = _plan(op, tensor_cores=cores)
+            if plan is None:
+                continue
+            if plan.simt:
+                _rewrite_simt(op, plan)
+            elif cores:
+                _rewrite(op, plan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -539,8 +653,9 @@ def _warps_to_lanes(loop: ir.Operation) -> None:
         tid = gpu_d.thread_id(gpu_d.Dimension.x)
         warp = _apply("s0 floordiv 32", tid)
     _replace_uses(body.arguments[0], warp)
+    tile = Tile.of(loop, WARP_ATTR)
     with ir.InsertionPoint(loop), loop.location:
-        loop.operands[1] = index_const(32 * WARPS)
+        loop.operands[1] = index_const(32 * tile.warps)
     del loop.attributes[WARP_ATTR]
 
 
@@ -587,6 +702,67 @@ class WarpTilesToMmaSync(_Step):
                     _stage_through_shared_memory(op, loop)
             pm = PassManager.parse("gpu.module(gpu.func(convert-vector-to-gpu{use-nvgpu=true}))")
             pm.run(op)
+            _order_transposed_a_fragments(op)
+        _launch_dynamic_shared_memory(module)
+
+
+def _launch_dynamic_shared_memory(module: ir.Operation) -> None:
+    """Launches of kernels whose tiles take dynamic shared memory name its size."""
+    sizes = {}
+    for gm in module.regions[0].blocks[0].operations:
+        gm = gm.operation
+        if gm.name != "gpu.module":
+            continue
+        mod_name = ir.StringAttr(gm.attributes["sym_name"]).value
+        for fn in gm.regions[0].blocks[0].operations:
+            fn = fn.operation
+            if fn.name == "gpu.func" and DYNAMIC_SHARED_ATTR in fn.attributes:
+                fn_name = ir.StringAttr(fn.attributes["sym_name"]).value
+                sizes[f"@{mod_name}::@{fn_name}"] = \
+                    ir.IntegerAttr(fn.attributes[DYNAMIC_SHARED_ATTR]).value
+                del fn.attributes[DYNAMIC_SHARED_ATTR]
+    if not sizes:
+        return
+    for op in list(walk_ops(module)):
+        if op.name != "gpu.launch_func" or str(op.attributes["kernel"]) not in sizes:
+            continue
+        view = op.opview
+        if len(op.results) or list(view.asyncDependencies) or \
+                view.dynamicSharedMemorySize is not None:
+            raise NotImplementedError(f"dynamic shared memory for {op}")
+        kernel = str(op.attributes["kernel"])
+        with ir.InsertionPoint(op), op.location:
+            size = arith.constant(ir.IntegerType.get_signless(32), sizes[kernel])
+            new = gpu_d.LaunchFuncOp(
+                [kernel.split("::")[0][1:], kernel.split("::")[1][1:]],
+                (view.gridSizeX, view.gridSizeY, view.gridSizeZ),
+                (view.blockSizeX, view.blockSizeY, view.blockSizeZ),
+                list(view.kernelOperands), dynamic_shared_memory_size=size)
+        for name in ("kernel",):
+            new.operation.attributes[name] = op.attributes[name]
+        op.erase()
+
+
+def _order_transposed_a_fragments(gpu_module: ir.Operation) -> None:
+    """The A fragment of m16n8k16 holds four 8 x 8 matrices in the order (rows 0-7,
+    k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). For an A
+    stored k-major (`ldmatrix.trans`, 4 matrices) MLIR 22's vector-to-nvgpu
+    conversion has lanes 8-15 address k 8-15 and lanes 16-23 rows 8-15: the second
+    and third matrices arrive swapped. Put them in the order the mma reads (a
+    register renaming, no instruction)."""
+    for op in list(walk_ops(gpu_module)):
+        if op.name != "nvgpu.ldmatrix" or not ir.BoolAttr(op.attributes["transpose"]).value \
+                or ir.IntegerAttr(op.attributes["numTiles"]).value != 4:
+            continue
+        result = op.results[0]
+        uses = [(u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner,
+                 u.operand_number) for u in result.uses]
+        if not uses or any(o.name != "nvgpu.mma.sync" or n != 0 for o, n in uses):
+            continue  # only the A operand's fragments
+        with ir.InsertionPoint.after(op), op.location:
+            fixed = vector.ShuffleOp(result, result, [0, 2, 1, 3]).result
+        for owner, n in uses:
+            owner.operands[n] = fixed
 
 
 # -- the A and B tiles through shared memory -------------------------------------------------
@@ -607,120 +783,167 @@ def _shared_tile(gpu_module: ir.Operation, shape: tuple[int, int], elt: ir.Type,
                         alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 128))
     return name, t
 
-_WARP_ROW = f"((s1 floordiv 32) floordiv {WARPS_N}) * {BLOCK_M // WARPS_M}"
-_WARP_COL = f"((s1 floordiv 32) mod {WARPS_N}) * {BLOCK_N // WARPS_N}"
-
-
-def _read_tag(op: ir.Operation) -> tuple[int, int, bool] | None:
+def _read_tag(op: ir.Operation) -> tuple[int, int, bool, int] | None:
+    """(operand, fragment or element, transposed, mma step in the staged step)."""
     if op.name not in ("vector.transfer_read", "memref.load") or READ_ATTR not in op.attributes:
         return None
     vals = list(ir.DenseI32ArrayAttr(op.attributes[READ_ATTR]))
-    return vals[0], vals[1], bool(vals[2])
+    return vals[0], vals[1], bool(vals[2]), vals[3] if len(vals) > 3 else 0
 
 
 def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -> None:
-    """Each step of the reduction loop copies the block's A tile (64 x 16) and B tile
-    (16 x 64) into shared memory (`nvgpu.device_async_copy`: one 16-byte chunk of
-    each per thread), waits and synchronises; the fragment reads then read the
-    tiles (ldmatrix), and a barrier before the next step's copies."""
+    """The block's A and B tiles of each staged step (`Tile.stage_k` reduced elements)
+    go through shared memory, `Tile.stages` of them in flight.
+
+    Before the loop the block's threads start the copies of the first stages - 1
+    steps (`nvgpu.device_async_copy`, cp.async: 16-byte chunks, each thread a share
+    of them; one commit group per step). Step k starts the copy of step
+    k + stages - 1 into the stage step k - 1 used, waits until step k's group is
+    complete (`cp.async.wait_group stages - 1`) and synchronises the block; the
+    fragment reads (ldmatrix) then read step k's stage, and a barrier ends the
+    step (before the next overwrites a stage some warp may still read). The last
+    steps copy the last step again (in bounds, into stages no later step reads).
+    Each tile row is padded by `PAD` halves (ldmatrix without bank conflicts)."""
+    tile = Tile.of(loop, TILE_ATTR)
     body = loop.regions[0].blocks[0]
     reads = [(o, _read_tag(o)) for o in ops_of(body)]
     reads = [(o, t) for o, t in reads if t is not None]
     if not reads:
         return
+    k_total = int_constant(loop.operands[1])
+    if k_total is None:
+        return
     kk = body.arguments[0]
     f16 = ir.F16Type.get()
+    sk, stages, threads = tile.stage_k, tile.stages, 32 * tile.warps
     # Tile shapes in the operands' own orientation, and the first fragment reads.
     shapes: dict[int, tuple[int, int]] = {}
     first: dict[int, ir.Operation] = {}
     trans: dict[int, bool] = {}
-    for o, (operand, frag, tr) in reads:
+    for o, (operand, frag, tr, ks) in reads:
         trans[operand] = tr
-        if frag == 0:
+        if frag == 0 and ks == 0:
             first[operand] = o
         if operand == 0:
-            shapes[0] = (FRAG_K, BLOCK_M) if tr else (BLOCK_M, FRAG_K)
+            shapes[0] = (sk, tile.block_m) if tr else (tile.block_m, sk)
         else:
-            shapes[1] = (BLOCK_N, FRAG_K) if tr else (FRAG_K, BLOCK_N)
+            shapes[1] = (tile.block_n, sk) if tr else (sk, tile.block_n)
     if set(first) != {0, 1}:
         return
     mod_body = gpu_module.regions[0].blocks[0]
     taken = {ir.StringAttr(o.operation.attributes["sym_name"]).value
              for o in mod_body.operations if "sym_name" in o.operation.attributes}
-    buffers: dict[int, ir.Value] = {}
-    names: dict[int, tuple[str, ir.MemRefType]] = {}
     elt = ir.MemRefType(first[0].operands[0].type).element_type
     bf16 = elt == ir.BF16Type.get()
-    # bf16: the fragments are read as f16 (raw 16-bit values: upstream's mma.sync
-    # lowering knows f16 fragments only) from an f16 view of the bf16 tile, and the
-    # nvvm.mma.sync ops are retyped to bf16 after the NVVM lowering (Bf16MmaOperands).
+    # One raw byte buffer per operand holding its stages; each stage is viewed as the
+    # operand's type (the copies) and as f16 (the fragment reads). bf16: the fragments
+    # are read as f16 (raw 16-bit values: upstream's mma.sync lowering knows f16
+    # fragments only), and the nvvm.mma.sync ops are retyped to bf16 after the NVVM
+    # lowering (Bf16MmaOperands).
     raw = ir.IntegerType.get_signless(8)
-    for operand in (0, 1):
-        shape = shapes[operand]
-        names[operand] = _shared_tile(gpu_module, (shape[0] * shape[1] * 2,) if bf16 else shape,
-                                      raw if bf16 else f16, taken, loop.location)
-    fragment_buffers: dict[int, ir.Value] = {}
-    with ir.InsertionPoint(loop), loop.location:
-        tid = gpu_d.thread_id(gpu_d.Dimension.x)
-        for operand in (0, 1):
-            name, t = names[operand]
-            buffers[operand] = memref.GetGlobalOp(t, name).result
-            fragment_buffers[operand] = buffers[operand]
-            if bf16:
-                space = t.memory_space
-                raw_buf = buffers[operand]
-                views = []
-                for view_elt in (elt, f16):
-                    vt = ir.MemRefType.get(list(shapes[operand]), view_elt, memory_space=space)
-                    views.append(memref.ViewOp(vt, raw_buf, index_const(0), []).result)
-                buffers[operand], fragment_buffers[operand] = views
+    padded = {op: (r, c + PAD) for op, (r, c) in shapes.items()}
+    stage_bytes = {op: r * c * 2 for op, (r, c) in padded.items()}
+    sizes = {op: stages * stage_bytes[op] for op in (0, 1)}
+    dynamic = sum(sizes.values()) > STATIC_SHARED_LIMIT
+    if not dynamic:
+        names = {op: _shared_tile(gpu_module, (sizes[op],), raw, taken, loop.location)
+                 for op in (0, 1)}
     if bf16:
         gpu_module.attributes[BF16_ATTR] = ir.UnitAttr.get()
-    terminator = ops_of(body)[-1]
-    with ir.InsertionPoint.at_block_begin(body), loop.location:
+    with ir.InsertionPoint(loop), loop.location:
+        tid = gpu_d.thread_id(gpu_d.Dimension.x)
+        if dynamic:  # one dynamic block of both operands' stages
+            space = ir.Attribute.parse("#gpu.address_space<workgroup>")
+            whole = gpu_d.DynamicSharedMemoryOp(
+                ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], raw,
+                                  memory_space=space)).result
+            raws = {op: memref.ViewOp(ir.MemRefType.get([sizes[op]], raw, memory_space=space),
+                                      whole, index_const(sizes[0] if op else 0), []).result
+                    for op in (0, 1)}
+            func = loop.parent
+            while func.name != "gpu.func":
+                func = func.parent
+            before = ir.IntegerAttr(func.attributes[DYNAMIC_SHARED_ATTR]).value \
+                if DYNAMIC_SHARED_ATTR in func.attributes else 0
+            if before:
+                raise NotImplementedError("two dynamic-shared-memory tiles in one kernel")
+            func.attributes[DYNAMIC_SHARED_ATTR] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(32), sum(sizes.values()))
+        else:
+            raws = {op: memref.GetGlobalOp(t, name).result for op, (name, t) in names.items()}
+
+    def view(operand: int, shift: ir.Value, view_elt: ir.Type) -> ir.Value:
+        space = ir.MemRefType(raws[operand].type).memory_space
+        vt = ir.MemRefType.get(list(padded[operand]), view_elt, memory_space=space)
+        return memref.ViewOp(vt, raws[operand], shift, []).result
+
+    # Where each operand's block tile starts in global memory: the first fragment read's
+    # index along the block's rows (A) or columns (B) less the warp's offset.
+    origins: dict[int, tuple[list[ir.Value], ir.Value]] = {}
+    for operand in (0, 1):
+        src_read = first[operand]
+        src = src_read.operands[0]
+        idx = list(src_read.operands[1:1 + ir.MemRefType(src.type).rank])
+        origins[operand] = (idx[:-2], idx[(-1 if trans[0] else -2) if operand == 0 else
+                                          (-2 if trans[1] else -1)])
+
+    def copies(k0: ir.Value, shift: dict[int, ir.Value]) -> ir.Value:
+        """Start the copies of the step at reduced index `k0` into the stages at byte
+        offsets `shift`; its commit group."""
         tokens = []
         for operand in (0, 1):
+            src = first[operand].operands[0]
+            batch, at = origins[operand]
+            warp_off = tile.warp_row("s1") if operand == 0 else tile.warp_col("s1")
+            origin = _apply(f"s0 - {warp_off}", at, tid)
+            dst = view(operand, shift[operand], elt)
             rows, cols = shapes[operand]
             per_row = cols // 8
-            r = _apply(f"s0 floordiv {per_row}", tid)
-            c = _apply(f"(s0 mod {per_row}) * 8", tid)
-            src_read = first[operand]
-            src = src_read.operands[0]
-            idx = list(src_read.operands[1:1 + ir.MemRefType(src.type).rank])
-            batch = idx[:-2]
-            # The first fragment's index along the block's rows (A) or columns (B)
-            # is the block origin plus the warp's offset.
-            if operand == 0:
-                origin_pos = -1 if trans[0] else -2
-                warp_off = _WARP_ROW
-            else:
-                origin_pos = -2 if trans[1] else -1
-                warp_off = _WARP_COL
-            origin = idx[origin_pos]
+            chunks = rows * per_row
+            assert chunks % threads == 0, (tile, shapes)
             k_first = (operand == 0 and trans[0]) or (operand == 1 and not trans[1])
-            if k_first:  # rows are k
-                g_row = _apply("s0 + s1", kk, r)
-                g_col = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, c, tid)
-            else:
-                g_row = _apply(f"s0 - {warp_off.replace('s1', 's2')} + s1", origin, r, tid)
-                g_col = _apply("s0 + s1", kk, c)
-            tokens.append(nvgpu.DeviceAsyncCopyOp(
-                buffers[operand], [r, c], src, batch + [g_row, g_col],
-                ir.IntegerAttr.get(ir.IndexType.get(), 8)).result)
-        group = nvgpu.DeviceAsyncCreateGroupOp(tokens).result
-        nvgpu.DeviceAsyncWaitOp(group)
+            for e in range(chunks // threads):
+                r = _apply(f"(s0 + {e * threads}) floordiv {per_row}", tid)
+                c = _apply(f"((s0 + {e * threads}) mod {per_row}) * 8", tid)
+                if k_first:  # rows are k
+                    g = [_apply("s0 + s1", k0, r), _apply("s0 + s1", origin, c)]
+                else:
+                    g = [_apply("s0 + s1", origin, r), _apply("s0 + s1", k0, c)]
+                tokens.append(nvgpu.DeviceAsyncCopyOp(
+                    dst, [r, c], src, batch + g,
+                    ir.IntegerAttr.get(ir.IndexType.get(), 8), bypassL1=True).result)
+        return nvgpu.DeviceAsyncCreateGroupOp(tokens).result
+
+    with ir.InsertionPoint(loop), loop.location:
+        for st in range(stages - 1):  # the prologue: the first steps' copies
+            k0 = index_const(min(st * sk, k_total - sk))
+            copies(k0, {op: index_const(st * stage_bytes[op]) for op in (0, 1)})
+    terminator = ops_of(body)[-1]
+    with ir.InsertionPoint.at_block_begin(body), loop.location:
+        ahead = (stages - 1) * sk
+        nxt = affine_d.AffineMinOp(
+            ir.AffineMapAttr(ir.Attribute.parse(
+                f"affine_map<()[s0] -> (s0 + {ahead}, {k_total - sk})>")), [kk]).result
+        group = copies(nxt, {op: _apply(
+            f"(((s0 floordiv {sk}) + {stages - 1}) mod {stages}) * {stage_bytes[op]}", kk)
+            for op in (0, 1)})
+        nvgpu.DeviceAsyncWaitOp(group, numGroups=stages - 1)
         gpu_d.barrier()
+        fragment_buffers = {}
+        for op in (0, 1):
+            shift = _apply(f"((s0 floordiv {sk}) mod {stages}) * {stage_bytes[op]}", kk)
+            fragment_buffers[op] = view(op, shift, f16)
     with ir.InsertionPoint(terminator), loop.location:
         gpu_d.barrier()
-    for o, (operand, frag, tr) in reads:
+    for o, (operand, frag, tr, ks) in reads:
         with ir.InsertionPoint(o), o.location:
-            zero = index_const(0)
+            kl = index_const(FRAG_K * ks)
             if operand == 0:
-                off = _apply(f"{_WARP_ROW.replace('s1', 's0')} + {FRAG_M * frag}", tid)
-                local = [zero, off] if tr else [off, zero]
+                off = _apply(f"{tile.warp_row('s0')} + {FRAG_M * frag}", tid)
+                local = [kl, off] if tr else [off, kl]
             else:
-                off = _apply(f"{_WARP_COL.replace('s1', 's0')} + {FRAG_N * frag}", tid)
-                local = [off, zero] if tr else [zero, off]
+                off = _apply(f"{tile.warp_col('s0')} + {FRAG_N * frag}", tid)
+                local = [off, kl] if tr else [kl, off]
             pmap = ir.AffineMapAttr(ir.Attribute.parse(
                 "affine_map<(d0, d1) -> (d1, d0)>" if tr else "affine_map<(d0, d1) -> (d0, d1)>"))
             vt = ir.VectorType(o.results[0].type)
@@ -947,7 +1170,7 @@ def _stage_simt(gpu_module: ir.Operation, outer: ir.Operation) -> None:
     with ir.InsertionPoint(ops_of(obody)[-1]), outer.location:
         gpu_d.barrier()
     kk = ibody.arguments[0]
-    for o, (op, i, _) in loads:
+    for o, (op, i, _, _) in loads:
         with ir.InsertionPoint(o), o.location:
             if op == 0:
                 off = _apply(f"(s0 floordiv {nt}) * {SIMT_TILE} + {i}", tid)
