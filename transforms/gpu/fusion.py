@@ -16,6 +16,15 @@ the fusion it does not do:
 - `HorizontalFusion`: adjacent loops that touch disjoint buffers become one
   1-D loop over all their iterations (every parameter's SGD update).
 
+Row fusion (and the row kernels of row_kernels.py) trade threads for sequential
+work per thread, so each merge is bounded twice: by the work per thread
+(`ROW_WORK`) and by minimum parallelism (`starves`): a merge that would leave a
+kernel of fewer than `MIN_BLOCKS` blocks (one per SM of an H100/H200), whose
+threads each run more than `LONG_WORK` iterations, is refused when the loops it
+merges had more blocks apart. Refusing keeps the loops as they were (each value
+computed by the same ops in the same order). `benchmarks/gpu_grids.py` prints
+each benchmark row's grids and per-thread work.
+
 Each keeps the program's meaning on any machine: the `parallel` stage runs on
 the CPU in the tests and matches the CPU pipeline.
 """
@@ -270,6 +279,41 @@ ROW_WORK = 1024
 #: Trip count assumed for an `scf.for` with dynamic bounds.
 UNKNOWN_TRIPS = 64
 
+# -- minimum parallelism: a merge must not leave the chip idle ---------------------
+#
+# A merge (row fusion here, a row kernel in row_kernels.py) trades a kernel's threads
+# for sequential work in each: rows of a fused loop run their elements one after
+# another. With many rows that is free; with few, the merged kernel is a handful of
+# blocks on a chip of a hundred SMs, each thread running a long loop, slower than the
+# separate kernels it replaced (the GMM's Cholesky factors, 10 or 20 blocks of 256
+# threads each running ~760 steps; a transformer's attention scores, max, exp and sum
+# in 8 blocks). So a merge is refused when its kernel would have fewer than
+# `MIN_BLOCKS` blocks, its threads more than `LONG_WORK` sequential iterations each,
+# and one of the loops it merges had more blocks on its own. Refusing a merge keeps
+# the loops as they were: each value is computed by the same ops in the same order
+# (bit for bit what the merged kernel computes).
+
+#: Fewest blocks a merged kernel must keep (unless its loops had no more): one per
+#: streaming multiprocessor of an H100/H200 (132).
+MIN_BLOCKS = 132
+#: Sequential iterations per thread from which a kernel of fewer than `MIN_BLOCKS`
+#: blocks is long-running (a row softmax over 32 elements, a few phases, stays under).
+LONG_WORK = 256
+#: Threads per block assumed for the block counts (the pipeline's default).
+ASSUMED_BLOCK = 256
+
+
+def blocks_of(threads: int, block_size: int = ASSUMED_BLOCK) -> int:
+    """Blocks a loop of `threads` iterations (one thread each) is mapped to."""
+    return max(1, -(-threads // block_size))
+
+
+def starves(blocks: int, work: int, apart: int) -> bool:
+    """Whether a merged kernel of `blocks` blocks whose threads each run `work`
+    sequential iterations leaves too much of the chip idle, when the loops it merges
+    had up to `apart` blocks on their own (see `MIN_BLOCKS`)."""
+    return blocks < MIN_BLOCKS and work > LONG_WORK and apart > blocks
+
 
 def _prefix_len(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int:
     k = 0
@@ -304,7 +348,11 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
         return 0
     if max(_trip_count(sa[k:]), _trip_count(sb[k:])) > ROW_ELEMENTS:
         return 0
-    if loop_work(a, k) + loop_work(b, k) > ROW_WORK:
+    work = loop_work(a, k) + loop_work(b, k)
+    if work > ROW_WORK:
+        return 0
+    if starves(blocks_of(_trip_count(sa[:k])), work,
+               max(blocks_of(_trip_count(sa)), blocks_of(_trip_count(sb)))):
         return 0
     acc_a, acc_b = _accesses(a), _accesses(b)
     if acc_a is None or acc_b is None:
