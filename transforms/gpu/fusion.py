@@ -36,6 +36,7 @@ import dataclasses
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from ...dialects.vocabulary import GPU_ROW_FUSED
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import host_blocks, index_const, new_parallel, on_host, ops_of
@@ -351,8 +352,7 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
     work = loop_work(a, k) + loop_work(b, k)
     if work > ROW_WORK:
         return 0
-    if starves(blocks_of(_trip_count(sa[:k])), work,
-               max(blocks_of(_trip_count(sa)), blocks_of(_trip_count(sb)))):
+    if starves(blocks_of(_trip_count(sa[:k])), work, max(apart_blocks(a), apart_blocks(b))):
         return 0
     acc_a, acc_b = _accesses(a), _accesses(b)
     if acc_a is None or acc_b is None:
@@ -366,6 +366,16 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
                        and _indexed_by_rows(b, shared, rows_only, k)):
         return 0
     return k
+
+
+def apart_blocks(loop: ir.Operation) -> int:
+    """Blocks of `loop` (a thread per iteration), or, if row fusion made it, the most
+    blocks of the loops it was made of (`GPU_ROW_FUSED`): what a further merge of
+    it is measured against."""
+    own = blocks_of(_trip_count(_static_space(loop) or []))
+    if GPU_ROW_FUSED in loop.attributes:
+        return max(own, ir.IntegerAttr(loop.attributes[GPU_ROW_FUSED]).value)
+    return own
 
 
 def _nest_body(loop: ir.Operation, k: int, dest: ir.Operation) -> None:
@@ -443,7 +453,12 @@ class RowFusion(_Step):
                 if prev is not None:
                     k = _row_fusable(prev, op)
                     if k:
-                        _fuse_rows(prev, op, k)
+                        # A merge of row fusions is measured against the loops
+                        # before either (minimum parallelism).
+                        blocks = max(apart_blocks(prev), apart_blocks(op))
+                        fused = _fuse_rows(prev, op, k)
+                        fused.attributes[GPU_ROW_FUSED] = ir.IntegerAttr.get(
+                            ir.IntegerType.get_signless(64), blocks)
                         return True
                 prev = op
             elif op.name == "memref.dealloc" or (

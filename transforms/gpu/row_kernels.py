@@ -74,7 +74,7 @@ from .fusion import (
     _sequential_work,
     _static_space,
     _trip_count,
-    blocks_of,
+    apart_blocks,
     loop_work,
     starves,
 )
@@ -252,8 +252,8 @@ def _blocks(plan: _Plan) -> int:
 
 def _unit_blocks(unit: _Unit) -> int:
     """Blocks of `unit`'s own kernel (a block reduction's blocks, or a thread per
-    iteration of a parallel loop)."""
-    return unit.space[0][1] if unit.reduces else blocks_of(_trip_count(unit.space))
+    iteration of a parallel loop; for a row fusion, of the loops it was made of)."""
+    return unit.space[0][1] if unit.reduces else apart_blocks(unit.loop)
 
 
 def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
