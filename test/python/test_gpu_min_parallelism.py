@@ -6,7 +6,7 @@ than `LONG_WORK` sequential iterations, where the merged loops had more blocks o
 their own, is refused. The programs: the ADBench GMM objective's Cholesky factors
 (d10 K25: before, one block of 256 threads, ~520 steps each) and a transformer's
 causal attention at the benchmark's size (b16 t32 d64 h4: the scores, mask, max,
-exp and sum in 8 blocks of ~640 steps each). No GPU needed: grids at
+exp and sum in 8 blocks of ~640 steps each), and its gradient. No GPU needed: grids at
 `stage=kernels`, and the `parallel` stage run on the CPU against the CPU pipeline.
 """
 
@@ -44,31 +44,55 @@ def _gmm() -> tuple[str, tuple]:
     return ad.lower(problem.objective(anp), *inputs).as_text("autodiff"), inputs
 
 
-def _attention() -> tuple[str, tuple]:
+B, T, D, H = 16, 32, 64, 4
+
+
+def _attention_fn():
     """Causal multi-head attention as examples/char_transformer.py computes it, at the
     transformer rows' size: batch 16, context 32, width 64, 4 heads."""
-    import mlir_autodiff as ad
     import mlir_autodiff.numpy as anp
     from mlir_autodiff import nn
 
-    b, t, d, h = 16, 32, 64, 4
-
     def attention(x, qkv, out):
         q, k, v = anp.split(x @ qkv, 3, axis=-1)
-        q, k, v = (a.reshape(b, t, h, d // h) for a in (q, k, v))
-        logits = anp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(d // h)
-        causal = anp.tril(anp.ones((t, t), dtype=bool))
+        q, k, v = (a.reshape(B, T, H, D // H) for a in (q, k, v))
+        logits = anp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D // H)
+        causal = anp.tril(anp.ones((T, T), dtype=bool))
         weights = nn.softmax(anp.where(causal, logits, -1e9), axis=-1)
-        return anp.einsum("bhts,bshd->bthd", weights, v).reshape(b, t, d) @ out
+        return anp.einsum("bhts,bshd->bthd", weights, v).reshape(B, T, D) @ out
 
+    return attention
+
+
+def _attention_inputs() -> tuple:
     rng = np.random.default_rng(3)
-    inputs = (rng.standard_normal((b, t, d)).astype(np.float32),
-              (rng.standard_normal((d, 3 * d)) / 8).astype(np.float32),
-              (rng.standard_normal((d, d)) / 8).astype(np.float32))
-    return ad.lower(attention, *inputs).as_text("autodiff"), inputs
+    return (rng.standard_normal((B, T, D)).astype(np.float32),
+            (rng.standard_normal((D, 3 * D)) / 8).astype(np.float32),
+            (rng.standard_normal((D, D)) / 8).astype(np.float32))
 
 
-PROGRAMS = {"gmm_objective_d10_K25": _gmm, "attention_b16_t32_d64_h4": _attention}
+def _attention() -> tuple[str, tuple]:
+    import mlir_autodiff as ad
+
+    inputs = _attention_inputs()
+    return ad.lower(_attention_fn(), *inputs).as_text("autodiff"), inputs
+
+
+def _attention_gradient() -> tuple[str, tuple]:
+    """The gradient of sum(attention ** 2): its q/k/v split's backward writes the three
+    slices of one (16, 32, 192) gradient in five 64-element loops over the (batch,
+    position) rows, which row fusion merged pairwise into 2 blocks of ~330 steps per
+    thread (each merge of two row fusions measured against their own 2 blocks)."""
+    import mlir_autodiff as ad
+
+    f = _attention_fn()
+    inputs = _attention_inputs()
+    grad = ad.grad(lambda x, w, o: (f(x, w, o) ** 2).sum(), argnums=(0, 1, 2))
+    return ad.lower(grad, *inputs).as_text("autodiff"), inputs
+
+
+PROGRAMS = {"gmm_objective_d10_K25": _gmm, "attention_b16_t32_d64_h4": _attention,
+            "attention_gradient": _attention_gradient}
 
 
 def _launches(text: str) -> list[dict]:
@@ -83,15 +107,35 @@ def _launches(text: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_no_few_block_kernel_runs_long_threads(name: str) -> None:
+def test_no_few_block_kernel_runs_long_threads(name: str, monkeypatch) -> None:
     """No kernel of fewer than MIN_BLOCKS blocks whose threads run long loops; the
-    parallel stage still computes what the CPU pipeline does."""
+    parallel stage still computes what the CPU pipeline does, and bit for bit what
+    it computed with the merges the criterion refuses (each value by the same ops in
+    the same order)."""
+    from mlir_autodiff.transforms.gpu import fusion, row_kernels
+
     text, inputs = PROGRAMS[name]()
     launches = _launches(text)
     starved = [d for d in launches if d["grid"] < MIN_BLOCKS and d["steps"] > LONG_WORK]
     assert not starved, launches
-    got = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(),
-                         opt_level=0)["main"](*inputs)
-    want = CompiledModule(text, opt_level=0)["main"](*inputs)
-    tol = 1e-12 if np.asarray(want).dtype == np.float64 else 1e-5
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+
+    def results(pipeline=None) -> list[np.ndarray]:
+        options = {} if pipeline is None else {"pipeline": pipeline}
+        out = CompiledModule(text, opt_level=0, **options)["main"](*inputs)
+        return [np.asarray(r) for r in (out if isinstance(out, tuple) else (out,))]
+
+    def parallel_stage() -> list[np.ndarray]:
+        return results(parallel_stage_on_cpu_pipeline())
+
+    got = parallel_stage()
+    want = results()
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        tol = 1e-12 if w.dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, np.abs(w).max()))
+    # The merges as they were before the criterion:
+    monkeypatch.setattr(fusion, "starves", lambda *_: False)
+    monkeypatch.setattr(row_kernels, "starves", lambda *_: False)
+    assert [d["grid"] for d in _launches(text)] != [d["grid"] for d in launches]
+    for g, before in zip(got, parallel_stage()):
+        np.testing.assert_array_equal(g, before)
