@@ -83,6 +83,10 @@ GPU_BLOCK_REDUCTION = "autodiff.gpu.block_reduction"
 #: A row kernel of the GPU lowering (transforms/gpu/row_kernels.py): on its block
 #: loop (i64, its threads per block) and on the gpu.launch made from it.
 GPU_PHASES = "autodiff.gpu.phases"
+#: A loop over rows made by the GPU lowering's row fusion (transforms/gpu/fusion.py):
+#: the most blocks of the loops it was made of (i64), what later merges are measured
+#: against (minimum parallelism).
+GPU_ROW_FUSED = "autodiff.gpu.row_fused"
 GPU_WARP_LOOP = "autodiff.gpu.warp_loop"
 GPU_MMA_TILE = "autodiff.gpu.mma_tile"
 GPU_SIMT_TILE = "autodiff.gpu.simt_tile"
@@ -126,6 +130,8 @@ ATTRIBUTES: dict[str, str] = {
                          "block-parallel reduction) or \"row\" (one block's work)",
     GPU_PHASES: "on the block loop of a GPU row kernel (i64: threads per block), whose "
                 "thread loops run one after another, and on the gpu.launch made from it",
+    GPU_ROW_FUSED: "on an scf.parallel over rows made by GPU row fusion (i64): the most "
+                   "blocks of the loops it was made of",
     GPU_WARP_LOOP: "on the scf.parallel over a tensor-core tile's warps (one iteration "
                    "per warp until the kernel stage gives each 32 threads)",
     GPU_MMA_TILE: "on the reduction loop of a tensor-core tile (its A/B tiles are staged)",

@@ -16,6 +16,15 @@ the fusion it does not do:
 - `HorizontalFusion`: adjacent loops that touch disjoint buffers become one
   1-D loop over all their iterations (every parameter's SGD update).
 
+Row fusion (and the row kernels of row_kernels.py) trade threads for sequential
+work per thread, so each merge is bounded twice: by the work per thread
+(`ROW_WORK`) and by minimum parallelism (`starves`): a merge that would leave a
+kernel of fewer than `MIN_BLOCKS` blocks (one per SM of an H100/H200), whose
+threads each run more than `LONG_WORK` iterations, is refused when the loops it
+merges had more blocks apart. Refusing keeps the loops as they were (each value
+computed by the same ops in the same order). `benchmarks/gpu_grids.py` prints
+each benchmark row's grids and per-thread work.
+
 Each keeps the program's meaning on any machine: the `parallel` stage runs on
 the CPU in the tests and matches the CPU pipeline.
 """
@@ -27,6 +36,7 @@ import dataclasses
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from ...dialects.vocabulary import GPU_ROW_FUSED
 from ..ad_support import int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
 from .support import host_blocks, index_const, new_parallel, on_host, ops_of
@@ -270,6 +280,41 @@ ROW_WORK = 1024
 #: Trip count assumed for an `scf.for` with dynamic bounds.
 UNKNOWN_TRIPS = 64
 
+# -- minimum parallelism: a merge must not leave the chip idle ---------------------
+#
+# A merge (row fusion here, a row kernel in row_kernels.py) trades a kernel's threads
+# for sequential work in each: rows of a fused loop run their elements one after
+# another. With many rows that is free; with few, the merged kernel is a handful of
+# blocks on a chip of a hundred SMs, each thread running a long loop, slower than the
+# separate kernels it replaced (the GMM's Cholesky factors, 10 or 20 blocks of 256
+# threads each running ~760 steps; a transformer's attention scores, max, exp and sum
+# in 8 blocks). So a merge is refused when its kernel would have fewer than
+# `MIN_BLOCKS` blocks, its threads more than `LONG_WORK` sequential iterations each,
+# and one of the loops it merges had more blocks on its own. Refusing a merge keeps
+# the loops as they were: each value is computed by the same ops in the same order
+# (bit for bit what the merged kernel computes).
+
+#: Fewest blocks a merged kernel must keep (unless its loops had no more): one per
+#: streaming multiprocessor of an H100/H200 (132).
+MIN_BLOCKS = 132
+#: Sequential iterations per thread from which a kernel of fewer than `MIN_BLOCKS`
+#: blocks is long-running (a row softmax over 32 elements, a few phases, stays under).
+LONG_WORK = 256
+#: Threads per block assumed for the block counts (the pipeline's default).
+ASSUMED_BLOCK = 256
+
+
+def blocks_of(threads: int, block_size: int = ASSUMED_BLOCK) -> int:
+    """Blocks a loop of `threads` iterations (one thread each) is mapped to."""
+    return max(1, -(-threads // block_size))
+
+
+def starves(blocks: int, work: int, apart: int) -> bool:
+    """Whether a merged kernel of `blocks` blocks whose threads each run `work`
+    sequential iterations leaves too much of the chip idle, when the loops it merges
+    had up to `apart` blocks on their own (see `MIN_BLOCKS`)."""
+    return blocks < MIN_BLOCKS and work > LONG_WORK and apart > blocks
+
 
 def _prefix_len(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int:
     k = 0
@@ -304,7 +349,10 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
         return 0
     if max(_trip_count(sa[k:]), _trip_count(sb[k:])) > ROW_ELEMENTS:
         return 0
-    if loop_work(a, k) + loop_work(b, k) > ROW_WORK:
+    work = loop_work(a, k) + loop_work(b, k)
+    if work > ROW_WORK:
+        return 0
+    if starves(blocks_of(_trip_count(sa[:k])), work, max(apart_blocks(a), apart_blocks(b))):
         return 0
     acc_a, acc_b = _accesses(a), _accesses(b)
     if acc_a is None or acc_b is None:
@@ -318,6 +366,16 @@ def _row_fusable(a: ir.Operation, b: ir.Operation) -> int:
                        and _indexed_by_rows(b, shared, rows_only, k)):
         return 0
     return k
+
+
+def apart_blocks(loop: ir.Operation) -> int:
+    """Blocks of `loop` (a thread per iteration), or, if row fusion made it, the most
+    blocks of the loops it was made of (`GPU_ROW_FUSED`): what a further merge of
+    it is measured against."""
+    own = blocks_of(_trip_count(_static_space(loop) or []))
+    if GPU_ROW_FUSED in loop.attributes:
+        return max(own, ir.IntegerAttr(loop.attributes[GPU_ROW_FUSED]).value)
+    return own
 
 
 def _nest_body(loop: ir.Operation, k: int, dest: ir.Operation) -> None:
@@ -395,7 +453,12 @@ class RowFusion(_Step):
                 if prev is not None:
                     k = _row_fusable(prev, op)
                     if k:
-                        _fuse_rows(prev, op, k)
+                        # A merge of row fusions is measured against the loops
+                        # before either (minimum parallelism).
+                        blocks = max(apart_blocks(prev), apart_blocks(op))
+                        fused = _fuse_rows(prev, op, k)
+                        fused.attributes[GPU_ROW_FUSED] = ir.IntegerAttr.get(
+                            ir.IntegerType.get_signless(64), blocks)
                         return True
                 prev = op
             elif op.name == "memref.dealloc" or (

@@ -95,6 +95,9 @@ What runs where
    mapping (step 6), which maps one thread loop per block loop. Which loops
    merge is chosen per run of loops by the kernel count it gives with the
    grids of FuseBlockReductions, which orders its levels around row kernels.
+   Row fusion and row kernels keep a minimum parallelism: no merge into a
+   kernel of fewer blocks than an H100/H200 has SMs (132) whose threads run
+   long loops (over 256 iterations), where the loops apart had more blocks.
    Contractions whose output is a multiple of 64 x 64 and whose reduced
    extent is a multiple of 16 (matmuls, batch matmuls, the transposed
    contractions of their derivatives) are tiled instead (contractions.py):

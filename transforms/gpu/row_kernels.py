@@ -34,7 +34,12 @@ Merging is not always a gain: a loop merged into a row kernel no longer shares a
 grid with its independent neighbours (`FuseBlockReductions`, which runs next and
 orders its levels around row kernels). So each run of loops takes the merges
 that give the fewest kernels by an estimate of both passes' result (`_launches`),
-searched one loop's choice at a time (`_window_plans`).
+searched one loop's choice at a time (`_window_plans`). A merge is not a choice
+when its threads would run more than `PHASE_WORK` iterations each, nor when it
+starves the chip (fusion.py's `starves`: fewer than `MIN_BLOCKS` blocks of threads
+running more than `LONG_WORK` iterations, where its loops apart had more blocks;
+the GMM's Cholesky factors were 20 blocks of ~790 steps per thread, now a kernel
+of 79-150 blocks of ~190 steps and one of 4 blocks of ~120).
 The rows of a group (one with a block reduction, else as many as fill `T` threads)
 run in order within each phase, so on the CPU (where the `parallel` stage runs,
 every loop sequential) the program computes what it did before.
@@ -62,13 +67,16 @@ from ...dialects.vocabulary import GPU_PHASES
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
 from .fusion import (
+    ASSUMED_BLOCK,
     _accesses,
     _candidate,
     _root,
     _sequential_work,
     _static_space,
     _trip_count,
+    apart_blocks,
     loop_work,
+    starves,
 )
 from .parallel_loops import _pure
 from .reduction_fusion import (
@@ -91,7 +99,7 @@ MIN_THREADS = 32
 #: H200 than as kernels of their own).
 PHASE_WORK = 1024
 #: Block size the merge search assumes for `PHASE_WORK` (the pass's default).
-_ASSUMED_BLOCK = 256
+_ASSUMED_BLOCK = ASSUMED_BLOCK
 #: The search for a run's merges starts from this many of the uniform choices with
 #: the fewest kernels, and as many with the most merges.
 STARTS = 2
@@ -234,11 +242,31 @@ def _thread_work(plan: _Plan) -> int:
     return total
 
 
+def _blocks(plan: _Plan) -> int:
+    """Blocks of `plan`'s kernel."""
+    if plan.rows is None:
+        return 1
+    _, per_block = _threads(plan, _ASSUMED_BLOCK)
+    return -(-plan.rows // per_block)
+
+
+def _unit_blocks(unit: _Unit) -> int:
+    """Blocks of `unit`'s own kernel (a block reduction's blocks, or a thread per
+    iteration of a parallel loop; for a row fusion, of the loops it was made of)."""
+    return unit.space[0][1] if unit.reduces else apart_blocks(unit.loop)
+
+
 def _try(chain: list[_Unit], mode: _Plan | None) -> _Plan | None:
     """`chain` as a row kernel of `mode`'s kind (or any kind, if None), unless its
-    threads would each run more than `PHASE_WORK` iterations."""
+    threads would each run more than `PHASE_WORK` iterations, or the kernel would
+    starve the chip (fusion.py's `starves`: few blocks of long threads, where the
+    loops apart had more blocks)."""
     plan = _try_kind(chain, mode)
-    if plan is not None and len(chain) > 1 and _thread_work(plan) > PHASE_WORK:
+    if plan is None or len(chain) == 1:
+        return plan
+    work = _thread_work(plan)
+    if work > PHASE_WORK or starves(_blocks(plan), work,
+                                    max(_unit_blocks(u) for u in chain)):
         return None
     return plan
 
