@@ -92,6 +92,8 @@ GPU_MMA_TILE = "autodiff.gpu.mma_tile"
 GPU_SIMT_TILE = "autodiff.gpu.simt_tile"
 GPU_TILE_READ = "autodiff.gpu.mma_read"
 GPU_BF16_MMA = "autodiff.gpu.bf16_mma"
+GPU_TILE_EPILOGUE = "autodiff.gpu.tile_epilogue"
+GPU_DYNAMIC_SHARED = "autodiff.gpu.dynamic_shared_bytes"
 #: transforms/shard_to_mpi.py: the MPI process count a lowered module was made for,
 #: and the mpi op a private declaration stands for while buffers are deallocated.
 MPI_PROCESSES = "autodiff.mpi_processes"
@@ -140,6 +142,10 @@ ATTRIBUTES: dict[str, str] = {
     GPU_TILE_READ: "on a read of a tiled contraction's operand (array<i32>: operand, "
                    "fragment or element, transposed)",
     GPU_BF16_MMA: "on a gpu.module whose f16-typed mma.sync ops compute on bf16 values",
+    GPU_DYNAMIC_SHARED: "on a gpu.func whose tiles take dynamic shared memory (i32: bytes), "
+                        "until its launches name the size",
+    GPU_TILE_EPILOGUE: "on the write of a tensor-core tile's fragment through an elementwise "
+                       "epilogue (applied to each lane's accumulators after the mma lowering)",
     MPI_PROCESSES: "on the module (i64): the number of MPI processes its grids span",
     HIDDEN_MPI_OP: "on a private declaration while buffers are deallocated: {name, "
                    "attributes} of the mpi op its calls stand for",

@@ -369,7 +369,7 @@ def test_large_tile_ptx_pipelines_its_copies() -> None:
     ((_, body),) = [(k, b) for k, b in _ptx_kernels(ptx) if "mma.sync" in b]
     _assert_tensor_core_kernel(body)
     assert body.count("mma.sync") == 64  # one unrolled step: 32 fragments x 2 mma steps
-    assert re.search(r"cp\.async\.wait_group\s+1;", body)
+    assert re.search(r"cp\.async\.wait_group\s+0;", body) and body.count("bar.sync") == 1
     assert "cp.async.cg.shared.global" in body
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
     # 128 x (32 + 8) and 32 x (128 + 8) halves per stage, two stages
@@ -405,3 +405,40 @@ def test_tiles_that_do_not_fit_are_rejected() -> None:
     with pytest.raises(ValueError, match="does not fit"):
         contractions.Tile(64, 64, 2, 2, 24, 2)  # not a multiple of the mma k
     assert contractions.LARGE.shared_bytes <= contractions.STATIC_SHARED_LIMIT
+
+
+def test_tensor_core_tile_applies_its_elementwise_epilogue() -> None:
+    """`bf16(max(a @ b, 0))` (f32 accumulators into a temporary only the epilogue reads):
+    one kernel, the epilogue on each lane's accumulators after the mma lowering
+    (converted to bf16 in registers, no f32 store), the temporary gone; the parallel
+    stage matches numpy."""
+    contraction = _contraction("relu_bf16", (128, 64), (64, 192), (128, 192), (_IK, _KJ, _IJ),
+                               _PAR2, inp="bf16")
+    text = contraction.replace(
+        "  return %m : tensor<128x192xf32>\n}", """  %e2 = tensor.empty() : tensor<128x192xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+      ins(%m : tensor<128x192xf32>) outs(%e2 : tensor<128x192xbf16>) {
+  ^bb0(%v: f32, %o: bf16):
+    %zero = arith.constant 0.0 : f32
+    %p = arith.maximumf %v, %zero : f32
+    %t = arith.truncf %p : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<128x192xbf16>
+  return %r : tensor<128x192xbf16>
+}""").replace("-> tensor<128x192xf32> {\n  %z", "-> tensor<128x192xbf16> {\n  %z")
+    kernels_ir = _kernel_ir(text)
+    assert kernels_ir.count("gpu.launch_func") == 1
+    assert "memref.alloc" not in kernels_ir and "alloca" not in kernels_ir
+    ptx = _ptx(_lowered(text, chip="sm_90", format="isa"))
+    ((_, body),) = _ptx_kernels(ptx)
+    _assert_tensor_core_kernel(body)
+    assert re.search(r"cvt\.rn\.bf16x2\.f32", body) and "max.NaN.f32" in body
+    assert "st.global.b32" in body and not re.search(r"st\.global\.(v2\.)?(f32|b16)", body)
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((128, 64)).astype(bfloat16())
+    b = rng.standard_normal((64, 192)).astype(bfloat16())
+    got = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)[
+        "relu_bf16"](a, b)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=8e-3, atol=1e-6)

@@ -70,8 +70,10 @@ from mlir.dialects import gpu as gpu_d
 
 from ...dialects.vocabulary import (
     GPU_BF16_MMA,
+    GPU_DYNAMIC_SHARED,
     GPU_MMA_TILE,
     GPU_SIMT_TILE,
+    GPU_TILE_EPILOGUE,
     GPU_TILE_READ,
     GPU_WARP_LOOP,
 )
@@ -110,7 +112,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_LIMIT = 160 * 1024
 #: On a gpu.func whose tiles take dynamic shared memory (i32: bytes), until its
 #: launches name the size.
-DYNAMIC_SHARED_ATTR = "autodiff.gpu.dynamic_shared_bytes"
+DYNAMIC_SHARED_ATTR = GPU_DYNAMIC_SHARED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,6 +520,9 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
     iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#vector.iterator_type<{t}>")
                               for t in ("parallel", "parallel", "reduction")])
     init = _fold_fill(generic, plan.c, constant_only=True)
+    epilogue = _unary_epilogue(generic, plan.c)
+    # The output is a temporary only the epilogue reads: its fragments are not stored.
+    dead = epilogue is not None and _only_read_by(plan.c, generic, epilogue)
     with _block_tiles(generic, plan, cshape, tile.warps, (tile.block_m, tile.block_n)) as \
             (tloop, blocks, threads):
         tloop.attributes[WARP_ATTR] = tile.attr()
@@ -566,9 +571,220 @@ def _rewrite(generic: ir.Operation, plan: _Plan) -> None:
             f"affine_map<({names}) -> (d{rank - 2}, d{rank - 1})>"))
         for i in range(fm):
             for j in range(fn):
-                vector.TransferWriteOp(None, loop.results[i * fn + j], plan.c,
-                                       bat + [rows[i], cols[j]], pmap, in_bounds)
+                acc, idx = loop.results[i * fn + j], bat + [rows[i], cols[j]]
+                if not dead:
+                    vector.TransferWriteOp(None, acc, plan.c, idx, pmap, in_bounds)
+                if epilogue is not None:
+                    out = epilogue.opview.outputs[0]
+                    w = vector.TransferWriteOp(None, _vector_epilogue(epilogue, acc), out, idx,
+                                               pmap, in_bounds)
+                    w.operation.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
     generic.erase()
+    if epilogue is not None:
+        epilogue.erase()
+        if dead:  # the output buffer is no longer used: no allocation either
+            _erase_unused_buffer(plan.c)
+
+
+#: On a fragment's write through an elementwise epilogue (see `_unary_epilogue`).
+EPILOGUE_ATTR = GPU_TILE_EPILOGUE
+
+
+def _unary_epilogue(generic: ir.Operation, out: ir.Value) -> ir.Operation | None:
+    """The elementwise op right after `generic` whose only input is its output `out` (at
+    its own indices) and whose body is arith/math ops on it and constants (a
+    conversion to bf16, an activation): the tile applies it to its accumulators
+    (`_vector_epilogue` here; each lane's, after the mma lowering,
+    `_EpilogueChain`) and writes its output instead."""
+    epilogue = _epilogue_of(generic, out)
+    if epilogue is None or list(epilogue.opview.inputs) != [out]:
+        return None
+    block = epilogue.regions[0].blocks[0]
+    if list(block.arguments[1].uses):
+        return None  # reads its output
+    for op in ops_of(block):
+        if op.name == "linalg.yield":
+            continue
+        if len(op.results) != 1:
+            return None
+        for v in op.operands:
+            owner = v.owner
+            if isinstance(owner, ir.Block):
+                if v != block.arguments[0]:
+                    return None
+                continue
+            o = owner.operation if isinstance(owner, ir.OpView) else owner
+            if o.parent != epilogue and o.name != "arith.constant":
+                return None  # a value from outside other than a constant
+    return epilogue
+
+
+def _only_read_by(buf: ir.Value, *readers: ir.Operation) -> bool:
+    """`buf` is an allocation that nothing but `readers` (and its deallocation) uses."""
+    owner = buf.owner
+    alloc = owner.operation if isinstance(owner, ir.OpView) else owner
+    if isinstance(owner, ir.Block) or alloc.name != "memref.alloc" or _has_views(buf):
+        return False
+    for use in buf.uses:
+        o = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+        if o not in readers and o.name != "memref.dealloc":
+            return False
+    return True
+
+
+def _erase_unused_buffer(buf: ir.Value) -> None:
+    users = [u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner for u in buf.uses]
+    if all(o.name == "memref.dealloc" for o in users):
+        for o in users:
+            o.erase()
+        owner = buf.owner
+        (owner.operation if isinstance(owner, ir.OpView) else owner).erase()
+
+
+def _lifted(op: ir.Operation, operands: list[ir.Value], shape: Sequence[int]) -> ir.Value:
+    """`op` (an elementwise arith/math op) again on vectors of `shape`."""
+    result = ir.VectorType.get(list(shape), op.results[0].type)
+    attrs = {name: op.attributes[name] for name in op.attributes}
+    return ir.Operation.create(op.name, results=[result], operands=operands,
+                               attributes=attrs).results[0]
+
+
+def _splat(const: ir.Operation, shape: Sequence[int]) -> ir.Value:
+    t = ir.VectorType.get(list(shape), const.results[0].type)
+    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, const.attributes["value"]))
+
+
+def _vector_epilogue(epilogue: ir.Operation, acc: ir.Value) -> ir.Value:
+    """The epilogue's body on the accumulator fragment `acc` (elementwise)."""
+    block = epilogue.regions[0].blocks[0]
+    shape = ir.VectorType(acc.type).shape
+    mapping = {block.arguments[0]: acc}
+    for op in ops_of(block):
+        if op.name == "linalg.yield":
+            return mapping[op.operands[0]] if op.operands[0] in mapping else \
+                _splat(op.operands[0].owner, shape)
+        if op.name == "arith.constant":
+            continue
+        operands = []
+        for v in op.operands:
+            if v not in mapping:  # a constant
+                mapping[v] = _splat(v.owner.operation if isinstance(v.owner, ir.OpView)
+                                    else v.owner, shape)
+            operands.append(mapping[v])
+        mapping[op.results[0]] = _lifted(op, operands, shape)
+    raise AssertionError("linalg.generic without a yield")
+
+
+class _EpilogueChain:
+    """A kernel's fragment writes through an epilogue, before the mma lowering: each
+    becomes a write of the accumulator to a placeholder (the lowering takes it);
+    after, each lane's store to the placeholder becomes the epilogue's ops on its
+    values and a store to the epilogue's output."""
+
+    def __init__(self, func: ir.Operation) -> None:
+        self.writes = [o for o in walk_ops(func) if o.name == "vector.transfer_write"
+                       and EPILOGUE_ATTR in o.attributes]
+        self.template: list[tuple[ir.Operation, list]] | None = None
+        self.placeholder: ir.Value | None = None
+        self.outputs: dict = {}
+        if self.writes:
+            self._detach(func)
+
+    def _detach(self, func: ir.Operation) -> None:
+        entry = func.regions[0].blocks[0]
+        for w in self.writes:
+            # The epilogue's ops from the accumulator to the written value (a DAG of
+            # elementwise ops on the accumulator and constants), in block order.
+            chain: dict = {}
+            acc = None
+            pending = [w.operands[0]]
+            while pending:
+                v = pending.pop()
+                o = v.owner.operation if isinstance(v.owner, ir.OpView) else v.owner
+                if o.name == "scf.for":
+                    acc = v
+                    continue
+                if o.name == "arith.constant" or o in chain.values():
+                    continue
+                chain[len(chain)] = o
+                pending.extend(o.operands)
+            assert acc is not None, w
+            block_ops = ops_of(w.block)
+            ordered = sorted(chain.values(), key=block_ops.index)
+            if self.template is None:
+                self.template = []
+                for o in ordered:
+                    refs: list = []
+                    for x in o.operands:
+                        xo = x.owner.operation if isinstance(x.owner, ir.OpView) else x.owner
+                        if x == acc:
+                            refs.append("acc")
+                        elif xo.name == "arith.constant":
+                            refs.append(xo.attributes["value"])
+                        else:
+                            refs.append(ordered.index(xo))
+                    attrs = {name: o.attributes[name] for name in o.attributes}
+                    elt = ir.VectorType(o.results[0].type).element_type
+                    self.template.append((o.name, refs, attrs, elt))
+                out_t = ir.MemRefType(w.operands[1].type)
+                acc_elt = ir.VectorType(acc.type).element_type
+                with ir.InsertionPoint.at_block_begin(entry), func.location:
+                    self.placeholder = memref.AllocaOp(
+                        ir.MemRefType.get(out_t.shape, acc_elt), [], []).result
+            self.outputs = {"out": w.operands[1]}
+            idx = list(w.operands[2:])
+            with ir.InsertionPoint(w), w.location:
+                vector.TransferWriteOp(None, acc, self.placeholder, idx,
+                                       w.attributes["permutation_map"],
+                                       w.attributes["in_bounds"])
+            w.erase()
+            for o in reversed(ordered):
+                if not list(o.results[0].uses):
+                    o.erase()
+
+    def attach(self) -> None:
+        if self.placeholder is None:
+            return
+        out = self.outputs["out"]
+        for use in list(self.placeholder.uses):
+            st = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+            if st.name not in ("vector.store", "memref.store"):
+                raise NotImplementedError(f"tile epilogue: {st.name} of the accumulators")
+            acc, idx = st.operands[0], list(st.operands[2:])
+            vt = acc.type
+            shape = ir.VectorType(vt).shape if isinstance(vt, ir.VectorType) else None
+            values: list[ir.Value] = []
+            with ir.InsertionPoint(st), st.location:
+                for name, refs, attrs, elt in self.template:
+                    operands = []
+                    for r in refs:
+                        if isinstance(r, str):
+                            operands.append(acc)
+                        elif isinstance(r, int):
+                            operands.append(values[r])
+                        else:
+                            value = _scalar(r)
+                            if shape is None:
+                                operands.append(arith.ConstantOp(value.type, value).result)
+                            else:
+                                t = ir.VectorType.get(shape, value.type)
+                                operands.append(arith.constant(
+                                    t, ir.DenseElementsAttr.get_splat(t, value)))
+                    rt = ir.VectorType.get(shape, elt) if shape is not None else elt
+                    values.append(ir.Operation.create(name, results=[rt], operands=operands,
+                                                      attributes=attrs).results[0])
+                if shape is None:
+                    memref.StoreOp(values[-1], out, idx)
+                else:
+                    vector.StoreOp(values[-1], out, idx)
+            st.erase()
+        self.placeholder.owner.operation.erase()
+
+
+def _scalar(attr: ir.Attribute) -> ir.Attribute:
+    """The value of a splat constant."""
+    return ir.DenseElementsAttr(attr).get_splat_value() if isinstance(
+        attr, ir.DenseElementsAttr) else attr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -700,9 +916,14 @@ class WarpTilesToMmaSync(_Step):
                 for loop in [o for o in walk_ops(op) if o.name == "scf.for"
                              and TILE_ATTR in o.attributes]:
                     _stage_through_shared_memory(op, loop)
+            chains = [_EpilogueChain(fn.operation) for fn in op.regions[0].blocks[0].operations
+                      if fn.operation.name == "gpu.func"]
             pm = PassManager.parse("gpu.module(gpu.func(convert-vector-to-gpu{use-nvgpu=true}))")
             pm.run(op)
+            for chain in chains:
+                chain.attach()
             _order_transposed_a_fragments(op)
+            _align_fragment_stores(op)
         _launch_dynamic_shared_memory(module)
 
 
@@ -741,6 +962,27 @@ def _launch_dynamic_shared_memory(module: ir.Operation) -> None:
         for name in ("kernel",):
             new.operation.attributes[name] = op.attributes[name]
         op.erase()
+
+
+def _align_fragment_stores(gpu_module: ir.Operation) -> None:
+    """Each lane stores its accumulators in pairs of adjacent columns at an even column
+    (the m16n8 fragment layout) of a row-major buffer with an even row length: the
+    pair is aligned to its size (one 8-byte store of two f32, not two 4-byte ones)."""
+    for fn in gpu_module.regions[0].blocks[0].operations:
+        fn = fn.operation
+        if fn.name != "gpu.func" or not any(o.name == "nvgpu.mma.sync" for o in walk_ops(fn)):
+            continue
+        for op in walk_ops(fn):
+            if op.name != "vector.store" or "alignment" in op.attributes:
+                continue
+            vt, mt = op.operands[0].type, op.operands[1].type
+            if not isinstance(vt, ir.VectorType) or ir.VectorType(vt).shape != [2] or \
+                    not isinstance(mt, ir.MemRefType) or not identity_layout(mt) or \
+                    not ir.MemRefType(mt).has_static_shape or ir.MemRefType(mt).shape[-1] % 2:
+                continue
+            bits = ir.VectorType(vt).element_type.width
+            op.attributes["alignment"] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), 2 * bits // 8)
 
 
 def _order_transposed_a_fragments(gpu_module: ir.Operation) -> None:
@@ -797,12 +1039,12 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
 
     Before the loop the block's threads start the copies of the first stages - 1
     steps (`nvgpu.device_async_copy`, cp.async: 16-byte chunks, each thread a share
-    of them; one commit group per step). Step k starts the copy of step
-    k + stages - 1 into the stage step k - 1 used, waits until step k's group is
-    complete (`cp.async.wait_group stages - 1`) and synchronises the block; the
-    fragment reads (ldmatrix) then read step k's stage, and a barrier ends the
-    step (before the next overwrites a stage some warp may still read). The last
-    steps copy the last step again (in bounds, into stages no later step reads).
+    of them; one commit group per step). Step k waits until its group is complete
+    (`cp.async.wait_group stages - 2`) and synchronises the block (every thread's
+    copies visible; every warp done with step k - 1), starts the copies of step
+    k + stages - 1 into the stage step k - 1 used, and its fragment reads
+    (ldmatrix) read step k's stage: one barrier per step. The last steps copy the
+    last step again (in bounds, into stages no later step reads).
     Each tile row is padded by `PAD` halves (ldmatrix without bank conflicts)."""
     tile = Tile.of(loop, TILE_ATTR)
     body = loop.regions[0].blocks[0]
@@ -915,26 +1157,29 @@ def _stage_through_shared_memory(gpu_module: ir.Operation, loop: ir.Operation) -
         return nvgpu.DeviceAsyncCreateGroupOp(tokens).result
 
     with ir.InsertionPoint(loop), loop.location:
-        for st in range(stages - 1):  # the prologue: the first steps' copies
-            k0 = index_const(min(st * sk, k_total - sk))
-            copies(k0, {op: index_const(st * stage_bytes[op]) for op in (0, 1)})
-    terminator = ops_of(body)[-1]
+        groups = [copies(index_const(min(st * sk, k_total - sk)),  # the prologue
+                         {op: index_const(st * stage_bytes[op]) for op in (0, 1)})
+                  for st in range(stages - 1)]
     with ir.InsertionPoint.at_block_begin(body), loop.location:
+        # Step k's copies are complete (the newer stages - 2 groups may be pending);
+        # the barrier makes every thread's copies visible and ends step k - 1's reads
+        # of the stage the copies of step k + stages - 1 then overwrite.
+        nvgpu.DeviceAsyncWaitOp(groups[-1], numGroups=stages - 2)
+        gpu_d.barrier()
         ahead = (stages - 1) * sk
         nxt = affine_d.AffineMinOp(
             ir.AffineMapAttr(ir.Attribute.parse(
                 f"affine_map<()[s0] -> (s0 + {ahead}, {k_total - sk})>")), [kk]).result
-        group = copies(nxt, {op: _apply(
+        copies(nxt, {op: _apply(
             f"(((s0 floordiv {sk}) + {stages - 1}) mod {stages}) * {stage_bytes[op]}", kk)
             for op in (0, 1)})
-        nvgpu.DeviceAsyncWaitOp(group, numGroups=stages - 1)
-        gpu_d.barrier()
         fragment_buffers = {}
         for op in (0, 1):
             shift = _apply(f"((s0 floordiv {sk}) mod {stages}) * {stage_bytes[op]}", kk)
             fragment_buffers[op] = view(op, shift, f16)
-    with ir.InsertionPoint(terminator), loop.location:
-        gpu_d.barrier()
+    with ir.InsertionPoint.after(loop), loop.location:
+        # No copy outlives the tile (the last steps' repeated copies).
+        nvgpu.DeviceAsyncWaitOp(groups[-1], numGroups=0)
     for o, (operand, frag, tr, ks) in reads:
         with ir.InsertionPoint(o), o.location:
             kl = index_const(FRAG_K * ks)
