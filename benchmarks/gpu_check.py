@@ -101,8 +101,8 @@ _CONTRACTIONS: list[Any] = []
 #: export uses instead of the default large tile: the same bf16 matmul, tiled
 #: differently, timed side by side.
 TILE_VARIANTS: dict[str, tuple[int, ...]] = {}
-_VARIANTS = ((128, 128, 2, 2, 32, 3), (128, 128, 2, 2, 32, 4), (128, 128, 2, 4, 32, 3),
-             (128, 256, 2, 4, 32, 3), (256, 128, 4, 2, 32, 3))
+_VARIANTS = ((128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 2), (128, 128, 2, 2, 64, 3),
+             (64, 128, 1, 2, 32, 3), (128, 64, 2, 1, 32, 3))
 
 
 def _contraction_cases() -> list[Any]:

@@ -184,10 +184,12 @@ class Tile:
 
 #: 64 x 64 tiles of 4 warps (32 x 32 each), 16 reduced elements per stage.
 SMALL = Tile(64, 64, 2, 2, 16, 2)
-#: 128 x 128 tiles of 4 warps (64 x 64 each: 32 fragments, 8 ldmatrix for 32 mma per
-#: 16 reduced elements), 32 reduced elements per stage, two stages (41 KB of shared
-#: memory with the padding, under the 48 KB a kernel has without opting in).
-LARGE = Tile(128, 128, 2, 2, 32, 2)
+#: 128 x 128 tiles of 4 warps (64 x 64 each: 32 fragments, 12 ldmatrix for 32 mma per
+#: 16 reduced elements), 32 reduced elements per stage, three stages (56 KB of
+#: dynamic shared memory with the padding). On an H200 (bf16 4096^3, kernel time):
+#: two stages 0.534 ms, three 0.459, four 0.456; 8 warps of 64 x 32 0.534, 128 x 256
+#: and 256 x 128 tiles of 8 warps 0.49-0.50 (benchmarks/notes/gpu-runs.md).
+LARGE = Tile(128, 128, 2, 2, 32, 3)
 #: LARGE when the output has at least this many of its tiles (about one per SM of
 #: an sm_90 chip); fewer, larger tiles would leave SMs idle.
 LARGE_MIN_TILES = 128
