@@ -4,23 +4,26 @@
 conversion to parallel loops) rewrites a contraction `linalg.generic` (a
 matmul, a batch matmul, or what AD produces: either operand transposed,
 the inputs in either order) whose output is a multiple of 64 x 64 and whose
-reduced extent is a multiple of 16 into a grid of 64 x 64 output tiles, one
-per block. The fill that initialises the output (zero, for a matmul) folds
+reduced extent is a multiple of 16 into a grid of output tiles, one per
+block. The fill that initialises the output (zero, for a matmul) folds
 into the accumulators: no fill kernel, no read of the output.
 
-f16 and bf16 operands (f32 accumulators; f16 also f16), sm_80 and newer:
-each block is 4 warps, each warp owns a 32 x 32 sub-tile of 2 x 4 fragments
-of 16 x 8 accumulators kept in registers across the reduction, which
-advances 16 at a time:
+f16 and bf16 operands (f32 accumulators; f16 also f16), sm_80 and newer: a
+`Tile` is a block of warps, each warp owning a sub-tile of 16 x 8
+accumulator fragments kept in registers across the reduction: `LARGE`
+(128 x 128 of four 64 x 64 warps, 32 reduced elements per staged step,
+three steps in flight) where the output has at least `LARGE_MIN_TILES` of
+them, else `SMALL` (64 x 64 of four 32 x 32 warps, 16 per step, two):
 
-    scf.parallel (%b..., %i, %j) step (1..., 64, 64) {              // blocks
-      scf.parallel (%w) = (0) to (4) {                              // warps
-        scf.for %k = 0 to K step 16 iter_args(acc[f] = fill) {
+    scf.parallel (%b..., %i, %j) step (1..., BM, BN) {              // blocks
+      scf.parallel (%w) = (0) to (warps) {                          // warps
+        scf.for %k = 0 to K step stage_k iter_args(acc[f] = fill) {
+          (for each 16-element mma step of the staged step)
           a = vector.transfer_read A[...]        (16x16, transposed map if A is k x m)
           b = vector.transfer_read B[...]        (16x8,  transposed map if B is n x k)
           acc[f] = vector.contract(a, b, acc[f])
         }
-        vector.transfer_write acc[f], C[...]
+        vector.transfer_write epilogue?(acc[f]), C[...]
       }
     }
 
@@ -31,16 +34,24 @@ each warp 32 lanes (`WarpsToLanes`: thread and block ids read directly, so
 that the tile's index math stays `affine.apply`, which the vector-to-nvgpu
 conversion takes in its slices where it rejects arith ops) and, after
 kernel outlining, `WarpTilesToMmaSync` stages the block's A and B tiles
-through shared memory at each step (one 16-byte `nvgpu.device_async_copy`,
-`cp.async`, of each per thread, wait, barrier; a barrier before the next
-step's copies) and runs upstream's `convert-vector-to-gpu{use-nvgpu}` on
-those kernels: `nvgpu.ldmatrix` (`.trans` for transposed reads) and
-`nvgpu.mma.sync` m16n8k16. MLIR 22's mma.sync lowering knows f16 fragments
-only, so bf16 tiles are read as f16 (the same bits, from an f16 view of the
-tile) and `Bf16MmaOperands` retypes the `nvvm.mma.sync` ops to bf16 after
-the NVVM lowering (the fragment layouts of the two types are the same).
-An f32 contraction of f16/bf16 values the front end widened (`extf`
-kernels) reads the 16-bit buffers instead: the products are exact in f32.
+through shared memory, `stages` steps in flight (`nvgpu.device_async_copy`,
+cp.async 16-byte chunks, one commit group per step, rows padded against
+bank conflicts, dynamic shared memory past 48 KB; see
+`_stage_through_shared_memory`), and runs upstream's
+`convert-vector-to-gpu{use-nvgpu}` on those kernels: `nvgpu.ldmatrix`
+(`.trans` for transposed reads; a k-major A fragment's matrices reordered
+after it, `_order_transposed_a_fragments`) and `nvgpu.mma.sync` m16n8k16.
+MLIR 22's mma.sync lowering knows f16 fragments only, so bf16 tiles are read
+as f16 (the same bits, from an f16 view of the tile) and `Bf16MmaOperands`
+retypes the `nvvm.mma.sync` ops to bf16 after the NVVM lowering (the
+fragment layouts of the two types are the same). An f32 contraction of
+f16/bf16 values the front end widened (`extf` kernels) reads the 16-bit
+buffers instead: the products are exact in f32. An elementwise op right
+after the contraction whose only input is its output (the bf16 conversion
+of a bf16 matmul, an activation) runs on the accumulators: at the parallel
+stage on the vector fragments, in the kernel on each lane's values after the
+mma lowering (`_EpilogueChain`), the output temporary gone when nothing else
+reads it.
 
 f32 operands: 16 x 16 threads per block, each accumulating a 4 x 4 register
 tile in f32 (no tf32), the reduction in steps of 16 whose A and B tiles the
