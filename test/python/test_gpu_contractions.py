@@ -442,3 +442,36 @@ def test_tensor_core_tile_applies_its_elementwise_epilogue() -> None:
         "relu_bf16"](a, b)
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=8e-3, atol=1e-6)
+
+
+def _with_epilogue(name: str, out: str, body: str) -> str:
+    """A 128 x 64 x 192 f16 contraction (f32 accumulators) followed by the elementwise op
+    `body` (of `%v`, yielding `%t` of type `out`) into a new tensor."""
+    text = _contraction(name, (128, 64), (64, 192), (128, 192), (_IK, _KJ, _IJ), _PAR2)
+    return text.replace("  return %m : tensor<128x192xf32>\n}", f"""  %e2 = tensor.empty() : tensor<128x192x{out}>
+  %r = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
+      ins(%m : tensor<128x192xf32>) outs(%e2 : tensor<128x192x{out}>) {{
+  ^bb0(%v: f32, %o: {out}):
+{body}
+    linalg.yield %t : {out}
+  }} -> tensor<128x192x{out}>
+  return %r : tensor<128x192x{out}>
+}}""").replace("-> tensor<128x192xf32> {\n  %z", f"-> tensor<128x192x{out}> {{\n  %z")
+
+
+def test_tile_epilogue_that_copies() -> None:
+    """An epilogue that yields its input (a copy into another buffer) runs in the tile,
+    the accumulators stored as they are; the parallel stage matches numpy."""
+    text = _with_epilogue("copy_out", "f32", "    %t = arith.addf %v, %v : f32")
+    text = text.replace("    linalg.yield %t : f32\n  } -> tensor<128x192xf32>\n  return %r",
+                        "    linalg.yield %v : f32\n  } -> tensor<128x192xf32>\n  return %r")
+    ir_text = _kernel_ir(text)
+    assert ir_text.count("gpu.launch_func") == 1 and "alloca" not in ir_text
+    _ptx(_lowered(text, chip="sm_90", format="isa"))  # lowers to PTX
+    compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 192)).astype(np.float16)
+    np.testing.assert_allclose(compiled["copy_out"](a, b),
+                               a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)

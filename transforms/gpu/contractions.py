@@ -615,11 +615,16 @@ def _unary_epilogue(generic: ir.Operation, out: ir.Value) -> ir.Operation | None
     block = epilogue.regions[0].blocks[0]
     if list(block.arguments[1].uses):
         return None  # reads its output
+    derived = {block.arguments[0]}  # values computed from the contraction's output
     for op in ops_of(block):
         if op.name == "linalg.yield":
+            if op.operands[0] not in derived:
+                return None  # yields a constant: nothing of the tile in it
             continue
         if len(op.results) != 1:
             return None
+        if any(v in derived for v in op.operands):
+            derived.add(op.results[0])
         for v in op.operands:
             owner = v.owner
             if isinstance(owner, ir.Block):
@@ -786,10 +791,11 @@ class _EpilogueChain:
                     rt = ir.VectorType.get(shape, elt) if shape is not None else elt
                     values.append(ir.Operation.create(name, results=[rt], operands=operands,
                                                       attributes=attrs).results[0])
+                result = values[-1] if values else acc  # no ops: a copy
                 if shape is None:
-                    memref.StoreOp(values[-1], out, idx)
+                    memref.StoreOp(result, out, idx)
                 else:
-                    vector.StoreOp(values[-1], out, idx)
+                    vector.StoreOp(result, out, idx)
             st.erase()
         self.placeholder.owner.operation.erase()
 
