@@ -324,6 +324,7 @@ func.func @layer(%x: tensor<128x96xf32>, %w: tensor<96x64xf32>, %b: tensor<64xf3
 # -- the large tile, its pipeline, dynamic shared memory -------------------------------------------
 
 from mlir_autodiff.transforms.gpu import contractions  # noqa: E402
+from mlir_autodiff.transforms.gpu.support import ops_of  # noqa: E402
 
 
 def test_large_tile_parallel_stage_matches_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -475,3 +476,162 @@ def test_tile_epilogue_that_copies() -> None:
     b = rng.standard_normal((64, 192)).astype(np.float16)
     np.testing.assert_allclose(compiled["copy_out"](a, b),
                                a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+# -- lane by lane: the fragments each mma.sync reads ---------------------------------------------
+
+_CMP = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b,
+        3: lambda a, b: a <= b, 4: lambda a, b: a > b, 5: lambda a, b: a >= b}
+
+
+def _index_value(v: ir.Value, tid: int, memo: dict) -> int:
+    """The value of the index `v` in thread `tid` of block 0 at the first step of the
+    reduction loop (an interpreter for the arith ops of a kernel's index math)."""
+    if v in memo:
+        return memo[v]
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        out = 0  # the reduction loop's induction variable, at its first step
+    else:
+        op = owner.operation if isinstance(owner, ir.OpView) else owner
+        name = op.name
+        args = [_index_value(x, tid, memo) for x in op.operands] if name not in (
+            "arith.constant",) else []
+
+        def trunc_div(a: int, b: int) -> int:
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b > 0) else -q
+
+        if name == "arith.constant":
+            out = ir.IntegerAttr(op.attributes["value"]).value
+        elif name == "gpu.thread_id":
+            out = tid if str(op.attributes["dimension"]).endswith("x>") else 0
+        elif name == "gpu.lane_id":
+            out = tid % 32
+        elif name == "gpu.block_id":
+            out = 0
+        elif name == "arith.select":
+            out = args[1] if args[0] else args[2]
+        elif name == "arith.cmpi":
+            out = int(_CMP[ir.IntegerAttr(op.attributes["predicate"]).value](*args))
+        else:
+            a, b = args
+            out = {"arith.addi": lambda: a + b, "arith.subi": lambda: a - b,
+                   "arith.muli": lambda: a * b, "arith.divsi": lambda: trunc_div(a, b),
+                   "arith.remsi": lambda: a - trunc_div(a, b) * b,
+                   "arith.minsi": lambda: min(a, b), "arith.maxsi": lambda: max(a, b)}[name]()
+    memo[v] = out
+    return out
+
+
+def _view_key(view: ir.Value, tid: int, memos: dict) -> tuple:
+    """A staged tile view (`memref.view` of a shared buffer at a byte shift): the buffer
+    and the shift's value in thread `tid`."""
+    op = view.owner.operation
+    assert op.name == "memref.view", op
+    return op.operands[0], _index_value(op.operands[1], tid, memos.setdefault(tid, {}))
+
+
+def _copied(func: ir.Operation, threads: int, memos: dict) -> dict:
+    """What the copies before the reduction loop (the first steps' stages) put where:
+    (buffer, shift, row, column) of a staged view -> (source, global indices), over
+    every thread of block 0."""
+    where = {}
+    loop = next(o for o in contractions.walk_ops(func) if o.name == "scf.for")
+    prologue = [o for o in ops_of(loop.block) if o.name == "nvgpu.device_async_copy"]
+    prologue = [o for o in prologue
+                if ops_of(loop.block).index(o) < ops_of(loop.block).index(loop)]
+    for tid in range(threads):
+        memo = memos.setdefault(tid, {})
+        for cp in prologue:
+            v = cp.opview
+            dst_idx = [_index_value(x, tid, memo) for x in v.dstIndices]
+            src_idx = [_index_value(x, tid, memo) for x in v.srcIndices]
+            buf, shift = _view_key(v.dst, tid, memos)
+            for e in range(ir.IntegerAttr(cp.attributes["dstElements"]).value):
+                where[buf, shift, dst_idx[0], dst_idx[1] + e] = (
+                    v.src, (*src_idx[:-1], src_idx[-1] + e))
+    return where
+
+
+def _fragment_elements(value: ir.Value, tid_of_lane, regs: int, memos: dict) -> dict:
+    """For an mma operand: lane -> [(register, element) -> (row, column) of the shared
+    tile view the value comes from], following `vector.shuffle` and `nvgpu.ldmatrix`
+    (the PTX semantics: lanes 8i..8i+7 give the rows of matrix i; without .trans lane t
+    gets row t/4, columns 2(t%4)+j of each matrix; with it, the transposed element)."""
+    op = value.owner.operation
+    perm = list(range(regs))
+    if op.name == "vector.shuffle":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["mask"]))
+        op = op.operands[0].owner.operation
+    assert op.name == "nvgpu.ldmatrix", op
+    trans = ir.BoolAttr(op.attributes["transpose"]).value
+    n = ir.IntegerAttr(op.attributes["numTiles"]).value
+    assert n == regs
+    addr = []
+    for p in range(32):  # memos: per thread, the index values computed so far
+        tid = tid_of_lane(p)
+        memo = memos.setdefault(tid, {})
+        r, c = (_index_value(x, tid, memo) for x in op.operands[1:3])
+        addr.append((*_view_key(op.operands[0], tid, memos), r, c))
+    out = {}
+    for t in range(32):
+        for i in range(regs):
+            m = perm[i]
+            for j in range(2):
+                if trans:
+                    buf, shift, r, c = addr[8 * m + 2 * (t % 4) + j]
+                    out[t, i, j] = (buf, shift, r, c + t // 4)
+                else:
+                    buf, shift, r, c = addr[8 * m + t // 4]
+                    out[t, i, j] = (buf, shift, r, c + 2 * (t % 4) + j)
+    return out
+
+
+@pytest.mark.parametrize("tile", ["small", "large"])
+def test_mma_fragments_hold_the_tiles_elements(tile: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the nvgpu lowering, thread by thread (index math evaluated per thread, the
+    PTX semantics of cp.async and ldmatrix applied) for block 0's first step: the
+    copies put global elements into the staged tiles, and every mma.sync's A registers
+    then hold A[m0 + t/4 + 8(i%2), k0 + 2(t%4) + j + 8(i/2)] and its B registers
+    B[k0 + 2(t%4) + j + 8i, n0 + t/4] (global indices), one (m0, n0, k0) per mma, the
+    same k0 for A and B, in every operand layout. This is what found k-major A
+    fragments wrong on a GPU (MLIR 22 swaps two matrices); here it runs on the CPU."""
+    if tile == "large":
+        monkeypatch.setattr(contractions, "LARGE_MIN_TILES", 1)
+        m, n = 128, 128
+    else:
+        m, n = 64, 64
+    k = 64
+    for lay, maps in (("nn", (_IK, _KJ, _IJ)), ("nt", (_IK, _JK, _IJ)),
+                      ("tn", (_KI, _KJ, _IJ)), ("tt", (_KI, _JK, _IJ))):
+        a = (k, m) if lay[0] == "t" else (m, k)
+        b = (n, k) if lay[1] == "t" else (k, n)
+        module = _lowered(_contraction(lay, a, b, (m, n), maps, _PAR2, inp="bf16"),
+                          stage="kernels", chip="sm_90")
+        (func,) = [o for o in contractions.walk_ops(module.operation) if o.name == "gpu.func"]
+        mmas = [o for o in contractions.walk_ops(func) if o.name == "nvgpu.mma.sync"]
+        a_arg, b_arg = func.regions[0].blocks[0].arguments[:2]
+        memos: dict = {}
+        copied = _copied(func, 128, memos)
+        for warp in range(4):
+            seen = set()
+            lane = lambda p, warp=warp: 32 * warp + p  # noqa: E731
+            for mma in mmas:
+                fa = _fragment_elements(mma.operands[0], lane, 4, memos)
+                fb = _fragment_elements(mma.operands[1], lane, 2, memos)
+                ga = {key: copied[at] for key, at in fa.items()}
+                gb = {key: copied[at] for key, at in fb.items()}
+                assert {src for src, _ in ga.values()} == {a_arg}, (lay, tile)
+                assert {src for src, _ in gb.values()} == {b_arg}, (lay, tile)
+                mk = {key: (g if lay[0] == "n" else g[::-1]) for key, (_, g) in ga.items()}
+                kn = {key: (g if lay[1] == "n" else g[::-1]) for key, (_, g) in gb.items()}
+                m0 = {r - (t // 4 + 8 * (i % 2)) for (t, i, j), (r, _) in mk.items()}
+                ka = {c - (2 * (t % 4) + j + 8 * (i // 2)) for (t, i, j), (_, c) in mk.items()}
+                kb = {r - (2 * (t % 4) + j + 8 * i) for (t, i, j), (r, _) in kn.items()}
+                n0 = {c - t // 4 for (t, i, j), (_, c) in kn.items()}
+                assert len(m0) == len(ka) == len(kb) == len(n0) == 1, (lay, tile)
+                assert ka == kb, (lay, tile)
+                seen.add((*m0, *n0, *ka))
+            assert len(seen) == len(mmas), (lay, tile)  # each mma its own tile
