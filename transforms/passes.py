@@ -29,6 +29,7 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-functionalize-rng": "functionalize_rng",
     "autodiff-lower-rng": "lower_rng",
     "autodiff-lower-to-cpu": "cpu.pipeline",
+    "autodiff-split-large-functions": "cpu.split",
     "autodiff-shard-to-mpi": "shard_to_mpi",
     "autodiff-lower-to-cpu-mpi": "shard_to_mpi",
     "autodiff-unshare-empty-tensors": "bufferize",

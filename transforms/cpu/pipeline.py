@@ -52,6 +52,7 @@ from ..bufferize import (
 )
 from ..diagnostics import fail
 from ..passes import Pass, PipelineElement, register
+from . import split
 from .contraction import OuterProductsToElementwise, ReadBroadcastsInContractions
 from .copies import StridedCopiesToLoops
 from .divisions import ReciprocalOfBroadcastDivisors
@@ -198,6 +199,10 @@ class LowerToCpu(Pass):
             *LOWER_VECTORS,
             StridedCopiesToLoops(),  # (lowered by the next step's linalg to loops)
             *TO_LLVM[:2],  # c wrappers, linalg to loops
+            # After the C wrappers (the outlined parts need none): LLVM's cost grows
+            # faster than linearly in one function's size (split.py).
+            split.SplitLargeFunctions(min_ops=split.SPLIT_MIN_OPS,
+                                      chunk_ops=split.CHUNK_OPS),
             BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
             *TO_LLVM[2:],
             *openmp_lowering(self.threads)[1],
