@@ -1,5 +1,5 @@
-// RUN: autodiff-opt %s --autodiff-split-large-functions="min-ops=1 chunk-ops=5" | filecheck %s
-// RUN: autodiff-opt %s --autodiff-split-large-functions | filecheck %s --check-prefix=SMALL
+// RUN: autodiff-opt %s --split-input-file --autodiff-split-large-functions="min-ops=1 chunk-ops=5" | filecheck %s
+// RUN: autodiff-opt %s --split-input-file --autodiff-split-large-functions | filecheck %s --check-prefix=SMALL
 
 // A large function's top-level ops are outlined in runs into private no-inline
 // functions called in order (transforms/cpu/split.py): the buffer both runs use
@@ -55,4 +55,54 @@ func.func @f(%x: memref<4xf32>, %out: memref<4xf32>) -> f32 {
   }
   memref.dealloc %buf : memref<4xf32>
   return %s : f32
+}
+
+// -----
+
+// A stack buffer a later run uses stays in @main like a heap one; one with a
+// dynamic size cannot move there, and the function is left whole rather than
+// a run returning its stack memory.
+
+// CHECK-LABEL: func.func private @g_part1(
+// CHECK-SAME:      %{{.*}}: memref<4xf32>
+// CHECK-LABEL: func.func @g(
+// CHECK:         memref.alloca() : memref<4xf32>
+// CHECK-NEXT:    call @g_part0
+// CHECK-NEXT:    call @g_part1
+func.func @g(%x: memref<4xf32>, %out: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %buf = memref.alloca() : memref<4xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %x[%i] : memref<4xf32>
+    memref.store %v, %buf[%i] : memref<4xf32>
+  }
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %buf[%i] : memref<4xf32>
+    memref.store %v, %out[%i] : memref<4xf32>
+  }
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @h(
+// CHECK-NOT:     call
+// CHECK:         memref.alloca(%{{.*}}) : memref<?xf32>
+// CHECK-NOT:     call
+func.func @h(%x: memref<4xf32>, %out: memref<4xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %buf = memref.alloca(%n) : memref<?xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %x[%i] : memref<4xf32>
+    memref.store %v, %buf[%i] : memref<?xf32>
+  }
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %buf[%i] : memref<?xf32>
+    memref.store %v, %out[%i] : memref<4xf32>
+  }
+  return
 }

@@ -94,6 +94,17 @@ def _chunks(tops: list[_Top], chunk_ops: int) -> list[list[_Top]]:
     return chunks
 
 
+def _on_stack(v: ir.Value, position: dict[ir.Value, int]) -> bool:
+    """Whether top-level value `v` is (a view of) a stack allocation."""
+    while True:
+        op = v.owner.operation
+        if op.name in ("memref.alloca", "llvm.alloca"):
+            return True
+        if op.name not in _VIEWS or not op.operands or op.operands[0] not in position:
+            return False
+        v = op.operands[0]
+
+
 def _has_ops(op: ir.Operation, n: int) -> bool:
     """Whether `op` holds at least `n` operations (itself included)."""
     count = 0
@@ -168,12 +179,14 @@ class SplitLargeFunctions(Pass):
                        and chain[-1].owner.operation.operands[0] in owner):
                     chain.append(chain[-1].owner.operation.operands[0])
                 op = chain[-1].owner.operation
-                if op.name == "memref.alloc" and not op.operands:
+                if op.name in ("memref.alloc", "memref.alloca") and not op.operands:
                     kept.update(position[u] for u in chain)
         if kept:
             for v in [v for v in owner if position[v] in kept]:
                 del owner[v]
             live_in, live_out = self._live(chunks, owner, cloned, term)
+        if any(_on_stack(v, position) for outs in live_out for v in outs):
+            return  # a run would return its stack memory: leave the function whole
 
         base = ir.StringAttr(fn.attributes["sym_name"]).value
         anchor = term
