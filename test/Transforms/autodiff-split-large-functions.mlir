@@ -106,3 +106,36 @@ func.func @h(%x: memref<4xf32>, %out: memref<4xf32>, %n: index) {
   }
   return
 }
+
+// -----
+
+// Each run's buffers are allocated where they were: between the calls.
+
+// CHECK-LABEL: func.func @k(
+// CHECK:         %[[A:.*]] = memref.alloc() : memref<4xf32>
+// CHECK-NEXT:    call @k_part0(%{{.*}}, %[[A]])
+// CHECK-NEXT:    %[[B:.*]] = memref.alloc() : memref<4xf32>
+// CHECK-NEXT:    call @k_part1(%[[A]], %[[B]])
+// CHECK-NEXT:    call @k_part2({{.*}}%[[B]], %{{.*}})
+func.func @k(%x: memref<4xf32>, %out: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %a = memref.alloc() : memref<4xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %x[%i] : memref<4xf32>
+    memref.store %v, %a[%i] : memref<4xf32>
+  }
+  %b = memref.alloc() : memref<4xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %a[%i] : memref<4xf32>
+    memref.store %v, %b[%i] : memref<4xf32>
+  }
+  memref.dealloc %a : memref<4xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %b[%i] : memref<4xf32>
+    memref.store %v, %out[%i] : memref<4xf32>
+  }
+  memref.dealloc %b : memref<4xf32>
+  return
+}

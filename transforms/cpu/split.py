@@ -195,7 +195,8 @@ class SplitLargeFunctions(Pass):
             chunk = chunks[c]
             if all(t.position in kept or (t.op.results and t.op.results[0] in cloned)
                    for t in chunk):
-                continue  # nothing but buffers and constants: left in @main
+                anchor = chunk[0].op  # nothing but buffers and constants: left in @main
+                continue
             args = [v for v in live_in[c] if v not in cloned]
             outs = list(live_out[c])
             name = f"{base}_part{c}"
@@ -234,7 +235,8 @@ class SplitLargeFunctions(Pass):
                     user = use.owner.operation
                     if user.parent == fn:  # a later part's call or the terminator
                         user.operands[use.operand_number] = call.results[k]
-            anchor = call.operation
+            # the next call goes before this run's buffers, which stay where they were
+            anchor = next((t.op for t in chunk if t.position in kept), call.operation)
             before = part.operation
 
     @staticmethod
