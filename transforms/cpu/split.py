@@ -5,17 +5,21 @@ and LLVM's loop passes (IndVarSimplify, loop vectorization, unrolling) and
 code generation cost more than linearly in a function's size. This pass cuts
 the body of every function of at least `SPLIT_MIN_OPS` operations into
 contiguous runs of its top-level operations of about `CHUNK_OPS` operations
-each, moves each run into a private function marked `no_inline` (LLVM would
-otherwise inline a function called once right back) and calls them in order.
+each, moves each run into a private function and calls them in order. Each
+part has internal linkage (the ExecutionEngine then builds no packed-argument
+wrapper for it, whose hundreds of stores made LLVM's codegen quadratic) and
+LLVM's `noinline` (LLVM would otherwise inline a function called once right
+back).
 
 It runs on the bufferized, deallocated form just before the LLVM lowering,
 where the top-level operations are loops, allocations, deallocations and
-constants. Values a run uses from before it (arguments, earlier runs'
-results: buffers, indices, scalars) become its arguments, values that later
-runs or the terminator use become its results; constants are cloned into
-each run that uses them. Deallocations stay where they were (buffers
-crossing a run are passed, not copied), so nothing computed changes: the
-order of every operation with side effects is kept.
+constants. Buffers that several runs use (and their views) stay allocated in
+the caller, just before the call of the run that allocated them, and are
+passed; constants are cloned into each run that uses them; other values a
+later run or the terminator uses are returned. Deallocations move with their
+run, nothing is copied, and the order of every operation with side effects is
+kept, so nothing computed changes. A function where a run would return stack
+memory is left whole.
 """
 
 from __future__ import annotations
