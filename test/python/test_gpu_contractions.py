@@ -635,3 +635,15 @@ def test_mma_fragments_hold_the_tiles_elements(tile: str,
                 assert ka == kb, (lay, tile)
                 seen.add((*m0, *n0, *ka))
             assert len(seen) == len(mmas), (lay, tile)  # each mma its own tile
+
+
+def test_one_step_bf16_contraction_lowers() -> None:
+    """A bf16 contraction whose reduced extent is one staged step (16): its loop folds
+    away and nothing would be staged, and the nvgpu conversion cannot read bf16
+    fragments from global memory: it takes the generic path (was an internal error);
+    f16 keeps its tensor cores."""
+    for inp in ("f16", "bf16"):
+        text = _contraction("mm", (64, 16), (16, 64), (64, 64), (_IK, _KJ, _IJ), _PAR2,
+                            inp=inp)
+        ptx = _ptx(_lowered(text, chip="sm_90", format="isa"))
+        assert ("mma.sync" in ptx) == (inp == "f16")

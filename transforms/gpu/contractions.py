@@ -209,7 +209,7 @@ def _tile_for(plan: _Plan) -> Tile:
     big = LARGE
     tiles = (plan.m // big.block_m) * (plan.n // big.block_n) * max(plan.batch_size, 1)
     if plan.m % big.block_m == 0 and plan.n % big.block_n == 0 and \
-            plan.k % big.stage_k == 0 and tiles >= LARGE_MIN_TILES:
+            plan.k % big.stage_k == 0 and plan.k > big.stage_k and tiles >= LARGE_MIN_TILES:
         return big
     return SMALL
 
@@ -396,6 +396,11 @@ def _plan(generic: ir.Operation, tensor_cores: bool = True) -> _Plan | None:
     m, n = cshape[-2], cshape[-1]
     k = ashape[-2] if a_trans else ashape[-1]
     if m % BLOCK_M or n % BLOCK_N or k % STAGE_K:
+        return None
+    if not simt and k == STAGE_K and \
+            ir.MemRefType(ops[0].type).element_type == ir.BF16Type.get():
+        # One step: canonicalization folds the loop away, nothing is staged, and the
+        # vector-to-nvgpu conversion cannot read bf16 fragments from global memory.
         return None
     return _Plan(ops[ia], ops[ib], ops[2], rank - 2, m, n, k, a_trans, b_trans, simt,
                  cshape[0] if rank == 3 else 1)
