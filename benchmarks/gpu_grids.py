@@ -41,15 +41,9 @@ class _Recorder:
 
 
 def _const(v: Any) -> int | None:
-    from mlir import ir
+    from mlir_autodiff.transforms.ad_support import int_constant
 
-    op = v.owner
-    if isinstance(op, ir.Block):
-        return None
-    op = op.operation
-    if op.name == "arith.constant":
-        return ir.IntegerAttr(op.attributes["value"]).value
-    return None
+    return int_constant(v)
 
 
 def thread_steps(fn: Any) -> int:

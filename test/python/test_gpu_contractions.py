@@ -112,6 +112,17 @@ def _lowered(text: str, **options) -> ir.Module:
     return module
 
 
+def _parallel_functions(text: str) -> dict[str, str]:
+    """Each function of `text` (by name) after the GPU pipeline's `parallel` stage."""
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(stage="parallel")])
+        return {ir.StringAttr(fn.attributes["sym_name"]).value: str(fn)
+                for fn in module.body.operations}
+
+
 def _ptx(module: ir.Module) -> str:
     return "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
 
@@ -136,15 +147,8 @@ def test_parallel_stage_warp_tiles_match_numpy() -> None:
     vector contractions (8 mma-shaped 16x8x16 contractions per warp), the ragged ones
     are not, and all match numpy."""
     text = "\n".join(LAYOUTS[n][0] for n in ON_CPU)
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(stage="parallel")])
-        contracts = {}
-        for fn in module.body.operations:
-            name = ir.StringAttr(fn.attributes["sym_name"]).value
-            contracts[name] = str(fn).count("vector.contract")
+    contracts = {name: fn.count("vector.contract")
+                 for name, fn in _parallel_functions(text).items()}
     for name in ON_CPU:
         assert contracts[name] == (0 if name in RAGGED else 8), name
     compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
@@ -212,18 +216,11 @@ def test_f32_parallel_stage_register_tiles_match_numpy() -> None:
     """f32 contractions: 4 x 4 register tiles per thread, the zero fill folded into
     the accumulators (no read of the output, no fill kernel); exact f32 accuracy."""
     text = "\n".join(t for t, _, _ in F32_LAYOUTS.values())
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(stage="parallel")])
-        for fn in module.body.operations:
-            name = ir.StringAttr(fn.attributes["sym_name"]).value
-            fn_text = str(fn)
-            tiled = name != "f32_ragged"
-            assert (GPU_SIMT_TILE in fn_text) == tiled, name
-            if tiled:  # one kernel: no fill loop of its own
-                assert fn_text.count("scf.parallel") == 2, name
+    for name, fn_text in _parallel_functions(text).items():
+        tiled = name != "f32_ragged"
+        assert (GPU_SIMT_TILE in fn_text) == tiled, name
+        if tiled:  # one kernel: no fill loop of its own
+            assert fn_text.count("scf.parallel") == 2, name
     compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
     rng = np.random.default_rng(7)
     for name, (_, shapes, ref) in F32_LAYOUTS.items():
@@ -336,13 +333,8 @@ def test_large_tile_parallel_stage_matches_numpy(monkeypatch: pytest.MonkeyPatch
                       inp="bf16")
     nt = _contraction("large_nt", (128, 64), (128, 64), (128, 128), (_IK, _JK, _IJ), _PAR2)
     text = tn + nt
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(stage="parallel")])
-        for fn in module.body.operations:
-            assert str(fn).count("vector.contract") == 64
+    for fn in _parallel_functions(text).values():
+        assert fn.count("vector.contract") == 64
     compiled = CompiledModule(text, pipeline=parallel_stage_on_cpu_pipeline(), opt_level=0)
     rng = np.random.default_rng(5)
     for name, shapes, dtype, ref in (

@@ -709,7 +709,7 @@ class _EpilogueChain:
                        and EPILOGUE_ATTR in o.attributes]
         self.template: list[tuple[ir.Operation, list]] | None = None
         self.placeholder: ir.Value | None = None
-        self.outputs: dict = {}
+        self.out: ir.Value | None = None  # the epilogue's output buffer
         if self.writes:
             self._detach(func)
 
@@ -754,7 +754,7 @@ class _EpilogueChain:
                 with ir.InsertionPoint.at_block_begin(entry), func.location:
                     self.placeholder = memref.AllocaOp(
                         ir.MemRefType.get(out_t.shape, acc_elt), [], []).result
-            self.outputs = {"out": w.operands[1]}
+            self.out = w.operands[1]
             idx = list(w.operands[2:])
             with ir.InsertionPoint(w), w.location:
                 vector.TransferWriteOp(None, acc, self.placeholder, idx,
@@ -768,7 +768,7 @@ class _EpilogueChain:
     def attach(self) -> None:
         if self.placeholder is None:
             return
-        out = self.outputs["out"]
+        out = self.out
         for use in list(self.placeholder.uses):
             st = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
             if st.name not in ("vector.store", "memref.store"):
