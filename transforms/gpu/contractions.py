@@ -707,7 +707,7 @@ class _EpilogueChain:
     def __init__(self, func: ir.Operation) -> None:
         self.writes = [o for o in walk_ops(func) if o.name == "vector.transfer_write"
                        and EPILOGUE_ATTR in o.attributes]
-        self.template: list[tuple[ir.Operation, list]] | None = None
+        self.template: list[tuple[str, list, dict, ir.Type]] | None = None  # (op, operands, attrs, type)
         self.placeholder: ir.Value | None = None
         self.out: ir.Value | None = None  # the epilogue's output buffer
         if self.writes:
