@@ -130,7 +130,8 @@ def profile_row(key: str, clock_name: str = "cpu") -> dict[str, Any]:
     passes = _passes_from_report(text)
     top = sorted(passes.items(), key=lambda kv: -kv[1])[:8]
     return {"key": key, "total_s": total, "steady_s": steady,
-            **{f"{s}_s": times[s] for s in STAGES}, "top_passes": top, "clock": clock_name}
+            **{f"{s}_s": times[s] for s in STAGES}, "top_passes": top, "passes": passes,
+            "clock": clock_name}
 
 
 def _row_in_child(key: str, clock_name: str) -> dict[str, Any]:

@@ -34,7 +34,10 @@ phase of the shared machine is met by all of them rather than decides a
 ratio (`time_thunks`); a gradient row shares its rounds with its primal row,
 for time(grad f) / time(f). The first call's time minus the
 steady-state time is reported as compile time (tracing, lowering and JIT for
-ours; tracing and XLA for jax; dynamo and inductor for torch.compile).
+ours; tracing and XLA for jax; dynamo and inductor for torch.compile); each
+worker starts with an empty persistent compilation cache of ours (a temporary
+AUTODIFF_CACHE_DIR), as jax's is (none configured), so a first call measures
+the compiler and never an entry of an earlier run.
 Ratios are ours / theirs: above 1 means ours is slower. Matmul rows show
 GFLOP/s and the percentage of one core's f32 FMA peak, measured at the start
 of each worker with a register-resident FMA loop compiled by our own
@@ -585,7 +588,11 @@ def _spawn_worker(threads: int, argv: Sequence[str]) -> dict[str, Any]:
         out = os.path.join(tmp, "rows.json")
         cmd = [sys.executable, os.path.abspath(__file__), *argv, "--worker",
                "--threads", str(threads), "--json", out]
-        proc = subprocess.run(cmd, check=False, env=thread_env(threads))
+        # Our persistent compilation cache starts empty in each worker, as jax's (none
+        # configured) does: the first calls measure the compiler, not entries of an
+        # earlier run (its entries are still built, in the background, and then used).
+        env = {**thread_env(threads), "AUTODIFF_CACHE_DIR": os.path.join(tmp, "cache")}
+        proc = subprocess.run(cmd, check=False, env=env)
         if proc.returncode not in (0, 1) or not os.path.exists(out):
             raise RuntimeError(f"benchmark worker for {threads} thread(s) failed "
                                f"(exit {proc.returncode})")

@@ -68,7 +68,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import aot, dialects, transforms
+from . import aot, dialects, native_build, transforms
 from .native_build import _host_cpu_name, tool_versions
 from .native_call import NativeFunction
 from .transforms.cpu.machine import host_machine
@@ -104,6 +104,8 @@ def store_in_background(cache: Cache, key: str, name: str, meta: dict[str, Any],
     never raised (the version already runs from memory)."""
 
     def work() -> None:
+        # the whole builder thread at idle priority (its tools and theirs inherit it)
+        native_build.idle_thread()
         try:
             cache.store(key, name, meta, build)
         except Exception as err:  # noqa: BLE001 - a cache write must never break a program
