@@ -71,6 +71,7 @@ from typing import Any
 from . import aot, dialects, native_build, transforms
 from .native_build import _host_cpu_name, tool_versions
 from .native_call import NativeFunction
+from .transforms import llvm_options
 from .transforms.cpu.machine import host_machine
 from .transforms.cpu.pipeline import STRICT_ENV
 
@@ -293,6 +294,7 @@ class Cache:
         fields = {
             "module": module_text, "device": device, "threads": int(threads),
             "donated": [int(d) for d in donated], "cpu": cpu, "opt_level": opt_level,
+            "llvm_options": list(llvm_options.cpu_options()),
             "strict_schedules": os.environ.get(STRICT_ENV) == "1",
             "host": _host() if cpu == "native" else None,
             # the schedules' tiles are derived from it, whatever the target

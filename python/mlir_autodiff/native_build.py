@@ -28,6 +28,7 @@ from mlir import ir
 from .argspec import dtype_json
 from .runtime import _result_arguments
 from .signatures import donated_arguments, function_signatures, mark_args_read_only
+from .transforms import llvm_options
 from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
 from .transforms.cpu.parameters import target_vector_bits
 from .transforms.cpu.pipeline import cpu_pipeline
@@ -405,7 +406,7 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
         level = f"-O{target.opt_level}"
         mcpu = f"-mcpu={target.llvm_cpu()}"
         _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-o", opt_bc], "opt")
-        _run([llc, level, mcpu, "-filetype=obj", "-relocation-model=pic", opt_bc, "-o",
+        _run([llc, level, mcpu, *llvm_options.cpu_options(), "-filetype=obj", "-relocation-model=pic", opt_bc, "-o",
               obj], "llc")
     finally:
         for cmd, proc in c_jobs:

@@ -65,6 +65,7 @@ from mlir_autodiff.signatures import (
     symbol_name,
     uncallable_functions,
 )
+from mlir_autodiff.transforms import llvm_options
 from mlir_autodiff.transforms.cpu.donation import RESULT_ARGS
 from mlir_autodiff.transforms.cpu.openmp import openmp_shared_libs
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
@@ -232,6 +233,7 @@ class CompiledModule:
                 try:
                     # threads > 1: the code calls LLVM's OpenMP runtime, loaded here.
                     libs = shared_libs(self.module) + openmp_shared_libs(self.module)
+                    llvm_options.configure_for_cpu()
                     self.engine = ExecutionEngine(self.module, opt_level=self.opt_level,
                                                   shared_libs=libs)
                 except RuntimeError as err:

@@ -173,6 +173,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
+from .. import llvm_options
 from ..bufferize import (
     BUFFERIZE,
     BoolBuffersToBytes,
@@ -258,6 +259,8 @@ class LowerToGpu(Pass):
             )
 
     def expand(self) -> Sequence[PipelineElement]:
+        # kernels are compiled by this process's LLVM: keep its defaults (llvm_options.py)
+        llvm_options.note_gpu_codegen()
         stages: dict[str, Callable[[], list[PipelineElement]]] = {
             "parallel": self._parallel_stage,
             "kernels": self._kernel_stage,
