@@ -30,6 +30,7 @@ _PASS_MODULES: dict[str, str] = {
     "autodiff-lower-rng": "lower_rng",
     "autodiff-lower-to-cpu": "cpu.pipeline",
     "autodiff-split-large-functions": "cpu.split",
+    "autodiff-outline-repeated-loops": "cpu.repeats",
     "autodiff-shard-to-mpi": "shard_to_mpi",
     "autodiff-lower-to-cpu-mpi": "shard_to_mpi",
     "autodiff-unshare-empty-tensors": "bufferize",

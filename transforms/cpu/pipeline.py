@@ -52,7 +52,7 @@ from ..bufferize import (
 )
 from ..diagnostics import fail
 from ..passes import Pass, PipelineElement, register
-from . import split
+from . import repeats, split
 from .contraction import OuterProductsToElementwise, ReadBroadcastsInContractions
 from .copies import StridedCopiesToLoops
 from .divisions import ReciprocalOfBroadcastDivisors
@@ -201,6 +201,8 @@ class LowerToCpu(Pass):
             *TO_LLVM[:2],  # c wrappers, linalg to loops
             # After the C wrappers (the outlined parts need none): LLVM's cost grows
             # faster than linearly in one function's size (split.py).
+            # Loop nests the function repeats (a model's layers): one function each.
+            repeats.OutlineRepeatedLoops(min_ops=repeats.REPEAT_MIN_FUNCTION_OPS),
             split.SplitLargeFunctions(min_ops=split.SPLIT_MIN_OPS,
                                       chunk_ops=split.CHUNK_OPS),
             BoolBuffersToBytes(),  # i1 loads/stores abort the LLVM lowering in this build
