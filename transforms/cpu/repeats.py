@@ -86,39 +86,47 @@ class OutlineRepeatedLoops(Pass):
     def _outline(self, fn: ir.Operation, names: set[str]) -> None:
         if not _has_ops(fn, self.min_ops):
             return
-        ops = [op.operation for op in fn.regions[0].blocks[0].operations][:-1]
+        block = fn.regions[0].blocks[0]
+        ops = [op.operation for op in block.operations][:-1]
         cloned: dict[ir.Value, int] = {}  # top-level constant's result -> its position
         for i, op in enumerate(ops):
             if op.name in _CLONED and not op.regions and all(v in cloned for v in op.operands):
                 for r in op.results:
                     cloned[r] = i
+        # One numbering of the function's values: a nest's text names the values it
+        # uses from outside as the function does (names are unique in a function).
         state = ir.AsmState(fn)
-        groups: dict[str, list[tuple[ir.Operation, list[ir.Value], list]]] = {}
-        for i, op in enumerate(ops):
+        top: dict[str, ir.Value] = {a.get_name(state): a for a in block.arguments}
+        for op in ops:
+            for r in op.results:
+                top[r.get_name(state)] = r
+        groups: dict[str, list[tuple[ir.Operation, list[ir.Value]]]] = {}
+        for op in ops:
             if not op.regions or op.results:
                 continue
-            top = _scan(op, i)
-            if top.size < self.min_nest_ops:
+            buffer = io.StringIO()
+            op.print(state, file=buffer)
+            text = buffer.getvalue()
+            if text.count("\n") + 1 < self.min_nest_ops:  # one operation per line
                 continue
-            used = list(dict.fromkeys(v for _, _, v in top.outside))
-            text = io.StringIO()
-            op.print(state, file=text)
+            used = list(dict.fromkeys(top[n] for n in _SSA_NAME.findall(text) if n in top))
             key = "\n".join([
-                _canonical(text.getvalue()),
+                _canonical(text),
                 # which outside value is which constant, and the types of the others
                 *(_constant_key(v, cloned) if v in cloned else str(v.type) for v in used)])
-            groups.setdefault(key, []).append((op, used, top.outside))
+            groups.setdefault(key, []).append((op, used))
         base = ir.StringAttr(fn.attributes["sym_name"]).value
         for members in groups.values():
             if len(members) > 1:
                 self._outline_group(fn, members, cloned, base, names)
 
     @staticmethod
-    def _outline_group(fn: ir.Operation, members: list, cloned: dict[ir.Value, int],
+    def _outline_group(fn: ir.Operation, members: list[tuple[ir.Operation, list[ir.Value]]],
+                       cloned: dict[ir.Value, int],
                        base: str, names: set[str]) -> None:
         from mlir.dialects import func
 
-        first, used, outside = members[0]
+        first, used = members[0]
         args = [v for v in used if v not in cloned]
         name = f"{base}_repeat{len(names)}"
         while name in names:
@@ -137,12 +145,12 @@ class OutlineRepeatedLoops(Pass):
                                              mapping, entry)
         with ir.InsertionPoint(entry), loc:
             ret = func.ReturnOp([])
-        for op, values, _ in members:
+        for op, values in members:
             with ir.InsertionPoint(op), op.location:
                 func.CallOp([], ir.FlatSymbolRefAttr.get(name),
                             [v for v in values if v not in cloned])
         first.move_before(ret)
-        for user, i, v in outside:
+        for user, i, v in _scan(first, 0).outside:  # its uses of the caller's values
             user.operands[i] = mapping[v]
-        for op, _, _ in members[1:]:
+        for op, _ in members[1:]:
             op.erase()
