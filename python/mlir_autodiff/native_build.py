@@ -406,8 +406,8 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
         level = f"-O{target.opt_level}"
         mcpu = f"-mcpu={target.llvm_cpu()}"
         _run([opt, level, mcpu, "-mtriple=x86_64-unknown-linux-gnu", ll, "-o", opt_bc], "opt")
-        _run([llc, level, mcpu, *llvm_options.cpu_options(), "-filetype=obj", "-relocation-model=pic", opt_bc, "-o",
-              obj], "llc")
+        _run([llc, level, mcpu, *llvm_options.cpu_options(), "-filetype=obj",
+              "-relocation-model=pic", opt_bc, "-o", obj], "llc")
     finally:
         for cmd, proc in c_jobs:
             out, err = proc.communicate()

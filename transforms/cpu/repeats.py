@@ -5,13 +5,19 @@ same loop nests on buffers of the same types (forward and backward, per
 layer), and about half of its loop code is such a repeat. LLVM optimizes and
 generates code for each copy. This pass, on the same bufferized form as
 `SplitLargeFunctions` (just before it, on functions of at least
-`REPEAT_MIN_FUNCTION_OPS` operations), finds the top-level loop nests of a function that are identical up to
-the names of the values they use from outside (same operations, attributes,
-types, constants and the same pattern of repeated uses), moves the first into
-a private function (internal linkage, LLVM's `noinline`, as the split's parts)
-whose arguments are those outside values, and replaces every copy with a call
-of it on its own values. Constants (and casts of constants) the nests use are
-cloned into the function, so its loop bounds and offsets stay constants.
+`REPEAT_MIN_FUNCTION_OPS` operations), finds the top-level loop nests of a
+function that are identical up to the names of the values they use from
+outside (same operations, attributes, types, constants and the same pattern
+of repeated uses), moves the first into a private function (internal linkage,
+LLVM's `noinline`, as the split's parts) whose arguments are those outside
+values, and replaces every copy with a call of it on its own values.
+Constants (and casts of constants) the nests use are cloned into the
+function, so its loop bounds and offsets stay constants.
+
+A nest's text, printed under one `AsmState` of the function, names the
+values it uses from outside as the function does: MLIR numbers a block's
+values before those of the regions nested in it, so a nested name never
+equals a top-level one.
 
 Only nests without results, of at least `REPEAT_MIN_OPS` operations, are
 outlined; a call happens exactly where its nest was, so the order of
