@@ -56,13 +56,14 @@ def _object(options: str | None) -> dict:
 
 def test_the_options_reach_the_llvm_of_this_process() -> None:
     default, again, none = _object(None), _object(None), _object("")
+    unscheduled = _object("-enable-misched=false")  # another schedule: other bytes
     assert default["options"] == list(llvm_options.DEFAULT_OPTIONS) == ["-disable-lsr"]
-    assert none["options"] == []
-    # the same options make the same code; without them LLVM makes other code ...
+    assert none["options"] == [] and unscheduled["options"] == ["-enable-misched=false"]
+    # the same options make the same code; another option makes other code ...
     assert default["object"] == again["object"]
-    assert default["object"] != none["object"]
-    # ... that computes the same product, to the bit
-    assert default["product"] == none["product"]
+    assert unscheduled["object"] != none["object"]
+    # ... that computes the same product, to the bit, with or without LSR
+    assert default["product"] == none["product"] == unscheduled["product"]
 
 
 def test_a_process_that_lowers_to_the_gpu_first_keeps_llvms_defaults(monkeypatch) -> None:
