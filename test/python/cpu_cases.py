@@ -3,6 +3,8 @@ module after a prefix of the CPU pipeline, and the strict-schedules fixture."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,19 @@ LETTERS = "abcdefgh"
 def strict_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
     """A schedule that fails to apply raises here (users get the unscheduled code)."""
     monkeypatch.setenv("AUTODIFF_STRICT_SCHEDULES", "1")
+
+
+@pytest.fixture
+def reference_schedules() -> Iterator[None]:
+    """Schedules derived for the machine the tests' structure was measured on (512-bit
+    vectors, 48 KB L1d: `parameters.portable_machine(512)`), whatever the host: which
+    contraction keeps its whole k loop in the register tile, or packs B, depends on
+    the caches (on a Zen 4's 32 KB L1d the k cache tile is 64, not 128). The code
+    runs on any x86-64 host (LLVM splits 512-bit vectors where the CPU lacks them)."""
+    from mlir_autodiff.transforms.cpu import parameters
+
+    with parameters.target_vector_bits(512):
+        yield
 
 
 def contraction_text(ranges: list[int], maps: list[str], dt: str) -> tuple[str, list[list[int]]]:

@@ -17,6 +17,7 @@ from cpu_cases import (
     matmul_text,
     randn,
     reduce_text,
+    reference_schedules,  # noqa: F401  (used below)
     scheduled_ir,
     strict_schedules,  # noqa: F401  (autouse)
     tensor_type,
@@ -29,6 +30,10 @@ from mlir_autodiff.transforms.cpu import parameters
 from mlir_autodiff.transforms.cpu.openmp import openmp_runtime_library
 
 RNG = np.random.default_rng(11)
+
+# the structure checked here (vector widths, tiles) is derived for 512-bit vectors
+# and 48 KB of L1d; the numbers are checked on the host whatever it is
+pytestmark = pytest.mark.usefixtures("reference_schedules")
 
 # -- matmul -----------------------------------------------------------------------------------
 

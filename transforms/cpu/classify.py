@@ -20,11 +20,11 @@ from ...dialects.vocabulary import CPU_ROW_GROUP as ROW_TAG
 from .parameters import (
     ELEMENTWISE,
     MASK_ELEMENT_TYPES,
-    REDUCTION,
     RELAYOUT_MIN_REUSE,
     VECTOR_ELEMENT_TYPES,
     VECTORIZABLE_BODY_OPS,
     matmul_schedule,
+    reduction_schedule,
 )
 
 # -- classification ---------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def classify(op: ir.Operation, sized: bool = True) -> Candidate | None:
     if ranges is None or not ranges:
         return None
     parallel = [i.endswith("<parallel>") for i in iters]
-    minimum = ELEMENTWISE.min_elements if all(parallel) else REDUCTION.min_elements
+    minimum = ELEMENTWISE.min_elements if all(parallel) else reduction_schedule().min_elements
     if sized and pymath.prod(ranges) < minimum:
         return None
     if all(i.endswith("<parallel>") for i in iters):

@@ -208,6 +208,12 @@ def matmul_schedule() -> MatmulSchedule:
     return host_parameters().matmul
 
 
+def reduction_schedule() -> ReductionSchedule:
+    """The target's reduction chains (`REDUCTION` is the host's): inside
+    `target_vector_bits`, those of that width."""
+    return host_parameters().reduction
+
+
 #: Elementwise: 16 f32 / 8 f64 elements per iteration; from 4096 elements the schedule's compile
 #: time pays. (measurements: benchmarks/notes/cpu-schedules.md)
 ELEMENTWISE = ElementwiseSchedule(lanes={32: 16, 64: 8}, min_elements=4096)

@@ -19,10 +19,10 @@ from .parameters import (
     MATMUL_K_UNROLL,
     PARALLEL_MIN_ELEMENTS,
     PARALLEL_MIN_FLOPS,
-    REDUCTION,
     TRANSPOSE_BLOCK,
     host_vector_bits,
     matmul_schedule,
+    reduction_schedule,
 )
 from .script import Script, named_sequence
 
@@ -234,7 +234,7 @@ def _schedule_elementwise(s: Script, c: Candidate, tag: int) -> None:
 
 def _schedule_reduction(s: Script, c: Candidate, tag: int) -> None:
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
-    lanes = REDUCTION.lanes[c.width]
+    lanes = reduction_schedule().lanes[c.width]
     n = c.ranges[-1]
     v = _largest_divisor(n, (lanes, lanes // 2, lanes // 4, lanes // 8, 4, 2))
     register = ELEMENTWISE.lanes[c.width]
@@ -307,7 +307,7 @@ def _schedule_outer_reduction(s: Script, c: Candidate, tag: int) -> None:
     (measurements: benchmarks/notes/cpu-schedules.md).
     """
     h = s.match(tag, generalize=c.op.name == "linalg.reduce")
-    lanes = REDUCTION.lanes[c.width]
+    lanes = reduction_schedule().lanes[c.width]
     v = _outer_reduction_step(c.ranges[-1], lanes)
     if s.outer_reduction_threads and len(c.ranges) > 2 and 0 not in c.reduced:
         h = _split_outer(s, h, c, 1, PARALLEL_MIN_ELEMENTS)
@@ -339,7 +339,7 @@ def rows_stay_in_registers(c: Candidate) -> bool:
     one vector step of at most three power-of-two pieces."""
     n = c.ranges[-1]
     loops = [d for d, r in enumerate(c.ranges[:-1]) if r != 1]
-    return (_outer_reduction_step(n, REDUCTION.lanes[c.width]) == n and bool(loops)
+    return (_outer_reduction_step(n, reduction_schedule().lanes[c.width]) == n and bool(loops)
             and loops[-1] in c.reduced and len(_binary_pieces(n)) <= 3)
 
 
