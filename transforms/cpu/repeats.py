@@ -33,7 +33,16 @@ import re
 from mlir import ir
 
 from ..passes import Pass, register
-from .split import _CLONED, SplitLargeFunctions, _has_ops, _scan
+from .split import (
+    _CLONED,
+    SplitLargeFunctions,
+    _has_ops,
+    _scan,
+    outlined_function,
+    single_block_functions,
+    symbol_names,
+    unique_name,
+)
 
 #: A loop nest of at least this many operations is worth a function of its own.
 REPEAT_MIN_OPS = 24
@@ -81,13 +90,9 @@ class OutlineRepeatedLoops(Pass):
         "help": "only loop nests of at least this many operations"})
 
     def run(self, module: ir.Operation) -> None:
-        body = module.regions[0].blocks[0]
-        names = {ir.StringAttr(op.attributes["sym_name"]).value
-                 for op in body.operations if "sym_name" in op.operation.attributes}
-        for fn in list(body.operations):
-            fn = fn.operation
-            if fn.name == "func.func" and len(fn.regions[0].blocks) == 1:
-                self._outline(fn, names)
+        names = symbol_names(module)
+        for fn in single_block_functions(module):
+            self._outline(fn, names)
 
     def _outline(self, fn: ir.Operation, names: set[str]) -> None:
         if not _has_ops(fn, self.min_ops):
@@ -134,18 +139,9 @@ class OutlineRepeatedLoops(Pass):
 
         first, used = members[0]
         args = [v for v in used if v not in cloned]
-        name = f"{base}_repeat{len(names)}"
-        while name in names:
-            name += "_"
-        names.add(name)
+        name = unique_name(f"{base}_repeat{len(names)}", names)
         loc = first.location
-        with ir.InsertionPoint(fn), loc:
-            callee = func.FuncOp(name, ([v.type for v in args], []))
-        callee.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        callee.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
-        callee.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
-        with loc:
-            entry = callee.add_entry_block()
+        _, entry = outlined_function(name, args, [], fn, loc)
         mapping: dict[ir.Value, ir.Value] = dict(zip(args, entry.arguments))
         SplitLargeFunctions._clone_constants([v for v in used if v in cloned], cloned,
                                              mapping, entry)

@@ -126,6 +126,46 @@ def _has_ops(op: ir.Operation, n: int) -> bool:
     return count >= n
 
 
+def symbol_names(module: ir.Operation) -> set[str]:
+    """The symbol names of `module`'s top-level operations."""
+    return {ir.StringAttr(op.attributes["sym_name"]).value
+            for op in module.regions[0].blocks[0].operations
+            if "sym_name" in op.operation.attributes}
+
+
+def single_block_functions(module: ir.Operation) -> list[ir.Operation]:
+    """`module`'s func.func operations with a body of one block (a snapshot: functions
+    added while the caller goes through them are not in it)."""
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) == 1]
+
+
+def unique_name(name: str, names: set[str]) -> str:
+    """`name`, with "_" appended until it is not in `names`; added to `names`."""
+    while name in names:
+        name += "_"
+    names.add(name)
+    return name
+
+
+def outlined_function(name: str, args: list[ir.Value], result_types: list[ir.Type],
+                      before: ir.Operation, loc: ir.Location) -> tuple[ir.OpView, ir.Block]:
+    """A private function `name` taking `args`' types, inserted before `before`, with
+    LLVM's `noinline` and internal linkage; it and its (empty) entry block."""
+    from mlir.dialects import func
+
+    with ir.InsertionPoint(before), loc:
+        fn = func.FuncOp(name, ([v.type for v in args], result_types))
+    fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    # (kept by func-to-llvm as the llvm.func's `passthrough`, unlike `no_inline`)
+    fn.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
+    # internal: the ExecutionEngine makes no packed-argument wrapper for it
+    fn.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
+    with loc:
+        entry = fn.add_entry_block()
+    return fn, entry
+
+
 @register
 @dataclasses.dataclass(frozen=True)
 class SplitLargeFunctions(Pass):
@@ -138,13 +178,8 @@ class SplitLargeFunctions(Pass):
         "help": "about this many operations per outlined function"})
 
     def run(self, module: ir.Operation) -> None:
-        body = module.regions[0].blocks[0]
-        names = {ir.StringAttr(op.attributes["sym_name"]).value
-                 for op in body.operations if "sym_name" in op.operation.attributes}
-        for fn in list(body.operations):
-            fn = fn.operation
-            if fn.name != "func.func" or len(fn.regions[0].blocks) != 1:
-                continue
+        names = symbol_names(module)
+        for fn in single_block_functions(module):
             self._split(fn, names)
 
     def _split(self, fn: ir.Operation, names: set[str]) -> None:
@@ -207,20 +242,9 @@ class SplitLargeFunctions(Pass):
                 continue
             args = [v for v in live_in[c] if v not in cloned]
             outs = list(live_out[c])
-            name = f"{base}_part{c}"
-            while name in names:
-                name += "_"
-            names.add(name)
+            name = unique_name(f"{base}_part{c}", names)
             loc = chunk[0].op.location
-            with ir.InsertionPoint(before), loc:
-                part = func.FuncOp(name, ([v.type for v in args], [v.type for v in outs]))
-            part.attributes["sym_visibility"] = ir.StringAttr.get("private")
-            # (kept by func-to-llvm as the llvm.func's `passthrough`, unlike `no_inline`)
-            part.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
-            # internal: the ExecutionEngine makes no packed-argument wrapper for it
-            part.attributes["llvm.linkage"] = ir.Attribute.parse("#llvm.linkage<internal>")
-            with loc:
-                entry = part.add_entry_block()
+            part, entry = outlined_function(name, args, [v.type for v in outs], before, loc)
             mapping: dict[ir.Value, ir.Value] = dict(zip(args, entry.arguments))
             self._clone_constants([v for v in live_in[c] if v in cloned], cloned, mapping,
                                   entry)
