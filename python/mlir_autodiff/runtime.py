@@ -82,28 +82,28 @@ COMPILE_LOCK = threading.RLock()
 
 #: LLVM's optimization level for JIT-compiled CPU code when the caller names none:
 #: the environment variable AUTODIFF_OPT_LEVEL (0-3; XLA's
-#: --xla_backend_optimization_level), else chosen by the lowered module's size (see
-#: `opt_level_for`). Lower levels compile faster and run slower; the MLIR schedules
-#: (tiling, vectorization) are the same at every level.
+#: --xla_backend_optimization_level), else `DEFAULT_OPT_LEVEL`. Lower levels compile
+#: faster and run slower; the MLIR schedules (tiling, vectorization) are the same at
+#: every level.
 OPT_LEVEL_ENV = "AUTODIFF_OPT_LEVEL"
 
-#: Lowered (LLVM dialect) modules of at least this many operations compile at
-#: `LARGE_MODULE_OPT_LEVEL` instead of 3. LLVM's O3 pipeline costs superlinearly in
-#: one huge function (the transformer train step's @main, ~28k ops: 8.0 s of
-#: optimization and codegen at O3, 4.7 s at O2; the CNN train step, ~11k ops: 2.5 s
-#: against 1.8 s) and buys nothing there: the MLIR schedules already tiled, unrolled
-#: and vectorized the loops, and both ran as fast at O2 (measurements:
-#: benchmarks/notes/compile-profile.md). Small modules (the MLP train step, ~6k ops;
-#: kernels, a few hundred) keep O3, where it costs a few tens of milliseconds.
-LARGE_MODULE_OPS = 10_000
-LARGE_MODULE_OPT_LEVEL = 2
+#: O2, for modules of every size. The MLIR schedules have already tiled, unrolled and
+#: vectorized the loops, and what O3 adds bought no speed on any benchmark row while
+#: costing compile time: on a Zen 4, two alternating fresh processes each, the 20
+#: kernel, MLP and ADBench rows compiled in 6.7 s in all against 8.0 s (the MLP train
+#: step 0.81 against 1.22 s, a 128x784x512 matmul 0.07 against 0.12 s) with the
+#: steady state alike (geometric mean 1.02x, within the machine's noise; MLP train
+#: step, tanh, softmax, per-sample grads rerun three times each: alike); on the
+#: transformer train step's 28k-op @main O3 had cost 1.7x O2's (8.0 against 4.7 s)
+#: for nothing (benchmarks/notes/compile-profile.md).
+DEFAULT_OPT_LEVEL = 2
 
 
 def default_opt_level() -> int:
     """AUTODIFF_OPT_LEVEL, read at each compilation (a bad value raises ValueError);
-    3 when unset (`opt_level_for` lowers it for large modules)."""
+    `DEFAULT_OPT_LEVEL` when unset."""
     level = _env_opt_level()
-    return 3 if level is None else level
+    return DEFAULT_OPT_LEVEL if level is None else level
 
 
 def _env_opt_level() -> int | None:
@@ -113,23 +113,6 @@ def _env_opt_level() -> int | None:
     if raw not in ("0", "1", "2", "3"):
         raise ValueError(f"{OPT_LEVEL_ENV}={raw!r}: expected 0, 1, 2 or 3")
     return int(raw)
-
-
-def opt_level_for(module: ir.Module | ir.Operation) -> int:
-    """The LLVM optimization level for the lowered `module`: AUTODIFF_OPT_LEVEL when
-    set, else `LARGE_MODULE_OPT_LEVEL` from `LARGE_MODULE_OPS` operations on, else 3."""
-    level = _env_opt_level()
-    if level is not None:
-        return level
-    count = 0
-
-    def visit(_: ir.Operation) -> ir.WalkResult:
-        nonlocal count
-        count += 1
-        return ir.WalkResult.INTERRUPT if count >= LARGE_MODULE_OPS else ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return LARGE_MODULE_OPT_LEVEL if count >= LARGE_MODULE_OPS else 3
 
 
 def shared_libs(module: ir.Module | ir.Operation | None = None) -> list[str]:
@@ -225,7 +208,7 @@ class CompiledModule:
             mark_args_read_only(self.module)
             run_pipeline(self.module, pipeline)
             #: the LLVM optimization level this module was compiled at
-            self.opt_level = opt_level_for(self.module) if opt_level is None else opt_level
+            self.opt_level = default_opt_level() if opt_level is None else opt_level
             # (only functions with donated arguments carry RESULT_ARGS; walking the
             # lowered module would import the llvm dialect's op classes, ~80 ms)
             self._result_args = _result_arguments(self.module) if self._donated else {}

@@ -136,11 +136,11 @@ def _sq(x):
 
 
 def test_the_cached_library_is_built_at_the_level_the_jit_chose(tmp_path, monkeypatch):
-    # a large module compiles at O2 in memory (runtime.opt_level_for); the library
-    # written into the cache for it must not spend O3's time in the background
+    # the library written into the cache is built at the level the in-memory compile
+    # used (runtime.default_opt_level), not at a native build's own default (O3)
     monkeypatch.setenv("AUTODIFF_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("AUTODIFF_OPT_LEVEL", raising=False)
-    monkeypatch.setattr(runtime, "LARGE_MODULE_OPS", 20)  # every module here is large
+    monkeypatch.setattr(runtime, "DEFAULT_OPT_LEVEL", 1)  # neither O3 nor the usual O2
     levels = []
     build = api._build_in_background
 
@@ -152,7 +152,7 @@ def test_the_cached_library_is_built_at_the_level_the_jit_chose(tmp_path, monkey
     x = np.linspace(0.0, 1.0, 12)
     np.testing.assert_allclose(ad.jit(_sq)(x), np.sin(x) * x, rtol=1e-12)
     compile_cache.flush()
-    assert levels == [runtime.LARGE_MODULE_OPT_LEVEL]
+    assert levels == [1]
     ad.clear_caches()
     hits = compile_cache.stats["hits"]
     np.testing.assert_allclose(ad.jit(_sq)(x), np.sin(x) * x, rtol=1e-12)  # from the cache

@@ -26,7 +26,7 @@ grad(sum(f(x) * C)).
 The table checks the transforms' rules, not LLVM's optimizer: its modules are
 JIT-compiled at LLVM -O0 (AUTODIFF_OPT_LEVEL=0; the MLIR schedules are the same
 at every level), which takes a third less compile time; the rest of the suite
-(ports, examples, execution tests) runs at the default -O3.
+(ports, examples, execution tests) runs at the default level (O2).
 """
 
 from __future__ import annotations
