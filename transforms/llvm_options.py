@@ -3,8 +3,8 @@
 The ExecutionEngine runs LLVM in this process, so the options `llc` would take on
 its command line are set once, through LLVM's C API (`LLVMParseCommandLineOptions`),
 before the first CPU compile (`configure_for_cpu`); the native builds (the
-persistent cache's entries, `export`) pass the same options to `llc`, and the
-cache's key names them.
+persistent cache's entries, `export`) pass the same options to `opt` and `llc`, and
+the cache's key names them.
 
     AUTODIFF_LLVM_OPTIONS="..."   replaces DEFAULT_OPTIONS (space-separated, as on
                                   llc's command line; "" for none). Read once per

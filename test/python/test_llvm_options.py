@@ -97,7 +97,7 @@ def test_the_cache_key_names_the_options(monkeypatch, tmp_path) -> None:
 
 
 @pytest.mark.skipif(native_build.missing_tool() is not None, reason="no C compiler here")
-def test_native_builds_give_llc_the_options(monkeypatch, tmp_path) -> None:
+def test_native_builds_give_opt_and_llc_the_options(monkeypatch, tmp_path) -> None:
     import mlir_autodiff as ad
 
     commands = []
@@ -107,6 +107,7 @@ def test_native_builds_give_llc_the_options(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(llvm_options, "_set", ("-disable-lsr",))
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     ad.export(lambda v: v * 2.0, x, path=tmp_path / "a")
-    llc = [c for c in commands if os.path.basename(c[0]) == "llc"]
-    assert len(llc) == 1 and "-disable-lsr" in llc[0]
+    for tool in ("opt", "llc"):
+        ran = [c for c in commands if os.path.basename(c[0]) == tool]
+        assert len(ran) == 1 and "-disable-lsr" in ran[0]
     np.testing.assert_array_equal(ad.aot.load(tmp_path / "a")(x), x * 2.0)
