@@ -239,6 +239,22 @@ def _bytes_attr(attr: ir.Attribute) -> ir.Attribute:
     return ir.DenseElementsAttr.get(values, type=new_t)
 
 
+#: Ops that neither yield a buffer nor hold a region whose block arguments could be
+#: one (BoolBuffersToBytes skips their types): scalar, vector and LLVM arithmetic,
+#: terminators, and the memref ops that only read or release a buffer.
+_NO_BUFFER_PREFIXES = ("math.", "vector.", "llvm.", "index.", "cf.")
+_NO_BUFFER_OPS = frozenset({
+    "memref.dealloc", "memref.copy", "memref.dim", "memref.prefetch", "affine.apply",
+    "affine.min", "affine.max", "scf.yield", "func.return", "linalg.yield", "linalg.index",
+})
+
+
+def _never_buffers(name: str) -> bool:
+    if name.startswith("arith."):
+        return name != "arith.select"  # (a select may choose between two buffers)
+    return name in _NO_BUFFER_OPS or name.startswith(_NO_BUFFER_PREFIXES)
+
+
 @dataclasses.dataclass(frozen=True)
 class BoolBuffersToBytes(ContextPass):
     """Store i1 buffers as bytes (numpy's bool layout): `memref<Nxi1>` -> `memref<Nxi8>`.
@@ -254,7 +270,25 @@ class BoolBuffersToBytes(ContextPass):
 
     def apply(self, module: ir.Operation) -> None:
         i1 = ir.IntegerType.get_signless(1)
-        for op in list(walk_ops(module))[1:]:
+        typed: list[ir.Operation] = []  # ops whose results or block arguments may be buffers
+        loads: list[ir.Operation] = []
+        stores: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            name = op.name
+            if name == "memref.load":
+                loads.append(op)
+            elif name == "memref.store":
+                stores.append(op)
+            elif not _never_buffers(name):
+                typed.append(op)
+            return ir.WalkResult.ADVANCE
+
+        # One walk, looking only at the ops that can hold buffers: in a large
+        # function most ops are arithmetic, vector or LLVM ops, whose types
+        # cost a Python object each to inspect.
+        module.walk(visit, ir.WalkOrder.PRE_ORDER)
+        for op in typed[1:]:  # (pre-order: the first is `module` itself)
             if op.name == "memref.global":
                 t = op.attributes["type"].value
                 new = _byte_memref(t)
@@ -279,14 +313,15 @@ class BoolBuffersToBytes(ContextPass):
                 new = _byte_memref(res.type)
                 if new is not None:
                     res.set_type(new)
-        for op in list(walk_ops(module)):
-            if op.name == "memref.load" and op.results[0].type == i1:
+        for op in loads:
+            if op.results[0].type == i1:
                 res = op.results[0]
                 res.set_type(ir.IntegerType.get_signless(8))
                 with ir.InsertionPoint.after(op), op.location:
                     bit = arith.trunci(i1, res)
                 res.replace_all_uses_except(bit, bit.owner.operation)
-            elif op.name == "memref.store" and op.operands[0].type == i1:
+        for op in stores:
+            if op.operands[0].type == i1:
                 with ir.InsertionPoint(op), op.location:
                     byte = arith.extui(ir.IntegerType.get_signless(8), op.operands[0])
                 op.operands[0] = byte
