@@ -483,7 +483,8 @@ def _dedupe_results(module: ir.Module) -> list[int]:
 
 
 def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1) -> Any:
-    """JIT-compile `module` for `device` (raises what the runtimes raise)."""
+    """JIT-compile `module` for `device` (raises what the runtimes raise). The CPU
+    compile lowers `module` itself: callers pass a module of their own (`_reparse`)."""
     if device == "gpu":
         from .gpu import CompiledGpuModule
 
@@ -491,8 +492,9 @@ def _build(module: ir.Module, context: ir.Context, device: str, threads: int = 1
     if _draws_random(module, "shard.grid"):  # shard_map inside jit: collectives over MPI
         threads_opt = f"{{threads={threads}}}" if threads > 1 else ""
         return CompiledModule(module, pipeline="autodiff-lower-to-cpu-mpi" + threads_opt,
-                              context=context)
-    return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context)
+                              context=context, consume=True)
+    return CompiledModule(module, pipeline=cpu_pipeline(threads), context=context,
+                          consume=True)
 
 
 @dataclasses.dataclass

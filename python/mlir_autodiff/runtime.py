@@ -177,7 +177,9 @@ class CompiledModule:
 
     `module` is MLIR text or an `ir.Module`; it is copied (with its
     locations) into `context` (default: a fresh one), so the caller's IR is
-    untouched. `pipeline` overrides the lowering pipeline (textual, as
+    untouched -- unless `consume` is set: the caller hands over an `ir.Module`
+    of `context` that it will not use again, which is verified and lowered in
+    place (no print and parse of a copy). `pipeline` overrides the lowering pipeline (textual, as
     autodiff-opt accepts it, or a list of pipeline elements); `opt_level` is
     LLVM's (0-3; default `default_opt_level()`). `source_name` names text input in locations (default "-").
 
@@ -190,18 +192,26 @@ class CompiledModule:
     def __init__(self, module: ir.Module | str, *,
                  pipeline: str | Sequence[PipelineElement] = "autodiff-lower-to-cpu",
                  opt_level: int | None = None, context: ir.Context | None = None,
-                 source_name: str | None = None):
+                 source_name: str | None = None, consume: bool = False):
+        if consume and (context is None or not isinstance(module, ir.Module)
+                        or module.context != context):
+            raise ValueError("CompiledModule(consume=True) takes an ir.Module of `context`")
         with COMPILE_LOCK:
-            self._compile(module, pipeline, opt_level, context, source_name)
+            self._compile(module, pipeline, opt_level, context, source_name, consume)
         self._functions: dict[str, CompiledFunction] = {}
 
     def _compile(self, module: ir.Module | str, pipeline: str | Sequence[PipelineElement],
                  opt_level: int | None, context: ir.Context | None,
-                 source_name: str | None) -> None:
+                 source_name: str | None, consume: bool = False) -> None:
         self.context = context or ir.Context()
         dialects.load(self.context)
         with self.context, ir.Location.unknown():
-            self.module = parsed_module(module, source_name)
+            if consume:
+                assert isinstance(module, ir.Module)
+                module.operation.verify()  # (what parsing a copy checked)
+                self.module = module
+            else:
+                self.module = parsed_module(module, source_name)
             self.signatures = function_signatures(self.module)
             self._uncallable = uncallable_functions(self.module)
             self._donated = donated_arguments(self.module)

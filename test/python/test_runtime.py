@@ -609,3 +609,31 @@ def test_modules_compile_at_o2_unless_a_level_is_named(monkeypatch) -> None:
     np.testing.assert_array_equal(named["axpy"](x, y), 2.0 * x + y)
     monkeypatch.setenv(runtime.OPT_LEVEL_ENV, "1")
     assert CompiledModule(_AXPY).opt_level == 1
+
+
+def test_a_consumed_module_is_verified_and_lowered_in_place() -> None:
+    # jit hands its own copy over (consume=True): no print and parse of another copy
+    from mlir_autodiff import dialects
+
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx:
+        module = ir.Module.parse(_AXPY)
+    x, y = np.linspace(-1.0, 1.0, 8), np.linspace(2.0, 3.0, 8)
+    copied = CompiledModule(module, context=ctx)
+    assert "linalg.generic" in str(module)  # the caller's IR untouched
+    consumed = CompiledModule(module, context=ctx, consume=True)
+    assert consumed.module is module and "llvm.func @axpy" in str(module)
+    np.testing.assert_array_equal(consumed["axpy"](x, y), copied["axpy"](x, y))
+    with pytest.raises(ValueError, match="consume"):
+        CompiledModule(_AXPY, context=ctx, consume=True)  # text: nothing to hand over
+    with pytest.raises(ValueError, match="consume"):
+        CompiledModule(module, context=ir.Context(), consume=True)  # another context
+    # invalid IR handed over is a verifier error, as a copy's parse would give
+    with ctx:
+        broken = ir.Module.parse(_AXPY)
+        fn = broken.body.operations[0]
+        f32 = ir.F32Type.get()
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([f32], [f32]))
+    with pytest.raises(ir.MLIRError):
+        CompiledModule(broken, context=ctx, consume=True)
