@@ -405,9 +405,10 @@ def _build_in(inp: BuildInput, target: Target, out_path: str, tmp: str, cc: str,
             _run([translate, "--mlir-to-llvmir", mlir_path, "-o", ll], "mlir-translate")
         level = f"-O{target.opt_level}"
         mcpu = f"-mcpu={target.llvm_cpu()}"
-        _run([opt, level, mcpu, *llvm_options.cpu_options(), "-mtriple=x86_64-unknown-linux-gnu",
-              ll, "-o", opt_bc], "opt")
-        _run([llc, level, mcpu, *llvm_options.cpu_options(), "-filetype=obj",
+        options = llvm_options.cpu_options()
+        _run([opt, level, mcpu, *options, "-mtriple=x86_64-unknown-linux-gnu", ll, "-o", opt_bc],
+             "opt")
+        _run([llc, level, mcpu, *options, "-filetype=obj",
               "-relocation-model=pic", opt_bc, "-o", obj], "llc")
     finally:
         for cmd, proc in c_jobs:
