@@ -105,11 +105,19 @@ _VARIANTS = ((128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 2), (128, 128, 2, 2, 
              (64, 128, 1, 2, 32, 3), (128, 64, 2, 1, 32, 3))
 
 
+#: row key -> the buffers in flight (transforms/gpu/warpgroup_tiles.py `STAGES`) of
+#: the sm_90a warpgroup tile its export uses: prepare with `--chip sm_90a` (other
+#: chips keep the mma.sync tiles, and these rows are the default tile again).
+WGMMA_VARIANTS: dict[str, int] = {}
+WGMMA_STAGES = (2, 4)
+
+
 def _contraction_cases() -> list[Any]:
     """bf16 contractions in every operand layout (what reverse mode makes of a matmul)
     and a batch, at sizes that take the large tensor-core tile and one that takes the
     small (64 x 64) tile, each checked against the CPU pipeline; and the 4096^3 matmul
-    under other tiles (`TILE_VARIANTS`), timed without peers."""
+    under other tiles (`TILE_VARIANTS`) and other warpgroup stages (`WGMMA_VARIANTS`),
+    timed without peers."""
     import run
 
     if _CONTRACTIONS:
@@ -134,6 +142,14 @@ def _contraction_cases() -> list[Any]:
             torch=run.torch_kernel(lambda torch, body=body: body),
             flops=2.0 * mnk, rtol=2e-2, atol=0.1, full=False, quick=False))
     size = 4096
+    for stages in WGMMA_STAGES:
+        case = run.Case(
+            name="bf16 matmul wgmma", size=f"{size}^3 {stages} stages",
+            inputs=lambda rng: (_bf16(rng, size, size), _bf16(rng, size, size)),
+            ours=run.ours_kernel(lambda anp, nn: lambda a, b: a @ b),
+            flops=2.0 * size ** 3, rtol=2e-2, atol=0.1, full=False, quick=False)
+        WGMMA_VARIANTS[case.key] = stages
+        _CONTRACTIONS.append(case)
     for tile in _VARIANTS:
         bm, bn, wm, wn, sk, st = tile
         case = run.Case(
@@ -148,9 +164,17 @@ def _contraction_cases() -> list[Any]:
 
 @contextlib.contextmanager
 def _tile(key: str) -> Any:
-    """Export the row `key` with its tile variant, if it has one."""
-    from mlir_autodiff.transforms.gpu import contractions
+    """Export the row `key` with its tile variant (or warpgroup stages), if it has one."""
+    from mlir_autodiff.transforms.gpu import contractions, warpgroup_tiles
 
+    if key in WGMMA_VARIANTS:
+        saved_stages = warpgroup_tiles.STAGES
+        warpgroup_tiles.STAGES = WGMMA_VARIANTS[key]
+        try:
+            yield
+        finally:
+            warpgroup_tiles.STAGES = saved_stages
+        return
     if key not in TILE_VARIANTS:
         yield
         return
@@ -240,7 +264,10 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
 
     import mlir_autodiff as ad
     from mlir_autodiff import random as arandom
+    from mlir_autodiff.transforms.gpu import warpgroup_tiles
 
+    # sm_90a: the warpgroup (TMA + wgmma) tiles, still experimental elsewhere
+    warpgroup_tiles.ENABLED = warpgroup_tiles.supported_chip(chip)
     os.makedirs(folder, exist_ok=True)
     recorder = _Recorder()
     for mod in ("run", "grad_cases", "adbench_cases", "cnn_cases", "transformer_cases"):
@@ -253,6 +280,8 @@ def prepare(folder: str, chip: str, only: Sequence[str] = ()) -> int:
     for case in cases:
         if only and not any(o in case.key for o in only):
             continue
+        if case.key in WGMMA_VARIANTS and not warpgroup_tiles.ENABLED:
+            continue  # the default tile again
         t0 = time.perf_counter()
         slug = _slug(case.key)
         inputs = case.inputs(np.random.default_rng(SEED))

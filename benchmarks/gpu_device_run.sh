@@ -5,7 +5,10 @@
 # build/gpu-check); SECONDS bounds the rows' run (default 330). Logs and JSON
 # go to $OUT (default /tmp/gpu-check-out): the device, the ceilings torch
 # measures (copy bandwidth, cuBLAS bf16), then every row checked and timed
-# beside jax.jit and torch, with our kernel time from CUDA events.
+# beside jax.jit and torch, with our kernel time from CUDA events. Where
+# build/wgmma-probe and build/gpu-check-90a exist (benchmarks/gpu_wgmma_probe.py
+# --prepare, ./dev gpu-check --prepare build/gpu-check-90a --chip sm_90a --only bf16),
+# the warpgroup tiles are probed and their rows run first (90 s at most).
 set -u
 DIR=${1:-build/gpu-check}
 SECONDS_FOR_ROWS=${2:-330}
@@ -20,6 +23,14 @@ PY=$(command -v python3)
   "$PY" -c "import ml_dtypes; print('ml_dtypes', ml_dtypes.__version__)"
   grep -m1 "model name" /proc/cpuinfo
 } 2>&1 | tee "$OUT/env.txt"
+if [ -d build/wgmma-probe ]; then
+  timeout 60 "$PY" benchmarks/gpu_wgmma_probe.py --run build/wgmma-probe \
+    --json "$OUT/wgmma_probe.json" 2>&1 | tee "$OUT/wgmma_probe.log"
+fi
+if [ -d build/gpu-check-90a ]; then
+  timeout 120 "$PY" benchmarks/gpu_check.py --run build/gpu-check-90a --json "$OUT/rows_90a.json" \
+    --profile --row-timeout 45 --deadline 90 2>&1 | tee "$OUT/run_90a.log"
+fi
 timeout 90 "$PY" benchmarks/gpu_check.py --baselines --json "$OUT/baselines.json" 2>&1 \
   | tee "$OUT/baselines.log"
 AUTODIFF_GPU_CHECK_TORCH_COMPILE=${AUTODIFF_GPU_CHECK_TORCH_COMPILE:-0} \

@@ -57,6 +57,7 @@ from mlir_autodiff.signatures import (
     uncallable_functions,
 )
 from mlir_autodiff.transforms.diagnostics import collect_diagnostics
+from mlir_autodiff.transforms.gpu import warpgroup_tiles
 from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
 from mlir_autodiff.transforms.pipeline import run_pipeline
 
@@ -99,7 +100,9 @@ class CompiledGpuModule(CompiledModule):
                 f"{self.device.chip}); compile with chip={self.device.chip}"
             )
         self.pass_ = LowerToGpu(chip=chip, features=features, format="fatbin",
-                                opt_level=opt_level, block_size=block_size)
+                                opt_level=opt_level, block_size=block_size,
+                                wgmma=warpgroup_tiles.ENABLED
+                                and warpgroup_tiles.supported_chip(chip))
         with COMPILE_LOCK:
             self._compile_gpu(module, opt_level, context, source_name)
         self._functions: dict[str, CompiledFunction] = {}

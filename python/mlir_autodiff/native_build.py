@@ -32,6 +32,7 @@ from .transforms import llvm_options
 from .transforms.cpu.openmp import OpenMPRuntimeMissing, openmp_shared_libs
 from .transforms.cpu.parameters import target_vector_bits
 from .transforms.cpu.pipeline import cpu_pipeline
+from .transforms.gpu import warpgroup_tiles
 from .transforms.gpu.pipeline import LowerToGpu
 from .transforms.pipeline import run_pipeline
 from .transforms.reserved_symbols import renamed_symbols
@@ -269,7 +270,9 @@ def lower_module(module: ir.Module, target: Target) -> None:
     """Lower the traced (transformed) module to the LLVM dialect for `target`, in place."""
     if target.device == "gpu":
         run_pipeline(module, [LowerToGpu(chip=target.chip, format="fatbin",
-                                         opt_level=target.opt_level)])
+                                         opt_level=target.opt_level,
+                                         wgmma=warpgroup_tiles.ENABLED
+                                         and warpgroup_tiles.supported_chip(target.chip))])
         return
     with target_vector_bits(CPU_TARGETS[target.cpu]):
         run_pipeline(module, cpu_pipeline(target.threads))

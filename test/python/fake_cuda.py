@@ -178,6 +178,38 @@ CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
   note("cuMemHostRegister_v2 %zu %u", n, flags); (void)p; RETURN("cuMemHostRegister_v2");
 }
 CUresult cuMemHostUnregister(void *p) { note("cuMemHostUnregister"); (void)p; RETURN("cuMemHostUnregister"); }
+CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
+  memcpy((void *)(uintptr_t)d, s, n); note("cuMemcpyHtoD_v2 %zu", n); RETURN("cuMemcpyHtoD_v2");
+}
+/* Logs the map's fields innermost first (addresses relative to FAKE_TMA_BASE, a
+ * decimal address, when set) and fills the 128 bytes with them. */
+CUresult cuTensorMapEncodeTiled(void *map, int type, unsigned rank, void *addr,
+                                const uint64_t *dims, const uint64_t *strides,
+                                const uint32_t *box, const uint32_t *estrides,
+                                int interleave, int swizzle, int l2, int oob) {
+  char line[512];
+  const char *base = getenv("FAKE_TMA_BASE");
+  long long where = (long long)(uintptr_t)addr - (base ? atoll(base) : 0);
+  int n = snprintf(line, sizeof line, "cuTensorMapEncodeTiled type=%d rank=%u addr=%lld "
+                   "dims=", type, rank, where);
+  for (unsigned i = 0; i < rank; ++i)
+    n += snprintf(line + n, sizeof line - n, "%s%llu", i ? "," : "", (unsigned long long)dims[i]);
+  n += snprintf(line + n, sizeof line - n, " strides=");
+  for (unsigned i = 0; i + 1 < rank; ++i)
+    n += snprintf(line + n, sizeof line - n, "%s%llu", i ? "," : "", (unsigned long long)strides[i]);
+  n += snprintf(line + n, sizeof line - n, " box=");
+  for (unsigned i = 0; i < rank; ++i)
+    n += snprintf(line + n, sizeof line - n, "%s%u", i ? "," : "", box[i]);
+  n += snprintf(line + n, sizeof line - n, " elementstrides=");
+  for (unsigned i = 0; i < rank; ++i)
+    n += snprintf(line + n, sizeof line - n, "%s%u", i ? "," : "", estrides[i]);
+  snprintf(line + n, sizeof line - n, " interleave=%d swizzle=%d l2=%d oob=%d",
+           interleave, swizzle, l2, oob);
+  note("%s", line);
+  memset(map, 0, 128);
+  memcpy(map, line, strlen(line) < 128 ? strlen(line) : 128);
+  RETURN("cuTensorMapEncodeTiled");
+}
 """
 
 

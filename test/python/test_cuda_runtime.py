@@ -56,6 +56,7 @@ sig = {
     "mgpuMemHostRegisterMemRef": (None, [I64, P, I64]),
     "mgpuMemHostUnregisterMemRef": (None, [I64, P, I64]),
     "mgpuSetDefaultDevice": (None, [I32]),
+    "mgpuTensorMapEncodeTiledMemref": (P, [I64, P, I64, I64, I64, I64, I64, P]),
     "autodiff_cuda_error": (ctypes.c_char_p, []),
     "autodiff_cuda_clear_error": (None, []),
     "autodiff_cuda_launch_count": (ctypes.c_longlong, []),
@@ -636,3 +637,44 @@ print(err())
         "cuStreamSynchronize stream5",
         "cuStreamDestroy_v2 stream5",
     ]
+
+
+def test_tensor_maps_from_memref_descriptors(built, tmp_path):
+    """mgpuTensorMapEncodeTiledMemref (the lowered `nvgpu.tma.create.descriptor`) reads a
+    ranked memref descriptor: the address is aligned + offset elements, dims, byte
+    strides and the box go to the driver innermost first; each distinct map is copied
+    to the device once (the same map again: the same pointer, no copy), and once 64
+    are kept a new one takes the oldest slot after the device is idle."""
+    out, lines = _run(built, tmp_path, """
+class Desc(ctypes.Structure):
+    _fields_ = [("alloc", P), ("aligned", P), ("offset", I64),
+                ("sizes", I64 * 3), ("strides", I64 * 3)]
+buf = ctypes.create_string_buffer(1 << 16)
+base = ctypes.addressof(buf)
+os.environ["FAKE_TMA_BASE"] = str(base)
+def encode(box, offset=3, sizes=(4, 96, 40)):
+    d = Desc(base, base, offset, sizes, (96 * 40, 40, 1))
+    b = (I64 * 3)(*box)
+    # bf16 (9), no interleave, 128-byte swizzle (3), 128-byte L2 promotion (2), NaN fill (1)
+    return rt.mgpuTensorMapEncodeTiledMemref(3, ctypes.addressof(d), 9, 0, 3, 2, 1, b)
+first = encode((2, 64, 32))
+log("again")
+again = encode((2, 64, 32))
+other = encode((1, 64, 32))
+log("fill")
+maps = [encode((1, 64, 32), offset=o) for o in range(10, 72)]
+log("full")
+late = encode((1, 64, 32), offset=100)
+print(err(), first == again, first != other, len(set(maps + [first, other])), late == first)
+""")
+    assert out.split() == ["None", "True", "True", "64", "True"]
+    encode = ("cuTensorMapEncodeTiled type=9 rank=3 addr=6 dims=40,96,4 strides=80,7680 "
+              "box=32,64,2 elementstrides=1,1,1 interleave=0 swizzle=3 l2=2 oob=1")
+    assert encode in lines
+    start = lines.index(encode)
+    assert lines[start + 1:start + 3] == ["cuMemAlloc_v2 128", "cuMemcpyHtoD_v2 128"]
+    again = lines[lines.index("# again") + 1:lines.index("# fill")]
+    assert again[0] == encode and again.count("cuMemcpyHtoD_v2 128") == 1  # only `other`
+    full = lines[lines.index("# full") + 1:]
+    assert [x.split()[0] for x in full] == ["cuTensorMapEncodeTiled", "cuCtxSynchronize",
+                                            "cuMemcpyHtoD_v2"]

@@ -27,6 +27,11 @@ Options
     block-parallel reductions use at most as many (at least 64; with a
     block size under 64 there are none). Tiled contractions have their own
     (128 threads for tensor-core tiles, 256 for f32 register tiles).
+`wgmma` (default false; needs `chip=sm_90a`)
+    Experimental: large f16/bf16 contraction tiles whose operands are both
+    row-major become TMA + warpgroup-MMA kernels (warpgroup_tiles.py) instead
+    of mma.sync tiles. Their host side is tested against a fake driver; the
+    kernels have not yet run on a GPU.
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
@@ -161,10 +166,10 @@ Limits (what bounds the kernel count and speed)
   reductions, are one thread per output element, accumulating in registers
   from global memory. A short reduction to a scalar (under 64 elements) is
   still a single-thread kernel.
-- Tiled contractions do not fuse their elementwise consumers (bias,
-  activation): an epilogue kernel of its own. The tiles are single-buffered
-  (the next step's copies wait for the current step), there is no
-  `wgmma`/TMA on sm_90, and tf32 is never used.
+- Tiled contractions fuse an elementwise consumer of their result alone (a
+  conversion, an activation), not one that reads other tensors (a bias).
+  `wgmma`/TMA tiles (sm_90a) are behind the `wgmma` option until they have
+  run on a GPU; tf32 is never used.
 """
 
 from __future__ import annotations
@@ -204,6 +209,7 @@ from .reductions import BlockReductions, InlineBlockReductions, SingleThreadTail
 from .row_kernels import PhasedKernels, RowKernels
 from .scatter_loops import ParallelScatterLoops
 from .tensors import ReductionsInnermost, SplatsToFills
+from .warpgroup_tiles import TensorMapArguments, WarpgroupTiles, supported_chip
 
 #: The CPU pipeline's bufferization, also accepting loops that yield new buffers
 #: (an scf.for over tensors whose body computes a fresh tensor each iteration).
@@ -233,6 +239,10 @@ class LowerToGpu(Pass):
     stage: str = dataclasses.field(
         default="binary", metadata={"help": "stop after this stage", "choices": STAGES}
     )
+    wgmma: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "sm_90a: large f16/bf16 tiles through TMA and wgmma (experimental)"},
+    )
 
     def __post_init__(self) -> None:
         if not _CHIP_RE.fullmatch(self.chip):
@@ -247,6 +257,11 @@ class LowerToGpu(Pass):
         if self.format not in FORMATS:
             raise ValueError(
                 f"unknown format '{self.format}': expected one of {', '.join(FORMATS)}"
+            )
+        if self.wgmma and not supported_chip(self.chip):
+            raise ValueError(
+                f"wgmma needs chip=sm_90a (warpgroup MMA is Hopper's arch-specific "
+                f"feature), got chip={self.chip}"
             )
         if self.stage not in STAGES:
             raise ValueError(f"unknown stage '{self.stage}': expected one of {', '.join(STAGES)}")
@@ -341,6 +356,8 @@ class LowerToGpu(Pass):
         return [
             WarpsToLanes(),
             DeviceMemory(),
+            # sm_90a: large tiles of row-major operands as TMA + wgmma kernels
+            WarpgroupTiles(chip=self.chip, enabled=self.wgmma),
             PhasedKernels(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
             "func.func(convert-parallel-loops-to-gpu)",
@@ -350,6 +367,7 @@ class LowerToGpu(Pass):
             # counts for ptxas) instead of becoming kernel arguments.
             "gpu-launch-sink-index-computations",
             "gpu-kernel-outlining",
+            TensorMapArguments(),
             # Tiled contractions' tiles through shared memory; warp tiles to
             # nvgpu.mma.sync, kernel by kernel, while their index math is
             # affine.apply (contractions.py).
@@ -380,6 +398,8 @@ class LowerToGpu(Pass):
     def _binary_stage(self) -> list[PipelineElement]:
         return [
             HostLoopAllocaScopes(),
+            # the host's nvgpu ops: tensor maps (warpgroup_tiles.py) become runtime calls
+            "convert-nvgpu-to-nvvm",
             "convert-scf-to-cf",
             "expand-strided-metadata",
             "lower-affine",

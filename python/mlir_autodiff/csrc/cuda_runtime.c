@@ -149,7 +149,11 @@ typedef struct {
   X(cuMemsetD16Async, "cuMemsetD16Async",                                      \
     (CUdeviceptr, unsigned short, size_t, CUstream))                           \
   X(cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned int)) \
-  X(cuMemHostUnregister, "cuMemHostUnregister", (void *))
+  X(cuMemHostUnregister, "cuMemHostUnregister", (void *))                      \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))      \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled",                          \
+    (void *, int, uint32_t, void *, const uint64_t *, const uint64_t *,        \
+     const uint32_t *, const uint32_t *, int, int, int, int))
 
 #define DECLARE_POINTER(field, symbol, params) CUresult(*field) params;
 static struct {
@@ -857,6 +861,98 @@ EXPORT void mgpuSetDefaultDevice(int32_t device) {
 /* ------------------------------------------------------------------------ */
 /* Queries for the Python side.                                             */
 /* ------------------------------------------------------------------------ */
+
+/* ------------------------------------------------------------------------ */
+/* Tensor maps (TMA descriptors).                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The lowered `nvgpu.tma.create.descriptor` calls this with a ranked memref
+ * descriptor {allocated, aligned, offset, sizes[rank], strides[rank]} (row
+ * major, innermost last), the CUtensorMapDataType and the layout enums, and
+ * the box in the memref's dimension order; the driver wants every list
+ * innermost first.  Kernels read the map from device memory: each distinct
+ * map is copied there once and kept (MAP_SLOTS of them; a full table is
+ * reused round robin after the device is idle). */
+#define MAP_BYTES 128
+#define MAP_SLOTS 64
+
+static pthread_mutex_t g_map_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  unsigned char bytes[MAP_BYTES];
+  CUdeviceptr device;
+} g_maps[MAP_SLOTS];
+static int g_map_count, g_map_next;
+
+EXPORT void *mgpuTensorMapEncodeTiledMemref(int64_t rank, void *descriptor,
+                                            int64_t dataType, int64_t interleave,
+                                            int64_t swizzle, int64_t l2Promotion,
+                                            int64_t oobFill, int64_t *box) {
+  static const int elementBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if (!ready())
+    return NULL;
+  if (rank < 1 || rank > 5 || dataType < 0 || dataType > 12) {
+    set_error("mgpuTensorMapEncodeTiledMemref: rank %lld, data type %lld not "
+              "supported", (long long)rank, (long long)dataType);
+    return NULL;
+  }
+  if (NEED(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled") ||
+      NEED(cuMemcpyHtoD, "cuMemcpyHtoD_v2") || NEED(cuMemAlloc, "cuMemAlloc_v2"))
+    return NULL;
+  const int64_t *fields = (const int64_t *)((char *)descriptor + 2 * sizeof(void *));
+  const int64_t offset = fields[0], *sizes = fields + 1, *strides = fields + 1 + rank;
+  const int bytes = elementBytes[dataType];
+  char *aligned = *(char **)((char *)descriptor + sizeof(void *));
+  uint64_t dims[5] = {1, 1, 1, 1, 1}, steps[5] = {0, 0, 0, 0, 0};
+  uint32_t boxDims[5] = {1, 1, 1, 1, 1}, elementStrides[5] = {1, 1, 1, 1, 1};
+  for (int64_t i = 0; i < rank; ++i) {
+    dims[i] = (uint64_t)sizes[rank - 1 - i];
+    boxDims[i] = (uint32_t)box[rank - 1 - i];
+    if (i + 1 < rank)
+      steps[i] = (uint64_t)(strides[rank - 2 - i] * bytes);
+  }
+  _Alignas(64) unsigned char map[MAP_BYTES];
+  memset(map, 0, sizeof map);
+  if (failed(drv.cuTensorMapEncodeTiled(map, (int)dataType, (uint32_t)rank,
+                                        aligned + offset * bytes, dims, steps,
+                                        boxDims, elementStrides, (int)interleave,
+                                        (int)swizzle, (int)l2Promotion,
+                                        (int)oobFill),
+             "cuTensorMapEncodeTiled"))
+    return NULL;
+  CUdeviceptr device = 0;
+  pthread_mutex_lock(&g_map_lock);
+  for (int i = 0; i < g_map_count; ++i) {
+    if (memcmp(g_maps[i].bytes, map, MAP_BYTES) == 0) {
+      device = g_maps[i].device;
+      break;
+    }
+  }
+  if (device == 0) {
+    int slot;
+    if (g_map_count < MAP_SLOTS) {
+      slot = g_map_count;
+      if (failed(drv.cuMemAlloc(&g_maps[slot].device, MAP_BYTES), "cuMemAlloc_v2"))
+        goto done;
+      ++g_map_count;
+    } else {
+      /* a kernel still running may read the map this slot holds */
+      slot = g_map_next;
+      g_map_next = (g_map_next + 1) % MAP_SLOTS;
+      if (NEED(cuCtxSynchronize, "cuCtxSynchronize") ||
+          failed(drv.cuCtxSynchronize(), "cuCtxSynchronize"))
+        goto done;
+    }
+    memcpy(g_maps[slot].bytes, map, MAP_BYTES);
+    if (!failed(drv.cuMemcpyHtoD(g_maps[slot].device, map, MAP_BYTES),
+                "cuMemcpyHtoD_v2"))
+      device = g_maps[slot].device;
+    else
+      memset(g_maps[slot].bytes, 0, MAP_BYTES); /* never matches an encoded map */
+  }
+done:
+  pthread_mutex_unlock(&g_map_lock);
+  return (void *)(uintptr_t)device;
+}
 
 EXPORT const char *autodiff_cuda_error(void) {
   return atomic_load_explicit(&g_failed, memory_order_acquire) ? g_error

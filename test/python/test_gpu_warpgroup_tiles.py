@@ -1,0 +1,298 @@
+"""The sm_90a warpgroup tiles (transforms/gpu/warpgroup_tiles.py): TMA + wgmma kernels.
+
+No GPU here: the tests check which contractions take the path, the kernels' IR and
+PTX (ptxas assembles them for sm_90a), and the host side end to end: an exported
+artifact, loaded with a fake CUDA driver, encodes the tensor maps the kernel reads
+(the shapes, strides, boxes and swizzle the kernel assumes) and launches the grid
+with the shared memory the kernel carves up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from fake_cuda import build_fake_driver
+from mlir import ir
+
+from mlir_autodiff import dialects
+from mlir_autodiff import gpu as adgpu
+from mlir_autodiff.transforms.gpu import contractions, warpgroup_tiles
+from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
+from mlir_autodiff.transforms.pipeline import run_pipeline
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+CC = shutil.which("cc")
+
+_IK, _KJ, _IJ, _JK = ("(i, j, k) -> (i, k)", "(i, j, k) -> (k, j)", "(i, j, k) -> (i, j)",
+                      "(i, j, k) -> (j, k)")
+_PAR2 = '"parallel", "parallel", "reduction"'
+
+
+def _matmul(name: str, ashape, bshape, cshape, maps=(_IK, _KJ, _IJ), inp: str = "bf16",
+            out: str = "bf16", par: str = _PAR2) -> str:
+    """`out(a @ b)` on `inp` operands: the f32 accumulation of widened inputs, then a
+    conversion to `out` (none for f32), as the front end writes a half matmul."""
+    a, b, c = ("x".join(map(str, s)) for s in (ashape, bshape, cshape))
+    am, bm, cm = (f"affine_map<{m}>" for m in maps)
+    conv = "" if out == "f32" else f"""
+  %e2 = tensor.empty() : tensor<{c}x{out}>
+  %r = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
+      ins(%m : tensor<{c}xf32>) outs(%e2 : tensor<{c}x{out}>) {{
+  ^bb0(%v: f32, %o: {out}):
+    %t = arith.truncf %v : f32 to {out}
+    linalg.yield %t : {out}
+  }} -> tensor<{c}x{out}>"""
+    result = "%m" if out == "f32" else "%r"
+    return f"""
+func.func @{name}(%a: tensor<{a}x{inp}>, %b: tensor<{b}x{inp}>) -> tensor<{c}x{out}> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{c}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{c}xf32>) -> tensor<{c}xf32>
+  %m = linalg.generic {{indexing_maps = [{am}, {bm}, {cm}], iterator_types = [{par}]}}
+      ins(%a, %b : tensor<{a}x{inp}>, tensor<{b}x{inp}>) outs(%f : tensor<{c}xf32>) {{
+  ^bb0(%x: {inp}, %y: {inp}, %acc: f32):
+    %xa = arith.extf %x : {inp} to f32
+    %ya = arith.extf %y : {inp} to f32
+    %p = arith.mulf %xa, %ya : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }} -> tensor<{c}xf32>{conv}
+  return {result} : tensor<{c}x{out}>
+}}"""
+
+
+@pytest.fixture(autouse=True)
+def _large_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The large (128 x 128) tile for every size here: the warpgroup tile replaces it."""
+    monkeypatch.setattr(contractions, "LARGE_MIN_TILES", 1)
+
+
+def _lowered(text: str, **options) -> ir.Module:
+    ctx = ir.Context()
+    dialects.load(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        run_pipeline(module, [LowerToGpu(**options)])
+    return module
+
+
+def _kernels(text: str, **options) -> str:
+    return str(_lowered(text, stage="kernels", **options))
+
+
+def _ptx(text: str, **options) -> str:
+    module = _lowered(text, format="isa", **options)
+    return "\n".join(obj.data.decode() for obj in adgpu.gpu_objects(module))
+
+
+NN = _matmul("nn", (256, 256), (256, 384), (256, 384))
+#: 32 steps of 64: a loop LLVM keeps (the 4 steps of NN are unrolled)
+NN_LONG = _matmul("nn_long", (256, 2048), (2048, 384), (256, 384))
+
+
+def test_wgmma_needs_sm90a() -> None:
+    with pytest.raises(ValueError, match="wgmma needs chip=sm_90a"):
+        LowerToGpu(chip="sm_90", wgmma=True)
+    with pytest.raises(ValueError, match="wgmma needs chip=sm_90a"):
+        LowerToGpu.from_options({"chip": "sm_100a", "wgmma": "true"})
+
+
+def test_off_by_default_and_the_parallel_stage_is_the_same() -> None:
+    """Without the option (or on another chip) the mma.sync tile stays; the CPU-runnable
+    `parallel` stage is the same with it (the rewrite is a kernel-stage one)."""
+    for options in ({"chip": "sm_90a"}, {"chip": "sm_90"}):
+        kernels = _kernels(NN, **options)
+        assert "nvgpu.tma.create.descriptor" not in kernels and "nvgpu.mma.sync" in kernels
+    assert str(_lowered(NN, chip="sm_90a", stage="parallel", wgmma=True)) == \
+        str(_lowered(NN, chip="sm_90a", stage="parallel"))
+
+
+def test_kernel_stage_launch() -> None:
+    """One launch: a 128-thread block per 128 x 128 output tile, the stages' dynamic shared
+    memory, the two tensor maps (A in 128 x 64 boxes, B in 64 x 64, 128-byte swizzle)
+    passed as pointers; the mbarriers, TMA loads and warpgroup MMA in the kernel."""
+    kernels = _kernels(NN, chip="sm_90a", wgmma=True)
+    assert kernels.count("gpu.launch_func") == 1
+    maps = re.findall(r"nvgpu\.tma\.create\.descriptor %\w+ box\[%(\w+), %(\w+)\] : "
+                      r"memref<\*xbf16> -> <tensor = memref<(\d+)x(\d+)xbf16, "
+                      r"#gpu\.address_space<workgroup>>, swizzle = swizzle_128b", kernels)
+    assert [m[2:] for m in maps] == [("128", "64"), ("64", "64")]
+    size = warpgroup_tiles.STAGES * 32768 + 1024
+    launch = re.search(r"gpu\.launch_func .*", kernels).group(0)
+    assert re.search(r"blocks in \(%c3, %c2, %c1\) threads in \(%c128, %c1, %c1\)", launch)
+    assert f"dynamic_shared_memory_size %c{size}_i32" in launch
+    assert launch.count(": !llvm.ptr") == 2
+    for op in ("nvgpu.mbarrier.init", "nvgpu.tma.async.load", "nvgpu.mbarrier.try_wait.parity",
+               "nvgpu.warpgroup.generate.descriptor", "nvgpu.warpgroup.mma ",
+               "nvgpu.warpgroup.mma.store", "memref.extract_aligned_pointer_as_index"):
+        assert op in kernels, op
+    assert "nvgpu.mma.sync" not in kernels and "nvgpu.ldmatrix" not in kernels
+
+
+@needs_ptxas
+def test_ptx_and_cubin() -> None:
+    """The kernel's PTX: per 64-deep step one warpgroup MMA of eight m64n128k16 bf16
+    wgmmas (B MN-major: trans-b 1), the previous step's group waited for (wait_group 1)
+    before a barrier and thread 0's refill of its buffers (three bulk tensor copies
+    completing on an mbarrier); the accumulators leave through shared memory, converted
+    to bf16 four at a time. ptxas assembles it for sm_90a."""
+    ptx = _ptx(NN_LONG, chip="sm_90a", wgmma=True)
+    assert ".target sm_90a" in ptx
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 .*", ptx)
+    assert len(mmas) == 8 and all(re.search(r"p, 1,\s+1, 0,\s+1;$", m) for m in mmas), mmas
+    assert ptx.count("wgmma.fence.sync.aligned") == 1
+    loop = ptx[ptx.index("wgmma.commit_group"):]
+    wait1 = loop.index("wgmma.wait_group.sync.aligned \t1")
+    assert wait1 < loop.index("bar.sync") < loop.index("cp.async.bulk.tensor")
+    copies = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\."
+                        r"mbarrier::complete_tx::bytes", ptx)
+    assert len(copies) == 3 * warpgroup_tiles.STAGES  # the prologue's stages - 1, the loop's
+    assert "mbarrier.try_wait.parity.shared.b64" in ptx
+    assert "mbarrier.arrive.expect_tx.shared.b64" in ptx and "prefetch.tensormap" in ptx
+    assert "wgmma.wait_group.sync.aligned \t0" in ptx
+    assert "ld.shared.v4.b32" in ptx and "cvt.rn.bf16x2.f32" in ptx
+    assert "st.global.v2.b32" in ptx and "mma.sync" not in ptx
+    module = _lowered(NN_LONG, chip="sm_90a", wgmma=True, format="bin")
+    (obj,) = adgpu.gpu_objects(module)
+    assert adgpu.cubin_arch(obj.data) == 90
+
+
+def _wgmma_kernel(text: str) -> bool:
+    return "nvgpu.tma.create.descriptor" in _kernels(text, chip="sm_90a", wgmma=True)
+
+
+def test_which_contractions_take_it() -> None:
+    """Row-major A and B, extents multiples of 128 x 128 x 64 with at least `STAGES`
+    steps, f16 or bf16, no batch; the others keep the mma.sync tile."""
+    assert _wgmma_kernel(NN)
+    assert _wgmma_kernel(_matmul("f16", (128, 192), (192, 128), (128, 128), inp="f16",
+                                 out="f32"))
+    # B given as n x k (what reverse mode makes of x @ w.T)
+    assert not _wgmma_kernel(_matmul("nt", (256, 256), (384, 256), (256, 384),
+                                     maps=(_IK, _JK, _IJ)))
+    # k a multiple of 16, not of 64; k of two steps only
+    assert not _wgmma_kernel(_matmul("k208", (256, 208), (208, 256), (256, 256)))
+    assert not _wgmma_kernel(_matmul("k128", (256, 128), (128, 256), (256, 256)))
+    # a batch
+    batch = _matmul("batch", (2, 128, 256), (2, 256, 128), (2, 128, 128),
+                    maps=("(b, i, j, k) -> (b, i, k)", "(b, i, j, k) -> (b, k, j)",
+                          "(b, i, j, k) -> (b, i, j)"),
+                    out="f32", par='"parallel", "parallel", "parallel", "reduction"')
+    assert not _wgmma_kernel(batch)
+
+
+def test_elementwise_epilogue_runs_on_the_accumulators() -> None:
+    """`tanh(a @ b)` (f32): the epilogue on four accumulators at a time, one kernel, the
+    f32 temporary gone."""
+    text = _matmul("act", (128, 192), (192, 256), (128, 256), out="f32").replace(
+        "  return %m : tensor<128x256xf32>\n}", """  %e2 = tensor.empty() : tensor<128x256xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+      ins(%m : tensor<128x256xf32>) outs(%e2 : tensor<128x256xf32>) {
+  ^bb0(%v: f32, %o: f32):
+    %two = arith.constant 2.0 : f32
+    %w = arith.mulf %v, %two : f32
+    %t = math.tanh %w : f32
+    linalg.yield %t : f32
+  } -> tensor<128x256xf32>
+  return %r : tensor<128x256xf32>
+}""")
+    kernels = _kernels(text, chip="sm_90a", wgmma=True)
+    assert kernels.count("gpu.launch_func") == 1 and "gpu.alloc" not in kernels.split(
+        "gpu.module")[0].split("func.func @act(")[0]
+    assert re.search(r"arith\.mulf %\S+, %\S+ : vector<4xf32>", kernels)
+    assert re.search(r"math\.tanh %\S+ : vector<4xf32>", kernels)
+    assert re.search(r"vector\.store %\S+, %\S+\[%\S+, %\S+\] \{alignment = 16 : i64\} : "
+                     r"memref<128x256xf32>, vector<4xf32>", kernels)
+
+
+def _child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full, timeout=300)
+
+
+@needs_ptxas
+@pytest.mark.skipif(CC is None, reason="no C compiler `cc`")
+def test_exported_artifact_encodes_the_maps_the_kernel_reads(tmp_path, monkeypatch) -> None:
+    """An sm_90a export (warpgroup tiles on) run with a fake driver: per call the host
+    encodes A's map (dims k, m innermost first, rows 2k bytes apart, 64 x 128 boxes)
+    and B's (n, k; 64 x 64 boxes), bf16 with the 128-byte swizzle, each copied to the
+    device once (the second call finds both), and launches (n/128, m/128) blocks of 128
+    threads with the stages' shared memory, opted in above 48 KB."""
+    import ml_dtypes
+
+    import mlir_autodiff as ad
+
+    monkeypatch.setattr(warpgroup_tiles, "ENABLED", True)
+    m, k, n = 256, 192, 384
+    a = np.zeros((m, k), ml_dtypes.bfloat16)
+    b = np.zeros((k, n), ml_dtypes.bfloat16)
+    ad.export(lambda a, b: a @ b, a, b, path=tmp_path / "mm", device="gpu", chip="sm_90a")
+    manifest = json.loads((tmp_path / "mm" / "manifest.json").read_text())
+    assert manifest["target"]["chip"] == "sm_90a"
+    driver = build_fake_driver(tmp_path / "fake", CC)
+    log = tmp_path / "driver.log"
+    proc = _child(f"""
+        import ml_dtypes, numpy as np
+        from mlir_autodiff import aot
+        g = aot.load({str(tmp_path / "mm")!r})
+        a = np.zeros(({m}, {k}), ml_dtypes.bfloat16)
+        b = np.zeros(({k}, {n}), ml_dtypes.bfloat16)
+        for _ in range(2):
+            g(a, b)
+        print("launches", g.kernel_launches())
+    """, {"AUTODIFF_CUDA_DRIVER": str(driver), "FAKE_CUDA_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert "launches 2" in proc.stdout
+    lines = log.read_text().splitlines()
+    maps = [re.sub(r"addr=\d+ ", "", x) for x in lines if x.startswith("cuTensorMapEncodeTiled")]
+    flags = "elementstrides=1,1 interleave=0 swizzle=3 l2=0 oob=0"
+    want_a = f"cuTensorMapEncodeTiled type=9 rank=2 dims={k},{m} strides={2 * k} box=64,128 "
+    want_b = f"cuTensorMapEncodeTiled type=9 rank=2 dims={n},{k} strides={2 * n} box=64,64 "
+    assert maps == [want_a + flags, want_b + flags] * 2, maps
+    assert sum(x == "cuMemcpyHtoD_v2 128" for x in lines) == 2
+    smem = warpgroup_tiles.STAGES * 32768 + 1024
+    launches = [x for x in lines if x.startswith("cuLaunchKernel")]
+    assert len(launches) == 2 and all(
+        x.startswith(f"cuLaunchKernel grid={n // 128},{m // 128},1 block=128,1,1 smem={smem} ")
+        for x in launches), launches
+    assert f"cuFuncSetAttribute 8 {smem}" in lines
+
+
+@needs_ptxas
+@pytest.mark.skipif(CC is None, reason="no C compiler `cc`")
+def test_device_probe_prepares_and_runs(tmp_path) -> None:
+    """benchmarks/gpu_wgmma_probe.py (what a device session runs first): it exports its
+    matmuls here; there, without a device it says so and exits 0, and on a fake driver
+    (kernels that compute nothing) every case is reported wrong, exit 1, the outputs
+    kept for a closer look."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
+                          "gpu_wgmma_probe.py")
+    folder = tmp_path / "probe"
+    proc = subprocess.run([sys.executable, script, "--prepare", str(folder)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    env = dict(os.environ, AUTODIFF_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+    proc = subprocess.run([sys.executable, script, "--run", str(folder)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.startswith("no CUDA device:"), proc.stderr
+    driver = build_fake_driver(tmp_path / "fake", CC)
+    env = dict(os.environ, AUTODIFF_CUDA_DRIVER=str(driver))
+    proc = subprocess.run([sys.executable, script, "--run", str(folder), "--json",
+                           str(tmp_path / "p.json")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    results = json.loads((tmp_path / "p.json").read_text())
+    assert len(results) == 20 and all(r["wrong"] > 0 for r in results)
+    assert len(np.load(tmp_path / "p.npz").files) == 20

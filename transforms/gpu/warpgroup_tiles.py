@@ -1,0 +1,506 @@
+"""Warpgroup tiles: f16/bf16 contractions on sm_90a through TMA and `wgmma`.
+
+`WarpgroupTiles` (kernel stage, after `DeviceMemory`) takes the large tensor-core
+tiles `WarpTileContractions` made (contractions.py: 128 x 128 output tiles of
+four warps, mma.sync) whose operands are both row-major in memory (A is m x k,
+B is k x n, no batch), whose extents are multiples of 128 x 128 x 64 and whose
+accumulators start at zero, and, when the target is `sm_90a` (the only chip
+with warpgroup MMA), replaces the tile's block loop with a `gpu.launch` of
+Hopper's data path, built from upstream's `nvgpu` ops:
+
+    host:   a tensor map per operand (`nvgpu.tma.create.descriptor`; the runtime's
+            mgpuTensorMapEncodeTiledMemref): A in 128 x 64 boxes, B in 64 x 64
+            boxes, both with the 128-byte swizzle
+    kernel: one warpgroup (128 threads) per 128 x 128 output tile
+            `STAGES` buffers of A (128 x 64) and B (64 x 128), each with an
+            mbarrier; thread 0 keeps `STAGES - 1` steps of the bulk tensor
+            copies in flight (`nvgpu.tma.async.load`, completing on the step's
+            mbarrier with its byte count)
+            each 64-deep step: wait on the step's barrier, one
+            `nvgpu.warpgroup.mma` (eight m64n128k16 `wgmma.mma_async`, B read
+            MN-major from the swizzled boxes; it leaves this step's group in
+            flight and waits for the previous one), a block barrier (every
+            warp is done with the previous step's buffers), then thread 0
+            refills the buffers the previous step read
+            epilogue: accumulators to shared memory (rows padded to 136
+            floats), then each thread stores 4 consecutive outputs at a time
+            through the tile's elementwise epilogue (a bf16 conversion, an
+            activation) with coalesced rows
+
+Shared memory is realigned to 1024 bytes at run time (the 128-byte swizzle
+repeats every 1024 bytes and the wgmma descriptors assume a tile starts on
+one); `STAGES` x 32 KB + 1 KB per block, so three stages leave room for two
+blocks per multiprocessor.
+
+Other contractions (transposed operands, batches, ragged extents, other
+chips) keep the mma.sync tiles. On the CPU (`stage=parallel`) nothing changes:
+this runs at the kernel stage only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlir import ir
+from mlir.dialects import arith, vector
+
+from ..ad_support import walk_ops
+from ..bufferize import ContextPass as _Step
+from .contractions import EPILOGUE_ATTR, TILE_ATTR
+from .support import identity_layout, ops_of
+
+#: Buffers (64-deep steps of A and B) in flight per block.
+STAGES = 3
+#: What exported and jit-compiled GPU code takes (`LowerToGpu(wgmma=...)` decides
+#: for the pass): off until a device run has checked the kernels.
+ENABLED = False
+#: Output tile per block and reduced elements per step (one swizzle row of 16-bit
+#: elements: 64 x 2 bytes).
+TILE_M, TILE_N, TILE_K = 128, 128, 64
+#: Marks the vector.load that reads 4 accumulators back in the epilogue loop.
+_OUT_ATTR = "autodiff.gpu.wgmma_out"
+#: Floats per row of the accumulators' shared-memory copy (128 + 8: the rows a
+#: warp's fragment stores hit 8 banks apart).
+_ACC_ROW = 136
+
+
+def supported_chip(chip: str) -> bool:
+    """Whether `chip` has warpgroup MMA: sm_90a (arch-specific; plain sm_90 does not)."""
+    return chip == "sm_90a"
+
+
+def _owner(v: ir.Value) -> ir.Operation | None:
+    o = v.owner
+    if isinstance(o, ir.Block):
+        return None
+    return o.operation if isinstance(o, ir.OpView) else o
+
+
+def _zero_constant(v: ir.Value) -> bool:
+    op = _owner(v)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
+        return False
+    value = attr.get_splat_value()
+    return isinstance(value, ir.FloatAttr) and value.value == 0.0
+
+
+@dataclasses.dataclass
+class _Match:
+    block_loop: ir.Operation
+    a: ir.Value
+    b: ir.Value
+    c: ir.Value
+    acc: ir.Value  # one accumulator (the tile loop's first result)
+    epilogue: list[ir.Operation]  # elementwise ops from `acc` to its write
+    m: int
+    n: int
+    k: int
+
+
+def _reads(tile_for: ir.Operation) -> dict[int, list[ir.Operation]]:
+    out: dict[int, list[ir.Operation]] = {}
+    for op in ops_of(tile_for.regions[0].blocks[0]):
+        if op.name == "vector.transfer_read" and "autodiff.gpu.mma_read" in op.attributes:
+            tag = list(ir.DenseI32ArrayAttr(op.attributes["autodiff.gpu.mma_read"]))
+            out.setdefault(tag[0], []).append((op, tag))
+    return out
+
+
+def _epilogue_chain(acc: ir.Value, tile_for: ir.Operation) -> tuple[list[ir.Operation],
+                                                                   ir.Operation] | None:
+    """The elementwise ops from accumulator `acc` to the tile's write of it, and the
+    write: each op has one result, used once, and its other operands are splat
+    constants. (A plain write of `acc` beside an epilogue, at the same place of the
+    same buffer, is overwritten by the epilogue's: the tile's output buffer reused
+    for the epilogue's output.)"""
+    chain: list[ir.Operation] = []
+    v = acc
+    users = [u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+             for u in acc.uses]
+    dead = [u for u in users if u.name == "vector.transfer_write" and
+            EPILOGUE_ATTR not in u.attributes]
+    if len(users) == 2 and len(dead) == 1:
+        (plain,) = dead
+        (other,) = [u for u in users if u != plain]
+        found = _epilogue_chain_from(other, acc, tile_for)
+        if found is None or list(found[1].operands)[1:] != list(plain.operands)[1:]:
+            return None
+        order = ops_of(plain.block)
+        if plain.block != found[1].block or order.index(plain) > order.index(found[1]):
+            return None  # the plain write would be the one that stays
+        return found
+    while True:
+        users = [u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+                 for u in v.uses]
+        if len(users) != 1:
+            return None
+        (user,) = users
+        if user.name == "vector.transfer_write":
+            if user.operands[0] != v:
+                return None
+            return chain, user
+        if not _elementwise_step(user, v, tile_for):
+            return None
+        chain.append(user)
+        v = user.results[0]
+
+
+def _epilogue_chain_from(first: ir.Operation, acc: ir.Value, tile_for: ir.Operation) -> \
+        tuple[list[ir.Operation], ir.Operation] | None:
+    """`_epilogue_chain` from the epilogue's first op `first` (a user of `acc`)."""
+    if first.name == "vector.transfer_write" or len(first.results) != 1:
+        return None
+    rest = _epilogue_chain(first.results[0], tile_for)
+    if rest is None or not _elementwise_step(first, acc, tile_for):
+        return None
+    return [first, *rest[0]], rest[1]
+
+
+def _elementwise_step(user: ir.Operation, v: ir.Value, tile_for: ir.Operation) -> bool:
+    """`user` is an arith/math op of one result beside the tile, on `v` and splats."""
+    if len(user.results) != 1 or user.parent != tile_for.parent or \
+            not (user.name.startswith("arith.") or user.name.startswith("math.")):
+        return False
+    for x in user.operands:
+        if x == v:
+            continue
+        o = _owner(x)
+        if o is None or o.name != "arith.constant" or \
+                not isinstance(o.attributes["value"], ir.DenseElementsAttr) or \
+                not o.attributes["value"].is_splat:
+            return False
+    return True
+
+
+def _match(tile_for: ir.Operation) -> _Match | None:
+    lanes = tile_for.parent
+    if lanes is None or lanes.name != "scf.parallel":
+        return None
+    block_loop = lanes.parent
+    if block_loop is None or block_loop.name != "scf.parallel":
+        return None
+    if any(o.name not in ("arith.constant", "scf.reduce") and o != lanes
+           for o in ops_of(block_loop.regions[0].blocks[0])):
+        return None
+    tile = list(ir.DenseI32ArrayAttr(tile_for.attributes[TILE_ATTR]))
+    if tile[:2] != [TILE_M, TILE_N]:
+        return None  # only where the large tile was chosen (enough tiles for the chip)
+    if not all(_zero_constant(v) for v in tile_for.opview.initArgs):
+        return None
+    reads = _reads(tile_for)
+    if set(reads) != {0, 1}:
+        return None
+    if any(tag[2] != 0 for rs in reads.values() for _, tag in rs):
+        return None  # a transposed read: MN-major A or K-major B (not here yet)
+    a, b = reads[0][0][0].operands[0], reads[1][0][0].operands[0]
+    if any(r.operands[0] != a for r, _ in reads[0]) or \
+            any(r.operands[0] != b for r, _ in reads[1]):
+        return None
+    at, bt = a.type, b.type
+    if not (isinstance(at, ir.MemRefType) and isinstance(bt, ir.MemRefType)):
+        return None
+    if at.rank != 2 or bt.rank != 2 or not identity_layout(at) or not identity_layout(bt) \
+            or not at.has_static_shape or not bt.has_static_shape:
+        return None
+    elt = at.element_type
+    if elt not in (ir.BF16Type.get(), ir.F16Type.get()) or bt.element_type != elt:
+        return None
+    (m, k), (k2, n) = at.shape, bt.shape
+    if k != k2 or m % TILE_M or n % TILE_N or k % TILE_K or k // TILE_K < STAGES:
+        return None
+    chains = [_epilogue_chain(r, tile_for) for r in tile_for.results]
+    if any(ch is None for ch in chains):
+        return None
+    writes = [w for _, w in chains]
+    c = writes[0].operands[1]
+    ct = c.type
+    if any(w.operands[1] != c for w in writes) or not isinstance(ct, ir.MemRefType) or \
+            ct.rank != 2 or list(ct.shape) != [m, n] or not identity_layout(ct):
+        return None
+    acc_t = ir.VectorType(tile_for.results[0].type)
+    if acc_t.element_type != ir.F32Type.get():
+        return None
+    # the block loop WarpTileContractions made for this contraction: one iteration per
+    # output tile (canonicalization drops dimensions of one iteration)
+    view = block_loop.opview
+    bounds = [_constants(v) for v in (view.lowerBound, view.upperBound, view.step)]
+    if any(-1 in b for b in bounds):
+        return None
+    trips = 1
+    for lo, hi, st in zip(*bounds):
+        trips *= -(-(hi - lo) // st) if st > 0 else 0
+    if trips != (m // TILE_M) * (n // TILE_N):
+        return None
+    return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k)
+
+
+def _constants(values) -> list[int]:
+    out = []
+    for v in values:
+        o = _owner(v)
+        if o is None or o.name != "arith.constant":
+            return [-1]
+        out.append(ir.IntegerAttr(o.attributes["value"]).value)
+    return out
+
+
+def _template(mt: _Match) -> str:
+    elt = str(ir.MemRefType(mt.a.type).element_type)
+    out = str(ir.MemRefType(mt.c.type).element_type)
+    s = STAGES
+    a_bytes = TILE_M * TILE_K * 2
+    b_bytes = TILE_K * TILE_N * 2
+    half = TILE_K * 64 * 2  # one 64 x 64 box of B
+    # the stages, or the accumulators' copy after them, and the realignment
+    smem = max(s * (a_bytes + b_bytes), TILE_M * _ACC_ROW * 4) + 1024
+    sm = "#gpu.address_space<workgroup>"
+    map_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_M}x{TILE_K}x{elt}, {sm}>, "
+             "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
+    map_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_K}x64x{elt}, {sm}>, "
+             "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
+    bar = f"!nvgpu.mbarrier.group<memorySpace = {sm}, num_barriers = {s}>"
+    acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{TILE_M}x{TILE_N}xf32>>"
+    da = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_M}x{TILE_K}x{elt}, {sm}>>"
+    db = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_K}x{TILE_N}x{elt}, {sm}>>"
+    va = f"memref<{TILE_M}x{TILE_K}x{elt}, {sm}>"
+    vb = f"memref<{TILE_K}x{TILE_N}x{elt}, {sm}>"
+    vbh = f"memref<{TILE_K}x64x{elt}, {sm}>"
+    dyn = f"memref<?xi8, {sm}>"
+    m, n, k = mt.m, mt.n, mt.k
+
+    def issue(step: str, slot: str, pred: str, tag: str) -> str:
+        return f"""
+      %kc{tag} = arith.muli {step}, %c{TILE_K} : index
+      %oa{tag}0 = arith.muli {slot}, %c{a_bytes} : index
+      %oa{tag} = arith.addi %oa{tag}0, %pad : index
+      %ob{tag}0 = arith.muli {slot}, %c{b_bytes} : index
+      %ob{tag}1 = arith.addi %ob{tag}0, %c{s * a_bytes} : index
+      %ob{tag} = arith.addi %ob{tag}1, %pad : index
+      %oc{tag} = arith.addi %ob{tag}, %c{half} : index
+      %ta{tag} = memref.view %dyn[%oa{tag}][] : {dyn} to {va}
+      %tb{tag} = memref.view %dyn[%ob{tag}][] : {dyn} to {vbh}
+      %tc{tag} = memref.view %dyn[%oc{tag}][] : {dyn} to {vbh}
+      nvgpu.mbarrier.arrive.expect_tx %bar[{slot}], %c{a_bytes + b_bytes}, predicate = {pred} : {bar}
+      nvgpu.tma.async.load %ma[%kc{tag}, %m0], %bar[{slot}] to %ta{tag}, predicate = {pred} : {map_a}, {bar} -> {va}
+      nvgpu.tma.async.load %mb[%n0, %kc{tag}], %bar[{slot}] to %tb{tag}, predicate = {pred} : {map_b}, {bar} -> {vbh}
+      nvgpu.tma.async.load %mb[%n1, %kc{tag}], %bar[{slot}] to %tc{tag}, predicate = {pred} : {map_b}, {bar} -> {vbh}"""
+
+    consts = sorted({0, 1, 4, 32, 64, 128, 1024, TILE_K, a_bytes, b_bytes, half, s, s - 1,
+                     s * a_bytes, a_bytes + b_bytes, k // TILE_K})
+    kconsts = "\n".join(f"      %c{v} = arith.constant {v} : index" for v in consts)
+    return f"""
+func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: memref<{m}x{n}x{out}>) {{
+  %ua = memref.cast %A : memref<{m}x{k}x{elt}> to memref<*x{elt}>
+  %ub = memref.cast %B : memref<{k}x{n}x{elt}> to memref<*x{elt}>
+  %h64 = arith.constant 64 : index
+  %h128 = arith.constant 128 : index
+  %ma = nvgpu.tma.create.descriptor %ua box[%h128, %h64] : memref<*x{elt}> -> {map_a}
+  %mb = nvgpu.tma.create.descriptor %ub box[%h64, %h64] : memref<*x{elt}> -> {map_b}
+  %gx = arith.constant {n // TILE_N} : index
+  %gy = arith.constant {m // TILE_M} : index
+  %g1 = arith.constant 1 : index
+  %size = arith.constant {smem} : i32
+  gpu.launch blocks(%bx, %by, %bz) in (%sx = %gx, %sy = %gy, %sz = %g1)
+      threads(%tx, %ty, %tz) in (%ux = %h128, %uy = %g1, %uz = %g1)
+      dynamic_shared_memory_size %size {{
+{kconsts}
+      %false = arith.constant false
+      %true = arith.constant true
+      %ticks = arith.constant 10000000 : index
+      %tid = gpu.thread_id x
+      %bidx = gpu.block_id x
+      %bidy = gpu.block_id y
+      %n0 = arith.muli %bidx, %c128 : index
+      %m0 = arith.muli %bidy, %c128 : index
+      %n1 = arith.addi %n0, %c64 : index
+      %leader = arith.cmpi eq, %tid, %c0 : index
+      %dyn = gpu.dynamic_shared_memory : {dyn}
+      %addr = memref.extract_aligned_pointer_as_index %dyn : {dyn} -> index
+      %mis = arith.remui %addr, %c1024 : index
+      %pad0 = arith.subi %c1024, %mis : index
+      %pad = arith.remui %pad0, %c1024 : index
+      %bar = nvgpu.mbarrier.create -> {bar}
+      scf.for %i = %c0 to %c{s} step %c1 {{
+        nvgpu.mbarrier.init %bar[%i], %c1, predicate = %leader : {bar}
+      }}
+      gpu.barrier
+      nvgpu.tma.prefetch.descriptor %ma, predicate = %leader : {map_a}
+      nvgpu.tma.prefetch.descriptor %mb, predicate = %leader : {map_b}
+      scf.for %p = %c0 to %c{s - 1} step %c1 {{{issue("%p", "%p", "%leader", "p")}
+      }}
+      %acc0 = nvgpu.warpgroup.mma.init.accumulator -> {acc}
+      %res:2 = scf.for %kk = %c0 to %c{k // TILE_K} step %c1
+          iter_args(%acc = %acc0, %par = %false) -> ({acc}, i1) {{
+        %stage = arith.remui %kk, %c{s} : index
+        nvgpu.mbarrier.try_wait.parity %bar[%stage], %par, %ticks : {bar}
+        %xa0 = arith.muli %stage, %c{a_bytes} : index
+        %xa = arith.addi %xa0, %pad : index
+        %xb0 = arith.muli %stage, %c{b_bytes} : index
+        %xb1 = arith.addi %xb0, %c{s * a_bytes} : index
+        %xb = arith.addi %xb1, %pad : index
+        %sa = memref.view %dyn[%xa][] : {dyn} to {va}
+        %sb = memref.view %dyn[%xb][] : {dyn} to {vb}
+        %da = nvgpu.warpgroup.generate.descriptor %sa, %ma : {va}, {map_a} -> {da}
+        %db = nvgpu.warpgroup.generate.descriptor %sb, %mb : {vb}, {map_b} -> {db}
+        %acc2 = nvgpu.warpgroup.mma %da, %db, %acc {{transposeB}} : {da}, {db}, {acc} -> {acc}
+        // every warp's part of the previous step's wgmma is done (its wait_group 1)
+        // before thread 0 refills the buffers that step read
+        gpu.barrier
+        %next = arith.addi %kk, %c{s - 1} : index
+        %inr = arith.cmpi ult, %next, %c{k // TILE_K} : index
+        %more = arith.andi %leader, %inr : i1
+        %slot = arith.remui %next, %c{s} : index{issue("%next", "%slot", "%more", "l")}
+        %last = arith.cmpi eq, %stage, %c{s - 1} : index
+        %flip = arith.xori %par, %true : i1
+        %par2 = arith.select %last, %flip, %par : i1
+        scf.yield %acc2, %par2 : {acc}, i1
+      }}
+      nvvm.wgmma.wait.group.sync.aligned 0
+      gpu.barrier
+      %vc = memref.view %dyn[%pad][] : {dyn} to memref<{TILE_M}x{_ACC_ROW}xf32, {sm}>
+      %vcs = memref.reinterpret_cast %vc to offset: [0], sizes: [{TILE_M}, {TILE_N}], strides: [{_ACC_ROW}, 1] : memref<{TILE_M}x{_ACC_ROW}xf32, {sm}> to memref<{TILE_M}x{TILE_N}xf32, strided<[{_ACC_ROW}, 1]>, {sm}>
+      nvgpu.warpgroup.mma.store %res#0, %vcs : {acc} to memref<{TILE_M}x{TILE_N}xf32, strided<[{_ACC_ROW}, 1]>, {sm}>
+      gpu.barrier
+      // (an integer address space: the vector lowering before the GPU one knows it)
+      %vc3 = memref.memory_space_cast %vc : memref<{TILE_M}x{_ACC_ROW}xf32, {sm}> to memref<{TILE_M}x{_ACC_ROW}xf32, 3>
+      scf.for %it = %c0 to %c32 step %c1 {{
+        %i0 = arith.muli %it, %c128 : index
+        %idx = arith.addi %i0, %tid : index
+        %row = arith.divui %idx, %c32 : index
+        %q = arith.remui %idx, %c32 : index
+        %col = arith.muli %q, %c4 : index
+        %v = vector.load %vc3[%row, %col] {{{_OUT_ATTR}}} : memref<{TILE_M}x{_ACC_ROW}xf32, 3>, vector<4xf32>
+        %gr = arith.addi %m0, %row : index
+        %gc = arith.addi %n0, %col : index
+      }}
+      gpu.terminator
+  }}
+  return
+}}
+"""
+
+
+def _rewrite(mt: _Match) -> None:
+    loop = mt.block_loop
+    ctx = loop.context
+    with ctx, loop.location:
+        template = ir.Module.parse(_template(mt))
+    fn = template.body.operations[0].operation
+    body = fn.regions[0].blocks[0]
+    for arg, value in zip(body.arguments, (mt.a, mt.b, mt.c)):
+        arg.replace_all_uses_with(value)
+    moved = ops_of(body)[:-1]  # not the return
+    for op in moved:
+        op.move_before(loop)
+    (launch,) = [op for op in moved if op.name == "gpu.launch"]
+    out_load = next(o for o in walk_ops(launch) if _OUT_ATTR in o.attributes)
+    del out_load.attributes[_OUT_ATTR]
+    out_load.attributes["alignment"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 16)
+    body_ops = ops_of(out_load.block)
+    gr, gc = body_ops[-3].results[0], body_ops[-2].results[0]
+    with ir.InsertionPoint(body_ops[-1]), loop.location:  # before the scf.yield
+        v = out_load.results[0]
+        src = mt.acc  # the chain's value before each op
+        for op in mt.epilogue:
+            operands = []
+            for x in op.operands:
+                o = _owner(x)
+                if x == src:
+                    operands.append(v)
+                    continue
+                t = ir.VectorType.get([4], ir.VectorType(x.type).element_type)
+                attr = ir.DenseElementsAttr(o.attributes["value"])
+                operands.append(arith.constant(
+                    t, ir.DenseElementsAttr.get_splat(t, attr.get_splat_value())))
+            result = ir.VectorType.get([4], ir.VectorType(op.results[0].type).element_type)
+            attrs = {name: op.attributes[name] for name in op.attributes}
+            v = ir.Operation.create(op.name, results=[result], operands=operands,
+                                    attributes=attrs).results[0]
+            src = op.results[0]
+        store = vector.store(v, mt.c, [gr, gc])
+        elt_bytes = (ir.VectorType(v.type).element_type.width + 7) // 8
+        store.attributes["alignment"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                           4 * elt_bytes)
+    # the tile's ops go with its loop (the epilogue ops live inside the lane loop)
+    loop.erase()
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpgroupTiles(_Step):
+    """Large f16/bf16 tiles of row-major operands become TMA + wgmma kernels (sm_90a)."""
+
+    name = "autodiff-gpu-warpgroup-tiles"
+    summary = "Rewrite tensor-core tiles into TMA and warpgroup-MMA kernels on sm_90a"
+
+    chip: str = "sm_80"
+    enabled: bool = False
+
+    def apply(self, module: ir.Operation) -> None:
+        if not (self.enabled and supported_chip(self.chip)):
+            return
+        matches = []
+        for op in walk_ops(module):
+            if op.name == "scf.for" and TILE_ATTR in op.attributes:
+                mt = _match(op)
+                if mt is not None:
+                    matches.append(mt)
+        for mt in matches:
+            _rewrite(mt)
+
+
+__all__ = ["WarpgroupTiles", "TensorMapArguments", "STAGES", "supported_chip"]
+
+
+def _is_tensor_map(t: ir.Type) -> bool:
+    return str(t).startswith("!nvgpu.tensormap.descriptor")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMapArguments(_Step):
+    """Kernels take their tensor maps as `!llvm.ptr` (after kernel outlining).
+
+    A tensor map lives in device memory (the runtime copies the one the driver
+    encodes there); NVVM's kernel lowering does not convert `nvgpu` types in
+    signatures, so each outlined kernel's tensor-map parameter becomes a pointer,
+    cast back to the map's type at the kernel's entry, and each launch passes
+    the pointer the host-side map lowers to."""
+
+    name = "autodiff-gpu-tensor-map-arguments"
+    summary = "Pass TMA descriptors to kernels as pointers"
+
+    def apply(self, module: ir.Operation) -> None:
+        ptr = ir.Type.parse("!llvm.ptr")
+        for op in list(walk_ops(module)):
+            if op.name == "gpu.func":
+                body = op.regions[0].blocks[0]
+                ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+                inputs = list(ftype.inputs)
+                changed = False
+                for i, arg in enumerate(body.arguments):
+                    if not _is_tensor_map(arg.type):
+                        continue
+                    t = arg.type
+                    arg.set_type(ptr)
+                    with ir.InsertionPoint.at_block_begin(body), op.location:
+                        cast = ir.Operation.create("builtin.unrealized_conversion_cast",
+                                                   results=[t], operands=[arg])
+                    for use in list(arg.uses):
+                        user = use.owner.operation if isinstance(use.owner, ir.OpView) \
+                            else use.owner
+                        if user != cast:
+                            user.operands[use.operand_number] = cast.results[0]
+                    inputs[i] = ptr
+                    changed = True
+                if changed:
+                    op.attributes["function_type"] = ir.TypeAttr.get(
+                        ir.FunctionType.get(inputs, list(ftype.results)))
+            elif op.name == "gpu.launch_func":
+                for i, v in enumerate(list(op.operands)):
+                    if _is_tensor_map(v.type):
+                        with ir.InsertionPoint(op), op.location:
+                            cast = ir.Operation.create("builtin.unrealized_conversion_cast",
+                                                       results=[ptr], operands=[v])
+                        op.operands[i] = cast.results[0]
