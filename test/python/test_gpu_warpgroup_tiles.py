@@ -1,10 +1,16 @@
 """The sm_90a warpgroup tiles (transforms/gpu/warpgroup_tiles.py): TMA + wgmma kernels.
 
 No GPU here: the tests check which contractions take the path, the kernels' IR and
-PTX (ptxas assembles them for sm_90a), and the host side end to end: an exported
-artifact, loaded with a fake CUDA driver, encodes the tensor maps the kernel reads
-(the shapes, strides, boxes and swizzle the kernel assumes) and launches the grid
-with the shared memory the kernel carves up.
+PTX (ptxas assembles them for sm_90a), the kernel's data path block by block in an
+interpreter of its IR (the copies' swizzle, the stages and mbarrier phases, the
+descriptors' layouts, the epilogue; it catches a missing realignment, swapped
+coordinates or halves, a parity that never flips, a refill of the buffers the MMA in
+flight reads), and the host side end to end: an exported artifact, loaded with a fake
+CUDA driver, encodes the tensor maps the kernel reads (the shapes, strides, boxes and
+swizzle the kernel assumes) and launches the grid with the shared memory the kernel
+carves up. What none of this can check is the hardware's reading of the descriptors:
+the interpreter assumes the layouts upstream's nvgpu lowering encodes
+(benchmarks/gpu_wgmma_probe.py is the check on a device).
 """
 
 from __future__ import annotations
@@ -296,3 +302,285 @@ def test_device_probe_prepares_and_runs(tmp_path) -> None:
     results = json.loads((tmp_path / "p.json").read_text())
     assert len(results) == 20 and all(r["wrong"] > 0 for r in results)
     assert len(np.load(tmp_path / "p.npz").files) == 20
+
+
+# -- the kernel, block by block, on the CPU ------------------------------------------------
+#
+# An interpreter for the kernel stage's gpu.func: every block of the grid, its 128 threads
+# in lockstep (per-thread values are numpy arrays), shared memory as bytes. The nvgpu ops
+# are given the semantics the kernel relies on: a bulk tensor copy writes its box with the
+# 128-byte swizzle (address bits 4-6 XOR bits 7-9) and completes its bytes on the slot's
+# mbarrier; a wait on a phase that has not completed is a deadlock; a warpgroup MMA reads
+# A (128 x 64) from its descriptor's base as 128-byte swizzled rows and B (64 x 128) as
+# two such 64-column boxes 8 KiB apart (the layouts upstream's descriptor lowering encodes:
+# leading byte offset 8 KiB, stride 1 KiB) and must start on a 1 KiB boundary (the swizzle
+# pattern's period: its descriptors carry no base offset); a copy must not land in the
+# buffers the MMA still in flight reads (one group stays in flight: wait_group 1).
+
+_SMEM_BASE = 48  # where dynamic shared memory starts: after the static mbarriers
+
+
+class _Sim:
+    def __init__(self, func, grid, smem_bytes, args):
+        self.func, self.grid, self.args = func, grid, args
+        self.smem_bytes = smem_bytes
+
+    # shared memory
+    @staticmethod
+    def _swizzled(addr):
+        return addr ^ (((addr >> 7) & 7) << 4)
+
+    def _write16(self, addrs, values):  # 16-bit elements at byte addresses
+        bits = np.asarray(values).view(np.uint16).ravel()
+        a = self._swizzled(np.asarray(addrs).ravel())
+        self.smem[a] = (bits & 0xFF).astype(np.uint8)
+        self.smem[a + 1] = (bits >> 8).astype(np.uint8)
+
+    def _read16(self, addrs, dtype):
+        a = self._swizzled(np.asarray(addrs))
+        bits = self.smem[a].astype(np.uint16) | (self.smem[a + 1].astype(np.uint16) << 8)
+        return bits.view(dtype)
+
+    def run(self):
+        for by in range(self.grid[1]):
+            for bx in range(self.grid[0]):
+                self.smem = np.zeros(_SMEM_BASE + self.smem_bytes + 64, np.uint8)
+                self.block = (bx, by)
+                self.inflight = None  # the shared buffers the MMA in flight reads
+                env = dict(zip(self.func.regions[0].blocks[0].arguments, self.args))
+                self._block(self.func.regions[0].blocks[0], env)
+
+    def _block(self, block, env):
+        for op in block.operations:
+            op = op.operation
+            if op.name in ("scf.yield", "gpu.return"):
+                return [env[v] for v in op.operands]
+            self._op(op, env)
+        return []
+
+    def _op(self, op, env):
+        name = op.name
+        val = lambda v: env[v]  # noqa: E731
+        ops = [env.get(v) for v in op.operands]
+        res = None
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr):
+                res = np.asarray(attr.get_splat_value().value, np.float32)
+            elif isinstance(attr, ir.BoolAttr):
+                res = attr.value
+            elif isinstance(attr, ir.FloatAttr):
+                res = np.float32(attr.value)
+            else:
+                res = ir.IntegerAttr(attr).value
+        elif name in _INT_OPS:
+            res = _INT_OPS[name](*ops)
+        elif name == "arith.cmpi":
+            pred = ir.IntegerAttr(op.attributes["predicate"]).value
+            res = {0: np.equal, 1: np.not_equal, 6: np.less, 8: np.greater}[pred](*ops)
+        elif name == "arith.select":
+            res = np.where(ops[0], ops[1], ops[2])
+        elif name in ("arith.truncf", "arith.mulf", "arith.addf", "math.tanh"):
+            out_t = ir.VectorType(op.results[0].type).element_type
+            f = {"arith.truncf": lambda x: x, "arith.mulf": np.multiply,
+                 "arith.addf": np.add, "math.tanh": np.tanh}[name]
+            r = np.asarray(f(*[np.asarray(x, np.float32) for x in ops]), np.float32)
+            res = r.astype(_DTYPES[str(out_t)]) if name == "arith.truncf" else r
+        elif name == "gpu.thread_id":
+            res = np.arange(128)
+        elif name == "gpu.block_id":
+            res = self.block[0] if str(op.attributes["dimension"]).endswith("x>") else \
+                self.block[1]
+        elif name == "gpu.barrier" or name == "nvgpu.tma.prefetch.descriptor":
+            pass
+        elif name == "gpu.dynamic_shared_memory":
+            res = ("smem", 0)
+        elif name == "memref.extract_aligned_pointer_as_index":
+            assert ops[0] == ("smem", 0)
+            res = _SMEM_BASE
+        elif name == "memref.view":
+            shift = _uniform(ops[1])
+            t = ir.MemRefType(op.results[0].type)
+            res = ("view", _SMEM_BASE + shift, tuple(t.shape), [t.shape[1], 1])
+        elif name == "memref.reinterpret_cast":
+            t = ir.MemRefType(op.results[0].type)
+            strides = [int(s) for s in re.findall(r"\d+", str(t.layout).split("[")[1])]
+            res = ("view", ops[0][1], tuple(t.shape), strides)
+        elif name == "memref.memory_space_cast":
+            res = ops[0]
+        elif name == "builtin.unrealized_conversion_cast":
+            res = ops[0]
+        elif name == "nvgpu.mbarrier.create":
+            n = int(re.search(r"num_barriers = (\d+)", str(op.results[0].type)).group(1))
+            res = {"count": [0] * n, "arrivals": [0] * n, "pending": [0] * n,
+                   "phases": [0] * n}
+        elif name == "nvgpu.mbarrier.init":
+            v = op.opview
+            for _ in range(_active(env[v.predicate])):
+                b, i = val(v.barriers), _uniform(val(v.mbarId))
+                b["count"][i] = b["arrivals"][i] = _uniform(val(v.count))
+        elif name == "nvgpu.mbarrier.arrive.expect_tx":
+            v = op.opview
+            for _ in range(_active(env[v.predicate])):
+                b, i = val(v.barriers), _uniform(val(v.mbarId))
+                b["arrivals"][i] -= 1
+                b["pending"][i] += _uniform(val(v.txcount))
+                _complete(b, i)
+        elif name == "nvgpu.tma.async.load":
+            v = op.opview
+            for _ in range(_active(env[v.predicate])):
+                self._tma(val(v.dst), val(v.tensorMapDescriptor),
+                          [_uniform(val(c)) for c in v.coordinates], val(v.barriers),
+                          _uniform(val(v.mbarId)))
+        elif name == "nvgpu.mbarrier.try_wait.parity":
+            v = op.opview
+            b, i = val(v.barriers), _uniform(val(v.mbarId))
+            parity = int(_uniform(val(v.phaseParity)))
+            assert b["phases"][i] % 2 != parity, f"deadlock: waiting on mbarrier {i}"
+        elif name == "nvgpu.warpgroup.mma.init.accumulator":
+            res = np.zeros((128, 128), np.float32)
+        elif name == "nvgpu.warpgroup.generate.descriptor":
+            view = ops[0]
+            assert view[1] % 1024 == 0, "a swizzled tile must start on a 1 KiB boundary"
+            res = view
+        elif name == "nvgpu.warpgroup.mma":
+            a_view, b_view, acc = ops
+            m, k = np.indices((128, 64))
+            a = self._read16(a_view[1] + m * 128 + k * 2, self.dtype).astype(np.float32)
+            k, n = np.indices((64, 128))
+            b = self._read16(b_view[1] + (n // 64) * 8192 + k * 128 + (n % 64) * 2,
+                             self.dtype).astype(np.float32)
+            self.inflight = {(a_view[1], 16384), (b_view[1], 16384)}
+            res = acc + a @ b
+        elif name == "nvvm.wgmma.wait.group.sync.aligned":
+            self.inflight = None
+        elif name == "nvgpu.warpgroup.mma.store":
+            acc, view = ops
+            assert self.inflight is None, "accumulators stored while an MMA is in flight"
+            r, c = np.indices((128, 128))
+            addr = view[1] + (r * view[3][0] + c) * 4
+            self._write32(addr, acc)
+        elif name == "vector.load":
+            view, r, c = ops
+            addr = view[1] + (np.asarray(r) * view[3][0] + np.asarray(c))[:, None] * 4 + \
+                np.arange(4) * 4
+            res = self._read32(addr)
+        elif name == "vector.store":
+            value, dest, r, c = ops
+            for t in range(128):
+                dest[np.asarray(r)[t], np.asarray(c)[t]:np.asarray(c)[t] + 4] = value[t]
+        elif name == "scf.for":
+            self._for(op, env)
+            return
+        else:
+            raise AssertionError(f"the simulator does not know {name}")
+        if op.results:
+            env[op.results[0]] = res
+
+    def _write32(self, addr, values):
+        a = np.asarray(addr).ravel()
+        data = np.asarray(values, np.float32).ravel().view(np.uint8).reshape(-1, 4)
+        for i in range(4):
+            self.smem[a + i] = data[:, i]
+
+    def _read32(self, addr):
+        a = np.asarray(addr)
+        raw = np.stack([self.smem[a + i] for i in range(4)], axis=-1)
+        return raw.copy().view(np.float32)[..., 0]
+
+    def _tma(self, dst, tmap, coords, bars, slot):
+        array, (rows, cols) = tmap
+        assert dst[2] == (rows, cols) and dst[1] % 1024 == 0, (dst, rows, cols)
+        for base, size in self.inflight or ():
+            assert not base <= dst[1] < base + size, "a copy into buffers an MMA reads"
+        x, y = coords  # innermost first: column, row
+        box = np.zeros((rows, cols), array.dtype)
+        part = array[y:y + rows, x:x + cols]
+        box[:part.shape[0], :part.shape[1]] = part
+        r, c = np.indices((rows, cols))
+        self._write16(dst[1] + r * (cols * 2) + c * 2, box)
+        self.dtype = array.dtype
+        bars["pending"][slot] -= rows * cols * 2
+        _complete(bars, slot)
+
+    def _for(self, op, env):
+        v = op.opview
+        lo, hi, st = (_uniform(env[x]) for x in (v.lowerBound, v.upperBound, v.step))
+        carried = [env[x] for x in v.initArgs]
+        body = op.regions[0].blocks[0]
+        for i in range(lo, hi, st):
+            local = dict(env)
+            local[body.arguments[0]] = i
+            for arg, value in zip(list(body.arguments)[1:], carried):
+                local[arg] = value
+            carried = self._block(body, local)
+        for r, value in zip(op.results, carried):
+            env[r] = value
+
+
+_INT_OPS = {
+    "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b, "arith.remui": lambda a, b: a % b,
+    "arith.divui": lambda a, b: a // b, "arith.andi": np.logical_and,
+    "arith.xori": np.logical_xor,
+}
+_DTYPES = {"f32": np.float32}
+
+
+def _uniform(x):
+    a = np.asarray(x)
+    assert (a == a.ravel()[0]).all(), "a value the kernel needs uniform differs by thread"
+    return a.ravel()[0].item()
+
+
+def _active(pred) -> int:
+    return int(np.count_nonzero(np.broadcast_to(np.asarray(pred), (128,))))
+
+
+def _complete(bars, slot) -> None:
+    if bars["arrivals"][slot] == 0 and bars["pending"][slot] == 0:
+        bars["phases"][slot] += 1
+        bars["arrivals"][slot] = bars["count"][slot]
+
+
+def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
+    import ml_dtypes
+
+    _DTYPES["bf16"] = ml_dtypes.bfloat16
+    _DTYPES["f16"] = np.float16
+    module = _lowered(text, stage="kernels", chip="sm_90a", wgmma=True)
+    from mlir_autodiff.transforms.ad_support import walk_ops
+    (func,) = [o for o in walk_ops(module.operation) if o.name == "gpu.func"]
+    (launch,) = [o for o in walk_ops(module.operation) if o.name == "gpu.launch_func"]
+    grid = [ir.IntegerAttr(v.owner.attributes["value"]).value for v in launch.operands[1:3]]
+    size = int(re.search(r"dynamic_shared_memory_size %c(\d+)_i32", str(launch)).group(1))
+    c = np.zeros((a.shape[0], b.shape[1]), out_dtype)
+    maps = {}
+    for op in func.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "builtin.unrealized_conversion_cast":
+            rows, cols = map(int, re.search(r"memref<(\d+)x(\d+)x", str(op.results[0].type))
+                             .groups())
+            maps[op.operands[0]] = (a if (rows, cols) == (128, 64) else b, (rows, cols))
+    args = [maps.get(arg, c) for arg in func.regions[0].blocks[0].arguments]
+    _Sim(func, grid, size, args).run()
+    return c
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_kernel_block_by_block_computes_the_matmul(stages, monkeypatch) -> None:
+    """The kernel interpreted block by block (see `_Sim`) on small integers (exact in
+    bf16 and f32): 2 x 3 output tiles, 7 steps of 64 (the mbarrier phases wrap around
+    the stages twice or more), bf16 and f32 results; every element is a @ b."""
+    import ml_dtypes
+
+    monkeypatch.setattr(warpgroup_tiles, "STAGES", stages)
+    rng = np.random.default_rng(stages)
+    m, k, n = 256, 448, 384
+    a = rng.integers(-3, 4, (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.integers(-3, 4, (k, n)).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    got = _simulate(_matmul("nn", (m, k), (k, n), (m, n), out="f32"), a, b, np.float32)
+    np.testing.assert_array_equal(got, want)
+    got = _simulate(_matmul("nn", (m, k), (k, n), (m, n)), a, b, ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))
