@@ -7,8 +7,8 @@
 (transforms/gpu/warpgroup_tiles.py, `chip=sm_90a`, tiles forced large): bf16
 operands with f32 results (the tile's accumulators as they are), of one and
 several 128 x 128 output tiles, as many steps of 64 as there are stages and
-more (the mbarrier phases wrap), and one bf16 result (the conversion
-epilogue). `--run` needs numpy and this tree's `python/` only. It calls each
+more (the mbarrier phases wrap), one bf16 result (the conversion epilogue)
+and one of 128 x 256 tiles (two warpgroups). `--run` needs numpy and this tree's `python/` only. It calls each
 on inputs whose products are exact in f32 (small integers), and on index
 patterns: A the identity and B holding each element's row (or column) index,
 and the same with the roles swapped, so that a wrong output names the element
@@ -29,12 +29,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
-#: name -> (m, k, n, bf16 result?)
+#: name -> (m, k, n, bf16 result?, the tile's columns: 256 is two warpgroups)
 SHAPES = {
-    "one tile, 3 steps": (128, 192, 128, False),
-    "2x2 tiles, 4 steps": (256, 256, 256, False),
-    "3x5 tiles, 10 steps": (384, 640, 640, False),
-    "2x2 tiles, bf16 result": (256, 256, 256, True),
+    "one tile, 3 steps": (128, 192, 128, False, 128),
+    "2x2 tiles, 4 steps": (256, 256, 256, False, 128),
+    "3x5 tiles, 10 steps": (384, 640, 640, False, 128),
+    "2x2 tiles, bf16 result": (256, 256, 256, True, 128),
+    "2x2 tiles of 128x256, 5 steps": (256, 320, 512, False, 256),
 }
 
 
@@ -52,7 +53,8 @@ def prepare(folder: str) -> int:
     contractions.LARGE_MIN_TILES = 1
     warpgroup_tiles.ENABLED = True
     os.makedirs(folder, exist_ok=True)
-    for name, (m, k, n, half) in SHAPES.items():
+    for name, (m, k, n, half, tile_n) in SHAPES.items():
+        warpgroup_tiles.TILE_N = tile_n
         a = np.zeros((m, k), ml_dtypes.bfloat16)
         b = np.zeros((k, n), ml_dtypes.bfloat16)
         if half:
@@ -88,7 +90,7 @@ def run(folder: str, out_json: str | None) -> int:
 
     rng = np.random.default_rng(0)
     lines, wrong_outputs, results = [], {}, []
-    for name, (m, k, n, half) in SHAPES.items():
+    for name, (m, k, n, half, _) in SHAPES.items():
         try:
             f = aot.load(os.path.join(folder, _slug(name)))
         except aot.NoCudaDevice as err:

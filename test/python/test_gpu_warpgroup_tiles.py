@@ -300,8 +300,8 @@ def test_device_probe_prepares_and_runs(tmp_path) -> None:
                           env=env, timeout=600)
     assert proc.returncode == 1, proc.stderr
     results = json.loads((tmp_path / "p.json").read_text())
-    assert len(results) == 20 and all(r["wrong"] > 0 for r in results)
-    assert len(np.load(tmp_path / "p.npz").files) == 20
+    assert len(results) == 25 and all(r["wrong"] > 0 for r in results)
+    assert len(np.load(tmp_path / "p.npz").files) == 25
 
 
 # -- the kernel, block by block, on the CPU ------------------------------------------------
@@ -321,9 +321,9 @@ _SMEM_BASE = 48  # where dynamic shared memory starts: after the static mbarrier
 
 
 class _Sim:
-    def __init__(self, func, grid, smem_bytes, args):
+    def __init__(self, func, grid, threads, smem_bytes, args):
         self.func, self.grid, self.args = func, grid, args
-        self.smem_bytes = smem_bytes
+        self.threads, self.smem_bytes = threads, smem_bytes
 
     # shared memory
     @staticmethod
@@ -387,7 +387,7 @@ class _Sim:
             r = np.asarray(f(*[np.asarray(x, np.float32) for x in ops]), np.float32)
             res = r.astype(_DTYPES[str(out_t)]) if name == "arith.truncf" else r
         elif name == "gpu.thread_id":
-            res = np.arange(128)
+            res = np.arange(self.threads)
         elif name == "gpu.block_id":
             res = self.block[0] if str(op.attributes["dimension"]).endswith("x>") else \
                 self.block[1]
@@ -398,10 +398,9 @@ class _Sim:
         elif name == "memref.extract_aligned_pointer_as_index":
             assert ops[0] == ("smem", 0)
             res = _SMEM_BASE
-        elif name == "memref.view":
-            shift = _uniform(ops[1])
+        elif name == "memref.view":  # (a warpgroup's rows: the shift differs by warpgroup)
             t = ir.MemRefType(op.results[0].type)
-            res = ("view", _SMEM_BASE + shift, tuple(t.shape), [t.shape[1], 1])
+            res = ("view", _SMEM_BASE + np.asarray(ops[1]), tuple(t.shape), [t.shape[1], 1])
         elif name == "memref.reinterpret_cast":
             t = ir.MemRefType(op.results[0].type)
             strides = [int(s) for s in re.findall(r"\d+", str(t.layout).split("[")[1])]
@@ -416,19 +415,19 @@ class _Sim:
                    "phases": [0] * n}
         elif name == "nvgpu.mbarrier.init":
             v = op.opview
-            for _ in range(_active(env[v.predicate])):
+            for _ in range(self._active(env[v.predicate])):
                 b, i = val(v.barriers), _uniform(val(v.mbarId))
                 b["count"][i] = b["arrivals"][i] = _uniform(val(v.count))
         elif name == "nvgpu.mbarrier.arrive.expect_tx":
             v = op.opview
-            for _ in range(_active(env[v.predicate])):
+            for _ in range(self._active(env[v.predicate])):
                 b, i = val(v.barriers), _uniform(val(v.mbarId))
                 b["arrivals"][i] -= 1
                 b["pending"][i] += _uniform(val(v.txcount))
                 _complete(b, i)
         elif name == "nvgpu.tma.async.load":
             v = op.opview
-            for _ in range(_active(env[v.predicate])):
+            for _ in range(self._active(env[v.predicate])):
                 self._tma(val(v.dst), val(v.tensorMapDescriptor),
                           [_uniform(val(c)) for c in v.coordinates], val(v.barriers),
                           _uniform(val(v.mbarId)))
@@ -437,37 +436,45 @@ class _Sim:
             b, i = val(v.barriers), _uniform(val(v.mbarId))
             parity = int(_uniform(val(v.phaseParity)))
             assert b["phases"][i] % 2 != parity, f"deadlock: waiting on mbarrier {i}"
-        elif name == "nvgpu.warpgroup.mma.init.accumulator":
-            res = np.zeros((128, 128), np.float32)
-        elif name == "nvgpu.warpgroup.generate.descriptor":
+        elif name == "nvgpu.warpgroup.mma.init.accumulator":  # one matrix per warpgroup
+            rows, cols = map(int, re.search(r"vector<(\d+)x(\d+)x", str(op.results[0].type))
+                             .groups())
+            res = [np.zeros((rows, cols), np.float32) for _ in range(self.threads // 128)]
+        elif name == "nvgpu.warpgroup.generate.descriptor":  # per warpgroup
             view = ops[0]
-            assert view[1] % 1024 == 0, "a swizzled tile must start on a 1 KiB boundary"
-            res = view
+            bases = [_uniform(np.broadcast_to(view[1], (self.threads,))[g:g + 128])
+                     for g in range(0, self.threads, 128)]
+            assert all(b % 1024 == 0 for b in bases), \
+                "a swizzled tile must start on a 1 KiB boundary"
+            res = (bases, view[2])
         elif name == "nvgpu.warpgroup.mma":
-            a_view, b_view, acc = ops
-            m, k = np.indices((128, 64))
-            a = self._read16(a_view[1] + m * 128 + k * 2, self.dtype).astype(np.float32)
-            k, n = np.indices((64, 128))
-            b = self._read16(b_view[1] + (n // 64) * 8192 + k * 128 + (n % 64) * 2,
-                             self.dtype).astype(np.float32)
-            self.inflight = {(a_view[1], 16384), (b_view[1], 16384)}
-            res = acc + a @ b
+            (a_bases, (rows, _)), (b_bases, (_, cols)), accs = ops
+            res, self.inflight = [], set()
+            for g, acc in enumerate(accs):
+                m, k = np.indices((rows, 64))
+                a = self._read16(a_bases[g] + m * 128 + k * 2, self.dtype).astype(np.float32)
+                k, n = np.indices((64, cols))
+                b = self._read16(b_bases[g] + (n // 64) * 8192 + k * 128 + (n % 64) * 2,
+                                 self.dtype).astype(np.float32)
+                self.inflight |= {(a_bases[g], rows * 128), (b_bases[g], cols * 128)}
+                res.append(acc + a @ b)
         elif name == "nvvm.wgmma.wait.group.sync.aligned":
             self.inflight = None
         elif name == "nvgpu.warpgroup.mma.store":
-            acc, view = ops
+            accs, view = ops
             assert self.inflight is None, "accumulators stored while an MMA is in flight"
-            r, c = np.indices((128, 128))
-            addr = view[1] + (r * view[3][0] + c) * 4
-            self._write32(addr, acc)
+            for g, acc in enumerate(accs):  # rows by the warps' index in the block
+                r, c = np.indices(acc.shape)
+                addr = _uniform(view[1]) + ((r + 64 * g) * view[3][0] + c) * 4
+                self._write32(addr, acc)
         elif name == "vector.load":
             view, r, c = ops
-            addr = view[1] + (np.asarray(r) * view[3][0] + np.asarray(c))[:, None] * 4 + \
-                np.arange(4) * 4
+            addr = _uniform(view[1]) + (np.asarray(r) * view[3][0] + np.asarray(c))[:, None] \
+                * 4 + np.arange(4) * 4
             res = self._read32(addr)
         elif name == "vector.store":
             value, dest, r, c = ops
-            for t in range(128):
+            for t in range(self.threads):
                 dest[np.asarray(r)[t], np.asarray(c)[t]:np.asarray(c)[t] + 4] = value[t]
         elif name == "scf.for":
             self._for(op, env)
@@ -488,17 +495,22 @@ class _Sim:
         raw = np.stack([self.smem[a + i] for i in range(4)], axis=-1)
         return raw.copy().view(np.float32)[..., 0]
 
+    def _active(self, pred) -> int:
+        return int(np.count_nonzero(np.broadcast_to(np.asarray(pred), (self.threads,))))
+
     def _tma(self, dst, tmap, coords, bars, slot):
         array, (rows, cols) = tmap
-        assert dst[2] == (rows, cols) and dst[1] % 1024 == 0, (dst, rows, cols)
+        at = _uniform(dst[1])
+        assert dst[2] == (rows, cols) and at % 1024 == 0, (dst, rows, cols)
         for base, size in self.inflight or ():
-            assert not base <= dst[1] < base + size, "a copy into buffers an MMA reads"
+            assert at + rows * cols * 2 <= base or base + size <= at, \
+                "a copy into buffers an MMA reads"
         x, y = coords  # innermost first: column, row
         box = np.zeros((rows, cols), array.dtype)
         part = array[y:y + rows, x:x + cols]
         box[:part.shape[0], :part.shape[1]] = part
         r, c = np.indices((rows, cols))
-        self._write16(dst[1] + r * (cols * 2) + c * 2, box)
+        self._write16(at + r * (cols * 2) + c * 2, box)
         self.dtype = array.dtype
         bars["pending"][slot] -= rows * cols * 2
         _complete(bars, slot)
@@ -533,10 +545,6 @@ def _uniform(x):
     return a.ravel()[0].item()
 
 
-def _active(pred) -> int:
-    return int(np.count_nonzero(np.broadcast_to(np.asarray(pred), (128,))))
-
-
 def _complete(bars, slot) -> None:
     if bars["arrivals"][slot] == 0 and bars["pending"][slot] == 0:
         bars["phases"][slot] += 1
@@ -552,7 +560,8 @@ def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
     from mlir_autodiff.transforms.ad_support import walk_ops
     (func,) = [o for o in walk_ops(module.operation) if o.name == "gpu.func"]
     (launch,) = [o for o in walk_ops(module.operation) if o.name == "gpu.launch_func"]
-    grid = [ir.IntegerAttr(v.owner.attributes["value"]).value for v in launch.operands[1:3]]
+    grid, threads = ([ir.IntegerAttr(v.owner.attributes["value"]).value for v in vs]
+                     for vs in (launch.operands[1:3], launch.operands[4:5]))
     size = int(re.search(r"dynamic_shared_memory_size %c(\d+)_i32", str(launch)).group(1))
     c = np.zeros((a.shape[0], b.shape[1]), out_dtype)
     maps = {}
@@ -563,20 +572,22 @@ def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
                              .groups())
             maps[op.operands[0]] = (a if (rows, cols) == (128, 64) else b, (rows, cols))
     args = [maps.get(arg, c) for arg in func.regions[0].blocks[0].arguments]
-    _Sim(func, grid, size, args).run()
+    _Sim(func, grid, threads[0], size, args).run()
     return c
 
 
-@pytest.mark.parametrize("stages", [2, 3, 4])
-def test_kernel_block_by_block_computes_the_matmul(stages, monkeypatch) -> None:
+@pytest.mark.parametrize("stages,tile_n", [(2, 128), (3, 128), (4, 128), (2, 256), (3, 256)])
+def test_kernel_block_by_block_computes_the_matmul(stages, tile_n, monkeypatch) -> None:
     """The kernel interpreted block by block (see `_Sim`) on small integers (exact in
-    bf16 and f32): 2 x 3 output tiles, 7 steps of 64 (the mbarrier phases wrap around
-    the stages twice or more), bf16 and f32 results; every element is a @ b."""
+    bf16 and f32): 2 x 3 (or 2 x 2 of 128 x 256: two warpgroups) output tiles, 7 steps of
+    64 (the mbarrier phases wrap around the stages twice or more), bf16 and f32
+    results; every element is a @ b."""
     import ml_dtypes
 
     monkeypatch.setattr(warpgroup_tiles, "STAGES", stages)
+    monkeypatch.setattr(warpgroup_tiles, "TILE_N", tile_n)
     rng = np.random.default_rng(stages)
-    m, k, n = 256, 448, 384
+    m, k, n = 256, 448, 384 if tile_n == 128 else 512
     a = rng.integers(-3, 4, (m, k)).astype(ml_dtypes.bfloat16)
     b = rng.integers(-3, 4, (k, n)).astype(ml_dtypes.bfloat16)
     want = a.astype(np.float32) @ b.astype(np.float32)

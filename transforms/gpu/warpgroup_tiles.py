@@ -11,7 +11,7 @@ Hopper's data path, built from upstream's `nvgpu` ops:
     host:   a tensor map per operand (`nvgpu.tma.create.descriptor`; the runtime's
             mgpuTensorMapEncodeTiledMemref): A in 128 x 64 boxes, B in 64 x 64
             boxes, both with the 128-byte swizzle
-    kernel: one warpgroup (128 threads) per 128 x 128 output tile
+    kernel: one warpgroup (128 threads) per 128 x 128 output tile (`TILE_N`)
             `STAGES` buffers of A (128 x 64) and B (64 x 128), each with an
             mbarrier; thread 0 keeps `STAGES - 1` steps of the bulk tensor
             copies in flight (`nvgpu.tma.async.load`, completing on the step's
@@ -30,7 +30,10 @@ Hopper's data path, built from upstream's `nvgpu` ops:
 Shared memory is realigned to 1024 bytes at run time (the 128-byte swizzle
 repeats every 1024 bytes and the wgmma descriptors assume a tile starts on
 one); `STAGES` x 32 KB + 1 KB per block, so three stages leave room for two
-blocks per multiprocessor.
+blocks per multiprocessor. `TILE_N = 256` (a variant, not the default) makes
+the tile 128 x 256 for two warpgroups (256 threads), each the MMA of 64 rows
+by all 256 columns (m64n256k16): more arithmetic per byte copied (85 flops
+per byte against 64), at 48 KB per stage and one block per multiprocessor.
 
 Other contractions (transposed operands, batches, ragged extents, other
 chips) keep the mma.sync tiles. On the CPU (`stage=parallel`) nothing changes:
@@ -55,13 +58,12 @@ STAGES = 3
 #: for the pass): off until a device run has checked the kernels.
 ENABLED = False
 #: Output tile per block and reduced elements per step (one swizzle row of 16-bit
-#: elements: 64 x 2 bytes).
+#: elements: 64 x 2 bytes). TILE_N 256: two warpgroups, each 64 rows of the tile.
 TILE_M, TILE_N, TILE_K = 128, 128, 64
+#: The mma.sync tile whose block loop is replaced (contractions.LARGE).
+_MMA_TILE = 128
 #: Marks the vector.load that reads 4 accumulators back in the epilogue loop.
 _OUT_ATTR = "autodiff.gpu.wgmma_out"
-#: Floats per row of the accumulators' shared-memory copy (128 + 8: the rows a
-#: warp's fragment stores hit 8 banks apart).
-_ACC_ROW = 136
 
 
 def supported_chip(chip: str) -> bool:
@@ -186,7 +188,7 @@ def _match(tile_for: ir.Operation) -> _Match | None:
            for o in ops_of(block_loop.regions[0].blocks[0])):
         return None
     tile = list(ir.DenseI32ArrayAttr(tile_for.attributes[TILE_ATTR]))
-    if tile[:2] != [TILE_M, TILE_N]:
+    if tile[:2] != [_MMA_TILE, _MMA_TILE]:
         return None  # only where the large tile was chosen (enough tiles for the chip)
     if not all(_zero_constant(v) for v in tile_for.opview.initArgs):
         return None
@@ -232,7 +234,7 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     trips = 1
     for lo, hi, st in zip(*bounds):
         trips *= -(-(hi - lo) // st) if st > 0 else 0
-    if trips != (m // TILE_M) * (n // TILE_N):
+    if trips != (m // _MMA_TILE) * (n // _MMA_TILE):
         return None
     return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k)
 
@@ -250,47 +252,61 @@ def _constants(values) -> list[int]:
 def _template(mt: _Match) -> str:
     elt = str(ir.MemRefType(mt.a.type).element_type)
     out = str(ir.MemRefType(mt.c.type).element_type)
-    s = STAGES
+    s, tn = STAGES, TILE_N
+    groups = tn // 128  # warpgroups: each takes rows / groups of the tile, all its columns
+    rows = TILE_M // groups
+    threads = 128 * groups
+    boxes = tn // 64  # B's 64-column boxes
+    acc_row = tn + 8  # floats per row of the accumulators' copy (8 banks apart)
     a_bytes = TILE_M * TILE_K * 2
-    b_bytes = TILE_K * TILE_N * 2
     half = TILE_K * 64 * 2  # one 64 x 64 box of B
+    b_bytes = boxes * half
     # the stages, or the accumulators' copy after them, and the realignment
-    smem = max(s * (a_bytes + b_bytes), TILE_M * _ACC_ROW * 4) + 1024
+    smem = max(s * (a_bytes + b_bytes), TILE_M * acc_row * 4) + 1024
+    per_thread = TILE_M * tn // (threads * 4)  # epilogue iterations (4 outputs each)
     sm = "#gpu.address_space<workgroup>"
     map_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_M}x{TILE_K}x{elt}, {sm}>, "
              "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
     map_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_K}x64x{elt}, {sm}>, "
              "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
     bar = f"!nvgpu.mbarrier.group<memorySpace = {sm}, num_barriers = {s}>"
-    acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{TILE_M}x{TILE_N}xf32>>"
-    da = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_M}x{TILE_K}x{elt}, {sm}>>"
-    db = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_K}x{TILE_N}x{elt}, {sm}>>"
+    acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{rows}x{tn}xf32>>"
+    da = f"!nvgpu.warpgroup.descriptor<tensor = memref<{rows}x{TILE_K}x{elt}, {sm}>>"
+    db = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_K}x{tn}x{elt}, {sm}>>"
     va = f"memref<{TILE_M}x{TILE_K}x{elt}, {sm}>"
-    vb = f"memref<{TILE_K}x{TILE_N}x{elt}, {sm}>"
+    vaw = f"memref<{rows}x{TILE_K}x{elt}, {sm}>"
+    vb = f"memref<{TILE_K}x{tn}x{elt}, {sm}>"
     vbh = f"memref<{TILE_K}x64x{elt}, {sm}>"
     dyn = f"memref<?xi8, {sm}>"
+    vc = f"memref<{TILE_M}x{acc_row}xf32, {sm}>"
+    vcs = f"memref<{rows}x{tn}xf32, strided<[{acc_row}, 1]>, {sm}>"
     m, n, k = mt.m, mt.n, mt.k
 
     def issue(step: str, slot: str, pred: str, tag: str) -> str:
-        return f"""
+        text = f"""
       %kc{tag} = arith.muli {step}, %c{TILE_K} : index
       %oa{tag}0 = arith.muli {slot}, %c{a_bytes} : index
       %oa{tag} = arith.addi %oa{tag}0, %pad : index
       %ob{tag}0 = arith.muli {slot}, %c{b_bytes} : index
       %ob{tag}1 = arith.addi %ob{tag}0, %c{s * a_bytes} : index
       %ob{tag} = arith.addi %ob{tag}1, %pad : index
-      %oc{tag} = arith.addi %ob{tag}, %c{half} : index
       %ta{tag} = memref.view %dyn[%oa{tag}][] : {dyn} to {va}
-      %tb{tag} = memref.view %dyn[%ob{tag}][] : {dyn} to {vbh}
-      %tc{tag} = memref.view %dyn[%oc{tag}][] : {dyn} to {vbh}
       nvgpu.mbarrier.arrive.expect_tx %bar[{slot}], %c{a_bytes + b_bytes}, predicate = {pred} : {bar}
-      nvgpu.tma.async.load %ma[%kc{tag}, %m0], %bar[{slot}] to %ta{tag}, predicate = {pred} : {map_a}, {bar} -> {va}
-      nvgpu.tma.async.load %mb[%n0, %kc{tag}], %bar[{slot}] to %tb{tag}, predicate = {pred} : {map_b}, {bar} -> {vbh}
-      nvgpu.tma.async.load %mb[%n1, %kc{tag}], %bar[{slot}] to %tc{tag}, predicate = {pred} : {map_b}, {bar} -> {vbh}"""
+      nvgpu.tma.async.load %ma[%kc{tag}, %m0], %bar[{slot}] to %ta{tag}, predicate = {pred} : {map_a}, {bar} -> {va}"""
+        for j in range(boxes):  # B's boxes side by side, `half` bytes apart
+            text += f"""
+      %o{tag}b{j} = arith.addi %ob{tag}, %c{j * half} : index
+      %t{tag}b{j} = memref.view %dyn[%o{tag}b{j}][] : {dyn} to {vbh}
+      nvgpu.tma.async.load %mb[%n{j}, %kc{tag}], %bar[{slot}] to %t{tag}b{j}, predicate = {pred} : {map_b}, {bar} -> {vbh}"""
+        return text
 
-    consts = sorted({0, 1, 4, 32, 64, 128, 1024, TILE_K, a_bytes, b_bytes, half, s, s - 1,
-                     s * a_bytes, a_bytes + b_bytes, k // TILE_K})
+    consts = sorted({0, 1, 4, 64, 128, 1024, TILE_K, a_bytes, b_bytes, s, s - 1,
+                     s * a_bytes, a_bytes + b_bytes, k // TILE_K, threads, tn // 4,
+                     per_thread, rows * 128, *(j * half for j in range(boxes)),
+                     *(64 * j for j in range(boxes))})
     kconsts = "\n".join(f"      %c{v} = arith.constant {v} : index" for v in consts)
+    columns = "\n".join(f"      %n{j} = arith.addi %n0, %c{64 * j} : index" if j else ""
+                         for j in range(boxes)).strip("\n")
     return f"""
 func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: memref<{m}x{n}x{out}>) {{
   %ua = memref.cast %A : memref<{m}x{k}x{elt}> to memref<*x{elt}>
@@ -299,12 +315,13 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
   %h128 = arith.constant 128 : index
   %ma = nvgpu.tma.create.descriptor %ua box[%h128, %h64] : memref<*x{elt}> -> {map_a}
   %mb = nvgpu.tma.create.descriptor %ub box[%h64, %h64] : memref<*x{elt}> -> {map_b}
-  %gx = arith.constant {n // TILE_N} : index
+  %gx = arith.constant {n // tn} : index
   %gy = arith.constant {m // TILE_M} : index
   %g1 = arith.constant 1 : index
+  %gt = arith.constant {threads} : index
   %size = arith.constant {smem} : i32
   gpu.launch blocks(%bx, %by, %bz) in (%sx = %gx, %sy = %gy, %sz = %g1)
-      threads(%tx, %ty, %tz) in (%ux = %h128, %uy = %g1, %uz = %g1)
+      threads(%tx, %ty, %tz) in (%ux = %gt, %uy = %g1, %uz = %g1)
       dynamic_shared_memory_size %size {{
 {kconsts}
       %false = arith.constant false
@@ -313,10 +330,14 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
       %tid = gpu.thread_id x
       %bidx = gpu.block_id x
       %bidy = gpu.block_id y
-      %n0 = arith.muli %bidx, %c128 : index
+      %ntile = arith.constant {tn} : index
+      %n0 = arith.muli %bidx, %ntile : index
       %m0 = arith.muli %bidy, %c128 : index
-      %n1 = arith.addi %n0, %c64 : index
+{columns}
       %leader = arith.cmpi eq, %tid, %c0 : index
+      // this thread's warpgroup: its rows of the tile
+      %wg = arith.divui %tid, %c128 : index
+      %wga = arith.muli %wg, %c{rows * 128} : index
       %dyn = gpu.dynamic_shared_memory : {dyn}
       %addr = memref.extract_aligned_pointer_as_index %dyn : {dyn} -> index
       %mis = arith.remui %addr, %c1024 : index
@@ -337,13 +358,14 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
         %stage = arith.remui %kk, %c{s} : index
         nvgpu.mbarrier.try_wait.parity %bar[%stage], %par, %ticks : {bar}
         %xa0 = arith.muli %stage, %c{a_bytes} : index
-        %xa = arith.addi %xa0, %pad : index
+        %xa1 = arith.addi %xa0, %pad : index
+        %xa = arith.addi %xa1, %wga : index
         %xb0 = arith.muli %stage, %c{b_bytes} : index
         %xb1 = arith.addi %xb0, %c{s * a_bytes} : index
         %xb = arith.addi %xb1, %pad : index
-        %sa = memref.view %dyn[%xa][] : {dyn} to {va}
+        %sa = memref.view %dyn[%xa][] : {dyn} to {vaw}
         %sb = memref.view %dyn[%xb][] : {dyn} to {vb}
-        %da = nvgpu.warpgroup.generate.descriptor %sa, %ma : {va}, {map_a} -> {da}
+        %da = nvgpu.warpgroup.generate.descriptor %sa, %ma : {vaw}, {map_a} -> {da}
         %db = nvgpu.warpgroup.generate.descriptor %sb, %mb : {vb}, {map_b} -> {db}
         %acc2 = nvgpu.warpgroup.mma %da, %db, %acc {{transposeB}} : {da}, {db}, {acc} -> {acc}
         // every warp's part of the previous step's wgmma is done (its wait_group 1)
@@ -360,19 +382,21 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
       }}
       nvvm.wgmma.wait.group.sync.aligned 0
       gpu.barrier
-      %vc = memref.view %dyn[%pad][] : {dyn} to memref<{TILE_M}x{_ACC_ROW}xf32, {sm}>
-      %vcs = memref.reinterpret_cast %vc to offset: [0], sizes: [{TILE_M}, {TILE_N}], strides: [{_ACC_ROW}, 1] : memref<{TILE_M}x{_ACC_ROW}xf32, {sm}> to memref<{TILE_M}x{TILE_N}xf32, strided<[{_ACC_ROW}, 1]>, {sm}>
-      nvgpu.warpgroup.mma.store %res#0, %vcs : {acc} to memref<{TILE_M}x{TILE_N}xf32, strided<[{_ACC_ROW}, 1]>, {sm}>
+      %vc = memref.view %dyn[%pad][] : {dyn} to {vc}
+      // (upstream's store places each warp's rows by its index in the block: the
+      // second warpgroup's land 64 rows down, past this view's rows, in the copy)
+      %vcs = memref.reinterpret_cast %vc to offset: [0], sizes: [{rows}, {tn}], strides: [{acc_row}, 1] : {vc} to {vcs}
+      nvgpu.warpgroup.mma.store %res#0, %vcs : {acc} to {vcs}
       gpu.barrier
       // (an integer address space: the vector lowering before the GPU one knows it)
-      %vc3 = memref.memory_space_cast %vc : memref<{TILE_M}x{_ACC_ROW}xf32, {sm}> to memref<{TILE_M}x{_ACC_ROW}xf32, 3>
-      scf.for %it = %c0 to %c32 step %c1 {{
-        %i0 = arith.muli %it, %c128 : index
+      %vc3 = memref.memory_space_cast %vc : {vc} to memref<{TILE_M}x{acc_row}xf32, 3>
+      scf.for %it = %c0 to %c{per_thread} step %c1 {{
+        %i0 = arith.muli %it, %c{threads} : index
         %idx = arith.addi %i0, %tid : index
-        %row = arith.divui %idx, %c32 : index
-        %q = arith.remui %idx, %c32 : index
+        %row = arith.divui %idx, %c{tn // 4} : index
+        %q = arith.remui %idx, %c{tn // 4} : index
         %col = arith.muli %q, %c4 : index
-        %v = vector.load %vc3[%row, %col] {{{_OUT_ATTR}}} : memref<{TILE_M}x{_ACC_ROW}xf32, 3>, vector<4xf32>
+        %v = vector.load %vc3[%row, %col] {{{_OUT_ATTR}}} : memref<{TILE_M}x{acc_row}xf32, 3>, vector<4xf32>
         %gr = arith.addi %m0, %row : index
         %gc = arith.addi %n0, %col : index
       }}
