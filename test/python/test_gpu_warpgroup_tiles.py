@@ -172,19 +172,41 @@ def test_ptx_and_cubin() -> None:
     assert adgpu.cubin_arch(obj.data) == 90
 
 
+@needs_ptxas
+@pytest.mark.parametrize("layout,trans", [("nt", "0,\\s+0"), ("tn", "1,\\s+1"),
+                                          ("tt", "1,\\s+0")])
+def test_transposed_operands_ptx(layout: str, trans: str) -> None:
+    """A stored k x m is read MN-major (trans-a 1), B stored n x k K-major (trans-b 0), by
+    wgmma ops written with their own descriptors (upstream's warpgroup MMA knows neither):
+    eight per 64-deep step, the copies of the operand's boxes, ptxas assembles it."""
+    maps, shapes, _ = _LAYOUTS[layout]
+    a, b = shapes(256, 2048, 384)
+    ptx = _ptx(_matmul(layout, a, b, (256, 384), maps=maps), chip="sm_90a", wgmma=True)
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 .*", ptx)
+    assert len(mmas) == 8 and all(re.search(rf"p, 1,\s+1, {trans};$", m) for m in mmas), mmas
+    assert ptx.count("wgmma.commit_group.sync.aligned") == 1
+    assert "wgmma.wait_group.sync.aligned \t1" in ptx and "mma.sync" not in ptx
+    module = _lowered(_matmul(layout, a, b, (256, 384), maps=maps), chip="sm_90a", wgmma=True,
+                      format="bin")
+    (obj,) = adgpu.gpu_objects(module)
+    assert adgpu.cubin_arch(obj.data) == 90
+
+
 def _wgmma_kernel(text: str) -> bool:
     return "nvgpu.tma.create.descriptor" in _kernels(text, chip="sm_90a", wgmma=True)
 
 
 def test_which_contractions_take_it() -> None:
-    """Row-major A and B, extents multiples of 128 x 128 x 64 with at least `STAGES`
-    steps, f16 or bf16, no batch; the others keep the mma.sync tile."""
+    """A and B in any of the four layouts, extents multiples of 128 x 128 x 64 with at
+    least `STAGES` steps, f16 or bf16, no batch; the others keep the mma.sync tile."""
     assert _wgmma_kernel(NN)
     assert _wgmma_kernel(_matmul("f16", (128, 192), (192, 128), (128, 128), inp="f16",
                                  out="f32"))
-    # B given as n x k (what reverse mode makes of x @ w.T)
-    assert not _wgmma_kernel(_matmul("nt", (256, 256), (384, 256), (256, 384),
-                                     maps=(_IK, _JK, _IJ)))
+    # B given as n x k, A as k x m (what reverse mode makes of x @ w)
+    assert _wgmma_kernel(_matmul("nt", (256, 256), (384, 256), (256, 384),
+                                 maps=(_IK, _JK, _IJ)))
+    assert _wgmma_kernel(_matmul("tn", (256, 256), (256, 384), (256, 384),
+                                 maps=("(i, j, k) -> (k, i)", _KJ, _IJ)))
     # k a multiple of 16, not of 64; k of two steps only
     assert not _wgmma_kernel(_matmul("k208", (256, 208), (208, 256), (256, 256)))
     assert not _wgmma_kernel(_matmul("k128", (256, 128), (128, 256), (256, 256)))
@@ -235,7 +257,8 @@ def test_exported_artifact_encodes_the_maps_the_kernel_reads(tmp_path, monkeypat
     encodes A's map (dims k, m innermost first, rows 2k bytes apart, 64 x 128 boxes)
     and B's (n, k; 64 x 64 boxes), bf16 with the 128-byte swizzle, each copied to the
     device once (the second call finds both), and launches (n/128, m/128) blocks of 128
-    threads with the stages' shared memory, opted in above 48 KB."""
+    threads with the stages' shared memory, opted in above 48 KB; with B given as n x k
+    (`a @ b.T`), B's map is of 64 x 128 boxes of its rows."""
     import ml_dtypes
 
     import mlir_autodiff as ad
@@ -245,6 +268,9 @@ def test_exported_artifact_encodes_the_maps_the_kernel_reads(tmp_path, monkeypat
     a = np.zeros((m, k), ml_dtypes.bfloat16)
     b = np.zeros((k, n), ml_dtypes.bfloat16)
     ad.export(lambda a, b: a @ b, a, b, path=tmp_path / "mm", device="gpu", chip="sm_90a")
+    # B given as n x k: one 128 x 64 box of its rows per step (K-major)
+    ad.export(lambda a, b: a @ b.T, a, b.T.copy(), path=tmp_path / "nt", device="gpu",
+              chip="sm_90a")
     manifest = json.loads((tmp_path / "mm" / "manifest.json").read_text())
     assert manifest["target"]["chip"] == "sm_90a"
     driver = build_fake_driver(tmp_path / "fake", CC)
@@ -258,6 +284,7 @@ def test_exported_artifact_encodes_the_maps_the_kernel_reads(tmp_path, monkeypat
         for _ in range(2):
             g(a, b)
         print("launches", g.kernel_launches())
+        print("nt", aot.load({str(tmp_path / "nt")!r})(a, b.T.copy()).shape)
     """, {"AUTODIFF_CUDA_DRIVER": str(driver), "FAKE_CUDA_LOG": str(log)})
     assert proc.returncode == 0, proc.stderr
     assert "launches 2" in proc.stdout
@@ -266,11 +293,14 @@ def test_exported_artifact_encodes_the_maps_the_kernel_reads(tmp_path, monkeypat
     flags = "elementstrides=1,1 interleave=0 swizzle=3 l2=0 oob=0"
     want_a = f"cuTensorMapEncodeTiled type=9 rank=2 dims={k},{m} strides={2 * k} box=64,128 "
     want_b = f"cuTensorMapEncodeTiled type=9 rank=2 dims={n},{k} strides={2 * n} box=64,64 "
-    assert maps == [want_a + flags, want_b + flags] * 2, maps
-    assert sum(x == "cuMemcpyHtoD_v2 128" for x in lines) == 2
+    want_bt = f"cuTensorMapEncodeTiled type=9 rank=2 dims={k},{n} strides={2 * k} box=64,128 "
+    assert maps == [want_a + flags, want_b + flags] * 2 + [want_a + flags, want_bt + flags], maps
+    assert f"nt ({m}, {n})" in proc.stdout
+    # each map copied once: two per artifact (each carries its own runtime)
+    assert sum(x == "cuMemcpyHtoD_v2 128" for x in lines) == 4
     smem = warpgroup_tiles.STAGES * 32768 + 1024
     launches = [x for x in lines if x.startswith("cuLaunchKernel")]
-    assert len(launches) == 2 and all(
+    assert len(launches) == 3 and all(
         x.startswith(f"cuLaunchKernel grid={n // 128},{m // 128},1 block=128,1,1 smem={smem} ")
         for x in launches), launches
     assert f"cuFuncSetAttribute 8 {smem}" in lines
@@ -347,6 +377,7 @@ class _Sim:
                 self.smem = np.zeros(_SMEM_BASE + self.smem_bytes + 64, np.uint8)
                 self.block = (bx, by)
                 self.inflight = None  # the shared buffers the MMA in flight reads
+                self.groups, self.pending = [], set()  # committed wgmma groups, the next
                 env = dict(zip(self.func.regions[0].blocks[0].arguments, self.args))
                 self._block(self.func.regions[0].blocks[0], env)
 
@@ -373,8 +404,17 @@ class _Sim:
                 res = np.float32(attr.value)
             else:
                 res = ir.IntegerAttr(attr).value
+        elif name in ("arith.andi", "arith.ori", "arith.xori", "arith.shrui"):
+            logical = str(op.results[0].type) == "i1"
+            f = {"arith.andi": (np.logical_and, np.bitwise_and),
+                 "arith.ori": (np.logical_or, np.bitwise_or),
+                 "arith.xori": (np.logical_xor, np.bitwise_xor),
+                 "arith.shrui": (None, np.right_shift)}[name][0 if logical else 1]
+            res = f(*[np.asarray(x, bool if logical else np.int64) for x in ops])
         elif name in _INT_OPS:
             res = _INT_OPS[name](*ops)
+        elif name == "arith.index_cast":
+            res = ops[0]
         elif name == "arith.cmpi":
             pred = ir.IntegerAttr(op.attributes["predicate"]).value
             res = {0: np.equal, 1: np.not_equal, 6: np.less, 8: np.greater}[pred](*ops)
@@ -458,8 +498,25 @@ class _Sim:
                                  self.dtype).astype(np.float32)
                 self.inflight |= {(a_bases[g], rows * 128), (b_bases[g], cols * 128)}
                 res.append(acc + a @ b)
+        elif name == "nvvm.wgmma.fence.aligned":
+            self.pending = set()
+        elif name == "nvvm.wgmma.mma_async":
+            self._wgmma(op, ops, env)
+            return
+        elif name == "nvvm.wgmma.commit.group.sync.aligned":
+            self.groups.append(self.pending)
         elif name == "nvvm.wgmma.wait.group.sync.aligned":
-            self.inflight = None
+            keep = ir.IntegerAttr(op.attributes["group"]).value
+            self.groups = self.groups[len(self.groups) - keep:] if keep else []
+            self.inflight = set().union(*self.groups) if self.groups else None
+        elif name == "llvm.extractvalue":  # a warpgroup's m64 half of its accumulators
+            (h,) = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+            res = [acc[64 * h:64 * (h + 1)] for acc in ops[0]]
+        elif name == "llvm.insertvalue":
+            (h,) = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+            v = op.opview
+            res = [np.concatenate([acc[:64 * h], part, acc[64 * (h + 1):]])
+                   for part, acc in zip(env[v.value], env[v.container])]
         elif name == "nvgpu.warpgroup.mma.store":
             accs, view = ops
             assert self.inflight is None, "accumulators stored while an MMA is in flight"
@@ -494,6 +551,41 @@ class _Sim:
         a = np.asarray(addr)
         raw = np.stack([self.smem[a + i] for i in range(4)], axis=-1)
         return raw.copy().view(np.float32)[..., 0]
+
+    def _wgmma(self, op, ops, env) -> None:
+        """wgmma.mma_async m64nNk16, per warpgroup: the descriptors decoded as the PTX ISA
+        lays out 128-byte swizzled operands, K-major (8-row groups `stride` apart, rows
+        128 bytes apart, 16 reduced elements along a row) or MN-major (64-wide blocks
+        `leading` apart, 8-row groups of the reduced dimension `stride` apart)."""
+        text = str(op)
+        n = int(re.search(r"n = (\d+)", text).group(1))
+        a_layout, b_layout = re.findall(r"<(row|col)>\]", text)
+        v = op.opview
+        descs_a, descs_b, accs = env[v.descriptorA], env[v.descriptorB], env[v.inouts]
+        res = []
+        for g, acc in enumerate(accs):
+            da = _uniform(np.broadcast_to(descs_a, (self.threads,))[128 * g:128 * (g + 1)])
+            db = _uniform(np.broadcast_to(descs_b, (self.threads,))[128 * g:128 * (g + 1)])
+            a = self._operand(da, 64, k_major=a_layout == "row")  # (64, 16)
+            b = self._operand(db, n, k_major=b_layout == "col").T  # (16, n)
+            res.append(acc + a @ b)
+        env[op.results[0]] = res
+
+    def _operand(self, desc: int, extent: int, k_major: bool) -> np.ndarray:
+        """An MMA operand, `extent` x 16 (rows or columns by the 16 reduced elements)."""
+        assert desc >> 62 == 1, "not the 128-byte swizzle"
+        start = (desc & 0x3FFF) << 4
+        lead, stride = ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4
+        r, kk = np.indices((extent, 16))
+        if k_major:
+            assert (start & ~127) % 1024 == 0, "a swizzled tile must start on a 1 KiB boundary"
+            addr = start + (r // 8) * stride + (r % 8) * 128 + kk * 2
+        else:
+            assert start % 1024 == 0, "a swizzled tile must start on a 1 KiB boundary"
+            addr = start + (r // 64) * lead + (kk // 8) * stride + (kk % 8) * 128 + (r % 64) * 2
+        low, high = int(addr.min()) & ~127, int(addr.max()) | 127  # the 128-byte rows read
+        self.pending |= {(low, high + 1 - low)}
+        return self._read16(addr, self.dtype).astype(np.float32)
 
     def _active(self, pred) -> int:
         return int(np.count_nonzero(np.broadcast_to(np.asarray(pred), (self.threads,))))
@@ -533,8 +625,7 @@ class _Sim:
 _INT_OPS = {
     "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
     "arith.muli": lambda a, b: a * b, "arith.remui": lambda a, b: a % b,
-    "arith.divui": lambda a, b: a // b, "arith.andi": np.logical_and,
-    "arith.xori": np.logical_xor,
+    "arith.divui": lambda a, b: a // b,
 }
 _DTYPES = {"f32": np.float32}
 
@@ -551,11 +642,13 @@ def _complete(bars, slot) -> None:
         bars["arrivals"][slot] = bars["count"][slot]
 
 
-def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
+def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype,
+              out_shape: tuple[int, int]) -> np.ndarray:
     import ml_dtypes
 
     _DTYPES["bf16"] = ml_dtypes.bfloat16
     _DTYPES["f16"] = np.float16
+    out_rows, out_cols = out_shape
     module = _lowered(text, stage="kernels", chip="sm_90a", wgmma=True)
     from mlir_autodiff.transforms.ad_support import walk_ops
     (func,) = [o for o in walk_ops(module.operation) if o.name == "gpu.func"]
@@ -563,35 +656,65 @@ def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
     grid, threads = ([ir.IntegerAttr(v.owner.attributes["value"]).value for v in vs]
                      for vs in (launch.operands[1:3], launch.operands[4:5]))
     size = int(re.search(r"dynamic_shared_memory_size %c(\d+)_i32", str(launch)).group(1))
-    c = np.zeros((a.shape[0], b.shape[1]), out_dtype)
-    maps = {}
-    for op in func.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == "builtin.unrealized_conversion_cast":
-            rows, cols = map(int, re.search(r"memref<(\d+)x(\d+)x", str(op.results[0].type))
+    # each kernel argument: a tensor map of the host function's first or second
+    # argument (traced back through the casts to its encoding), or the output
+    host_args = list(launch.parent.regions[0].blocks[0].arguments) if \
+        launch.parent.name == "func.func" else \
+        list(launch.parent.parent.regions[0].blocks[0].arguments)
+    c = np.zeros((out_rows, out_cols), out_dtype)
+    args = []
+    for v in launch.opview.kernelOperands:
+        o = v.owner.operation if isinstance(v.owner, ir.OpView) else v.owner
+        while isinstance(o, ir.Operation) and o.name in ("builtin.unrealized_conversion_cast",
+                                                         "memref.cast"):
+            v = o.operands[0]
+            o = v.owner.operation if isinstance(v.owner, ir.OpView) else v.owner
+        if isinstance(o, ir.Operation) and o.name == "nvgpu.tma.create.descriptor":
+            source = o.operands[0].owner.operation.operands[0]  # the memref.cast's
+            rows, cols = map(int, re.search(r"memref<(\d+)x(\d+)x", str(o.results[0].type))
                              .groups())
-            maps[op.operands[0]] = (a if (rows, cols) == (128, 64) else b, (rows, cols))
-    args = [maps.get(arg, c) for arg in func.regions[0].blocks[0].arguments]
+            args.append(((a, b)[host_args.index(source)], (rows, cols)))
+        else:
+            args.append(c)
     _Sim(func, grid, threads[0], size, args).run()
     return c
 
 
-@pytest.mark.parametrize("stages,tile_n", [(2, 128), (3, 128), (4, 128), (2, 256), (3, 256)])
-def test_kernel_block_by_block_computes_the_matmul(stages, tile_n, monkeypatch) -> None:
+_KI = "(i, j, k) -> (k, i)"
+#: layout -> (maps, A's shape, B's shape for m, k, n; a @ b from them)
+_LAYOUTS = {
+    "nn": ((_IK, _KJ, _IJ), lambda m, k, n: ((m, k), (k, n)), lambda a, b: a @ b),
+    "nt": ((_IK, _JK, _IJ), lambda m, k, n: ((m, k), (n, k)), lambda a, b: a @ b.T),
+    "tn": ((_KI, _KJ, _IJ), lambda m, k, n: ((k, m), (k, n)), lambda a, b: a.T @ b),
+    "tt": ((_KI, _JK, _IJ), lambda m, k, n: ((k, m), (n, k)), lambda a, b: a.T @ b.T),
+}
+
+
+@pytest.mark.parametrize("layout,stages,tile_n", [
+    ("nn", 2, 128), ("nn", 3, 128), ("nn", 4, 128), ("nn", 2, 256), ("nn", 3, 256),
+    ("nt", 3, 128), ("nt", 2, 256), ("tn", 3, 128), ("tn", 2, 256), ("tt", 3, 128),
+    ("tt", 3, 256)])
+def test_kernel_block_by_block_computes_the_matmul(layout, stages, tile_n, monkeypatch) -> None:
     """The kernel interpreted block by block (see `_Sim`) on small integers (exact in
-    bf16 and f32): 2 x 3 (or 2 x 2 of 128 x 256: two warpgroups) output tiles, 7 steps of
-    64 (the mbarrier phases wrap around the stages twice or more), bf16 and f32
-    results; every element is a @ b."""
+    bf16 and f32), each operand row-major or transposed (what reverse mode makes of a
+    matmul: the MMA reads A MN-major, B K-major): 2 x 3 (or 2 x 2 of 128 x 256: two
+    warpgroups) output tiles, 7 steps of 64 (the mbarrier phases wrap around the stages
+    twice or more), bf16 and f32 results; every element is the product."""
     import ml_dtypes
 
     monkeypatch.setattr(warpgroup_tiles, "STAGES", stages)
     monkeypatch.setattr(warpgroup_tiles, "TILE_N", tile_n)
     rng = np.random.default_rng(stages)
     m, k, n = 256, 448, 384 if tile_n == 128 else 512
-    a = rng.integers(-3, 4, (m, k)).astype(ml_dtypes.bfloat16)
-    b = rng.integers(-3, 4, (k, n)).astype(ml_dtypes.bfloat16)
-    want = a.astype(np.float32) @ b.astype(np.float32)
-    got = _simulate(_matmul("nn", (m, k), (k, n), (m, n), out="f32"), a, b, np.float32)
+    maps, shapes, product = _LAYOUTS[layout]
+    ashape, bshape = shapes(m, k, n)
+    a = rng.integers(-3, 4, ashape).astype(ml_dtypes.bfloat16)
+    b = rng.integers(-3, 4, bshape).astype(ml_dtypes.bfloat16)
+    want = product(a.astype(np.float32), b.astype(np.float32))
+    got = _simulate(_matmul(layout, ashape, bshape, (m, n), maps=maps, out="f32"), a, b,
+                    np.float32, (m, n))
     np.testing.assert_array_equal(got, want)
-    got = _simulate(_matmul("nn", (m, k), (k, n), (m, n)), a, b, ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))
+    if layout == "nn":
+        got = _simulate(_matmul(layout, ashape, bshape, (m, n), maps=maps), a, b,
+                        ml_dtypes.bfloat16, (m, n))
+        np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))

@@ -2,26 +2,29 @@
 
 `WarpgroupTiles` (kernel stage, after `DeviceMemory`) takes the large tensor-core
 tiles `WarpTileContractions` made (contractions.py: 128 x 128 output tiles of
-four warps, mma.sync) whose operands are both row-major in memory (A is m x k,
-B is k x n, no batch), whose extents are multiples of 128 x 128 x 64 and whose
+four warps, mma.sync) of 2-D operands (no batch) in any layout (A m x k or
+k x m, B k x n or n x k: a matmul and the transposed contractions reverse mode
+makes of it), whose extents are multiples of 128 x 128 x 64 and whose
 accumulators start at zero, and, when the target is `sm_90a` (the only chip
 with warpgroup MMA), replaces the tile's block loop with a `gpu.launch` of
 Hopper's data path, built from upstream's `nvgpu` ops:
 
     host:   a tensor map per operand (`nvgpu.tma.create.descriptor`; the runtime's
-            mgpuTensorMapEncodeTiledMemref): A in 128 x 64 boxes, B in 64 x 64
-            boxes, both with the 128-byte swizzle
+            mgpuTensorMapEncodeTiledMemref), 128-byte swizzle: A m x k in 128 x 64
+            boxes (K-major for the MMA), k x m in 64 x 64 (MN-major); B k x n in
+            64 x 64 boxes (MN-major), n x k in boxes of the tile's rows x 64
     kernel: one warpgroup (128 threads) per 128 x 128 output tile (`TILE_N`)
             `STAGES` buffers of A (128 x 64) and B (64 x 128), each with an
             mbarrier; thread 0 keeps `STAGES - 1` steps of the bulk tensor
             copies in flight (`nvgpu.tma.async.load`, completing on the step's
             mbarrier with its byte count)
-            each 64-deep step: wait on the step's barrier, one
-            `nvgpu.warpgroup.mma` (eight m64n128k16 `wgmma.mma_async`, B read
-            MN-major from the swizzled boxes; it leaves this step's group in
-            flight and waits for the previous one), a block barrier (every
-            warp is done with the previous step's buffers), then thread 0
-            refills the buffers the previous step read
+            each 64-deep step: wait on the step's barrier, eight m64n128k16
+            `wgmma.mma_async` (A m x k, B k x n: upstream's
+            `nvgpu.warpgroup.mma`; other layouts: the same ops written here
+            with their descriptors, `_mma`), this step's group left in flight
+            and the previous one waited for, a block barrier (every warp is
+            done with the previous step's buffers), then thread 0 refills the
+            buffers the previous step read
             epilogue: accumulators to shared memory (rows padded to 136
             floats), then each thread stores 4 consecutive outputs at a time
             through the tile's elementwise epilogue (a bf16 conversion, an
@@ -35,8 +38,8 @@ the tile 128 x 256 for two warpgroups (256 threads), each the MMA of 64 rows
 by all 256 columns (m64n256k16): more arithmetic per byte copied (85 flops
 per byte against 64), at 48 KB per stage and one block per multiprocessor.
 
-Other contractions (transposed operands, batches, ragged extents, other
-chips) keep the mma.sync tiles. On the CPU (`stage=parallel`) nothing changes:
+Other contractions (batches, ragged extents, other chips) keep the mma.sync
+tiles. On the CPU (`stage=parallel`) nothing changes:
 this runs at the kernel stage only.
 """
 
@@ -100,6 +103,8 @@ class _Match:
     m: int
     n: int
     k: int
+    ta: bool = False  # A stored k x m: MN-major for the MMA
+    tb: bool = False  # B stored n x k: K-major for the MMA
 
 
 def _reads(tile_for: ir.Operation) -> dict[int, list[ir.Operation]]:
@@ -195,8 +200,11 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     reads = _reads(tile_for)
     if set(reads) != {0, 1}:
         return None
-    if any(tag[2] != 0 for rs in reads.values() for _, tag in rs):
-        return None  # a transposed read: MN-major A or K-major B (not here yet)
+    # how each operand is stored: A k x m (MN-major for the MMA), B n x k (K-major)
+    trans = [{tag[2] for _, tag in reads[o]} for o in (0, 1)]
+    if any(len(t) != 1 for t in trans):
+        return None
+    ta, tb = (bool(t.pop()) for t in trans)
     a, b = reads[0][0][0].operands[0], reads[1][0][0].operands[0]
     if any(r.operands[0] != a for r, _ in reads[0]) or \
             any(r.operands[0] != b for r, _ in reads[1]):
@@ -210,7 +218,7 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     elt = at.element_type
     if elt not in (ir.BF16Type.get(), ir.F16Type.get()) or bt.element_type != elt:
         return None
-    (m, k), (k2, n) = at.shape, bt.shape
+    (m, k), (k2, n) = at.shape[::-1] if ta else at.shape, bt.shape[::-1] if tb else bt.shape
     if k != k2 or m % TILE_M or n % TILE_N or k % TILE_K or k // TILE_K < STAGES:
         return None
     chains = [_epilogue_chain(r, tile_for) for r in tile_for.results]
@@ -236,7 +244,7 @@ def _match(tile_for: ir.Operation) -> _Match | None:
         trips *= -(-(hi - lo) // st) if st > 0 else 0
     if trips != (m // _MMA_TILE) * (n // _MMA_TILE):
         return None
-    return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k)
+    return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k, ta, tb)
 
 
 def _constants(values) -> list[int]:
@@ -249,6 +257,88 @@ def _constants(values) -> list[int]:
     return out
 
 
+def _loads(mt: _Match, tn: int) -> tuple[list, list]:
+    """The bulk copies of one step: (map, box rows, box columns, coordinates, byte offset
+    in the operand's buffer) for A, then for B. A m x k: one 128 x 64 box of rows;
+    k x m: two 64 x 64 boxes (the MMA reads it MN-major). B k x n: 64 x 64 boxes side by
+    side (MN-major); n x k: one box of `tn` rows (K-major)."""
+    half = TILE_K * 64 * 2
+    a = [("%ma", 64, 64, f"[%m{j}, %kc]", j * half) for j in range(2)] if mt.ta else \
+        [("%ma", TILE_M, TILE_K, "[%kc, %m0]", 0)]
+    b = [("%mb", tn, TILE_K, "[%kc, %n0]", 0)] if mt.tb else \
+        [("%mb", TILE_K, 64, f"[%n{j}, %kc]", j * half) for j in range(tn // 64)]
+    return a, b
+
+
+def _descriptor_bits(mn_major: bool) -> int:
+    """A wgmma shared-memory descriptor without its start address: the 128-byte swizzle
+    (bits 62-63), 1 KiB between groups of 8 rows (stride, bits 32-45) and, MN-major,
+    8 KiB between the 64-wide blocks of the MN dimension (leading offset, bits 16-29;
+    unused K-major: the 64 reduced elements of a row are one swizzled 128-byte row)."""
+    lead = 8192 if mn_major else 16
+    return (1 << 62) | ((1024 >> 4) << 32) | ((lead >> 4) << 16)
+
+
+def _mma(mt: _Match, elt: str, acc: str, rows: int, tn: int, a_bytes: int, b_bytes: int,
+         s: int) -> str:
+    """One step's MMA of a warpgroup's rows, when an operand is stored transposed:
+    upstream's `nvgpu.warpgroup.mma` knows row-major A and MN-major B only, so the
+    wgmma ops are written here, with their descriptors: per 16 reduced elements, a
+    K-major operand's start moves 32 bytes along its swizzled rows, an MN-major one's
+    2 KiB (16 rows of 128 bytes); A's second 64 rows are 8 KiB on."""
+    halves = rows // 64
+    inner = "!llvm.struct<(" + ", ".join(["f32"] * (tn // 2)) + ")>"
+    outer = "!llvm.struct<(" + ", ".join([inner] * halves) + ")>"
+    la, lb = ("col" if mt.ta else "row"), ("col" if mt.tb else "row")
+    a_step, b_step = (2048 if mt.ta else 32), (32 if mt.tb else 2048)
+    text = f"""
+        %sacc = builtin.unrealized_conversion_cast %acc : {acc} to {outer}
+        %ab0 = arith.muli %stage, %c{a_bytes} : index
+        %ab1 = arith.addi %ab0, %pad : index
+        %ab2 = arith.addi %ab1, %wga : index
+        %abase = arith.addi %ab2, %addr : index
+        %bb0 = arith.muli %stage, %c{b_bytes} : index
+        %bb1 = arith.addi %bb0, %c{s * a_bytes} : index
+        %bb2 = arith.addi %bb1, %pad : index
+        %bbase = arith.addi %bb2, %addr : index
+        %dbits_a = arith.constant {_descriptor_bits(mt.ta)} : i64
+        %dbits_b = arith.constant {_descriptor_bits(not mt.tb)} : i64
+        %d4 = arith.constant 4 : i64
+        %d14 = arith.constant 16383 : i64"""
+
+    def desc(name: str, base: str, offset: int, bits: str) -> str:
+        return f"""
+        %{name}o = arith.constant {offset} : index
+        %{name}a = arith.addi {base}, %{name}o : index
+        %{name}i = arith.index_cast %{name}a : index to i64
+        %{name}s = arith.shrui %{name}i, %d4 : i64
+        %{name}m = arith.andi %{name}s, %d14 : i64
+        %{name} = arith.ori %{name}m, {bits} : i64"""
+
+    for q in range(4):
+        text += desc(f"db{q}", "%bbase", q * b_step, "%dbits_b")
+    text += "\n        nvvm.wgmma.fence.aligned"
+    value = "%sacc"
+    for h in range(halves):
+        cur = f"%h{h}"
+        text += f"\n        {cur} = llvm.extractvalue %sacc[{h}] : {outer}"
+        for q in range(4):
+            text += desc(f"da{h}{q}", "%abase", h * 8192 + q * a_step, "%dbits_a")
+            nxt = f"%h{h}k{q}"
+            text += (f"\n        {nxt} = nvvm.wgmma.mma_async %da{h}{q}, %db{q}, {cur}, "
+                     f"<m = 64, n = {tn}, k = 16>, D[<f32>, <one>, <wrapped>], "
+                     f"A[<{elt}>, <one>, <{la}>], B[<{elt}>, <one>, <{lb}>] "
+                     f": {inner} -> {inner}")
+            cur = nxt
+        text += f"\n        %accv{h} = llvm.insertvalue {cur}, {value}[{h}] : {outer}"
+        value = f"%accv{h}"
+    text += f"""
+        nvvm.wgmma.commit.group.sync.aligned
+        nvvm.wgmma.wait.group.sync.aligned 1
+        %acc2 = builtin.unrealized_conversion_cast {value} : {outer} to {acc}"""
+    return text
+
+
 def _template(mt: _Match) -> str:
     elt = str(ir.MemRefType(mt.a.type).element_type)
     out = str(ir.MemRefType(mt.c.type).element_type)
@@ -256,31 +346,33 @@ def _template(mt: _Match) -> str:
     groups = tn // 128  # warpgroups: each takes rows / groups of the tile, all its columns
     rows = TILE_M // groups
     threads = 128 * groups
-    boxes = tn // 64  # B's 64-column boxes
     acc_row = tn + 8  # floats per row of the accumulators' copy (8 banks apart)
     a_bytes = TILE_M * TILE_K * 2
-    half = TILE_K * 64 * 2  # one 64 x 64 box of B
-    b_bytes = boxes * half
+    b_bytes = tn * TILE_K * 2
     # the stages, or the accumulators' copy after them, and the realignment
     smem = max(s * (a_bytes + b_bytes), TILE_M * acc_row * 4) + 1024
     per_thread = TILE_M * tn // (threads * 4)  # epilogue iterations (4 outputs each)
     sm = "#gpu.address_space<workgroup>"
-    map_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_M}x{TILE_K}x{elt}, {sm}>, "
-             "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
-    map_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{TILE_K}x64x{elt}, {sm}>, "
-             "swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>")
+    a_loads, b_loads = _loads(mt, tn)
+
+    def tmap(box_rows: int, box_cols: int) -> str:
+        return (f"!nvgpu.tensormap.descriptor<tensor = memref<{box_rows}x{box_cols}x{elt}, "
+                f"{sm}>, swizzle = swizzle_128b, l2promo = none, oob = zero, "
+                "interleave = none>")
+
+    map_a, map_b = tmap(*a_loads[0][1:3]), tmap(*b_loads[0][1:3])
     bar = f"!nvgpu.mbarrier.group<memorySpace = {sm}, num_barriers = {s}>"
     acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{rows}x{tn}xf32>>"
     da = f"!nvgpu.warpgroup.descriptor<tensor = memref<{rows}x{TILE_K}x{elt}, {sm}>>"
     db = f"!nvgpu.warpgroup.descriptor<tensor = memref<{TILE_K}x{tn}x{elt}, {sm}>>"
-    va = f"memref<{TILE_M}x{TILE_K}x{elt}, {sm}>"
     vaw = f"memref<{rows}x{TILE_K}x{elt}, {sm}>"
     vb = f"memref<{TILE_K}x{tn}x{elt}, {sm}>"
-    vbh = f"memref<{TILE_K}x64x{elt}, {sm}>"
     dyn = f"memref<?xi8, {sm}>"
     vc = f"memref<{TILE_M}x{acc_row}xf32, {sm}>"
     vcs = f"memref<{rows}x{tn}xf32, strided<[{acc_row}, 1]>, {sm}>"
     m, n, k = mt.m, mt.n, mt.k
+    a_shape = f"{k}x{m}" if mt.ta else f"{m}x{k}"
+    b_shape = f"{n}x{k}" if mt.tb else f"{k}x{n}"
 
     def issue(step: str, slot: str, pred: str, tag: str) -> str:
         text = f"""
@@ -290,31 +382,49 @@ def _template(mt: _Match) -> str:
       %ob{tag}0 = arith.muli {slot}, %c{b_bytes} : index
       %ob{tag}1 = arith.addi %ob{tag}0, %c{s * a_bytes} : index
       %ob{tag} = arith.addi %ob{tag}1, %pad : index
-      %ta{tag} = memref.view %dyn[%oa{tag}][] : {dyn} to {va}
-      nvgpu.mbarrier.arrive.expect_tx %bar[{slot}], %c{a_bytes + b_bytes}, predicate = {pred} : {bar}
-      nvgpu.tma.async.load %ma[%kc{tag}, %m0], %bar[{slot}] to %ta{tag}, predicate = {pred} : {map_a}, {bar} -> {va}"""
-        for j in range(boxes):  # B's boxes side by side, `half` bytes apart
-            text += f"""
-      %o{tag}b{j} = arith.addi %ob{tag}, %c{j * half} : index
-      %t{tag}b{j} = memref.view %dyn[%o{tag}b{j}][] : {dyn} to {vbh}
-      nvgpu.tma.async.load %mb[%n{j}, %kc{tag}], %bar[{slot}] to %t{tag}b{j}, predicate = {pred} : {map_b}, {bar} -> {vbh}"""
+      nvgpu.mbarrier.arrive.expect_tx %bar[{slot}], %c{a_bytes + b_bytes}, predicate = {pred} : {bar}"""
+        for operand, loads in (("a", a_loads), ("b", b_loads)):
+            for j, (mp, br, bc, coords, offset) in enumerate(loads):
+                view = f"memref<{br}x{bc}x{elt}, {sm}>"
+                at = f"%o{tag}{operand}{j}"
+                text += f"""
+      {at} = arith.addi %o{operand}{tag}, %c{offset} : index
+      %t{tag}{operand}{j} = memref.view %dyn[{at}][] : {dyn} to {view}
+      nvgpu.tma.async.load {mp}{coords.replace("%kc", f"%kc{tag}")}, %bar[{slot}] to %t{tag}{operand}{j}, predicate = {pred} : {tmap(br, bc)}, {bar} -> {view}"""
         return text
 
+    offsets = {o for *_, o in a_loads + b_loads}
     consts = sorted({0, 1, 4, 64, 128, 1024, TILE_K, a_bytes, b_bytes, s, s - 1,
                      s * a_bytes, a_bytes + b_bytes, k // TILE_K, threads, tn // 4,
-                     per_thread, rows * 128, *(j * half for j in range(boxes)),
-                     *(64 * j for j in range(boxes))})
+                     per_thread, rows * 128, *offsets, *(64 * j for j in range(tn // 64))})
     kconsts = "\n".join(f"      %c{v} = arith.constant {v} : index" for v in consts)
-    columns = "\n".join(f"      %n{j} = arith.addi %n0, %c{64 * j} : index" if j else ""
-                         for j in range(boxes)).strip("\n")
+    columns = "\n".join(f"      %n{j} = arith.addi %n0, %c{64 * j} : index"
+                        for j in range(1, tn // 64))
+    if mt.ta or mt.tb:
+        mma = _mma(mt, elt, acc, rows, tn, a_bytes, b_bytes, s)
+    else:  # upstream's warpgroup MMA: row-major A, MN-major B
+        mma = f"""
+        %xa0 = arith.muli %stage, %c{a_bytes} : index
+        %xa1 = arith.addi %xa0, %pad : index
+        %xa = arith.addi %xa1, %wga : index
+        %xb0 = arith.muli %stage, %c{b_bytes} : index
+        %xb1 = arith.addi %xb0, %c{s * a_bytes} : index
+        %xb = arith.addi %xb1, %pad : index
+        %sa = memref.view %dyn[%xa][] : {dyn} to {vaw}
+        %sb = memref.view %dyn[%xb][] : {dyn} to {vb}
+        %da = nvgpu.warpgroup.generate.descriptor %sa, %ma : {vaw}, {map_a} -> {da}
+        %db = nvgpu.warpgroup.generate.descriptor %sb, %mb : {vb}, {map_b} -> {db}
+        %acc2 = nvgpu.warpgroup.mma %da, %db, %acc {{transposeB}} : {da}, {db}, {acc} -> {acc}"""
     return f"""
-func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: memref<{m}x{n}x{out}>) {{
-  %ua = memref.cast %A : memref<{m}x{k}x{elt}> to memref<*x{elt}>
-  %ub = memref.cast %B : memref<{k}x{n}x{elt}> to memref<*x{elt}>
-  %h64 = arith.constant 64 : index
-  %h128 = arith.constant 128 : index
-  %ma = nvgpu.tma.create.descriptor %ua box[%h128, %h64] : memref<*x{elt}> -> {map_a}
-  %mb = nvgpu.tma.create.descriptor %ub box[%h64, %h64] : memref<*x{elt}> -> {map_b}
+func.func @wgmma_tile(%A: memref<{a_shape}x{elt}>, %B: memref<{b_shape}x{elt}>, %C: memref<{m}x{n}x{out}>) {{
+  %ua = memref.cast %A : memref<{a_shape}x{elt}> to memref<*x{elt}>
+  %ub = memref.cast %B : memref<{b_shape}x{elt}> to memref<*x{elt}>
+  %hra = arith.constant {a_loads[0][1]} : index
+  %hca = arith.constant {a_loads[0][2]} : index
+  %hrb = arith.constant {b_loads[0][1]} : index
+  %hcb = arith.constant {b_loads[0][2]} : index
+  %ma = nvgpu.tma.create.descriptor %ua box[%hra, %hca] : memref<*x{elt}> -> {map_a}
+  %mb = nvgpu.tma.create.descriptor %ub box[%hrb, %hcb] : memref<*x{elt}> -> {map_b}
   %gx = arith.constant {n // tn} : index
   %gy = arith.constant {m // TILE_M} : index
   %g1 = arith.constant 1 : index
@@ -333,6 +443,7 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
       %ntile = arith.constant {tn} : index
       %n0 = arith.muli %bidx, %ntile : index
       %m0 = arith.muli %bidy, %c128 : index
+      %m1 = arith.addi %m0, %c64 : index
 {columns}
       %leader = arith.cmpi eq, %tid, %c0 : index
       // this thread's warpgroup: its rows of the tile
@@ -356,18 +467,7 @@ func.func @wgmma_tile(%A: memref<{m}x{k}x{elt}>, %B: memref<{k}x{n}x{elt}>, %C: 
       %res:2 = scf.for %kk = %c0 to %c{k // TILE_K} step %c1
           iter_args(%acc = %acc0, %par = %false) -> ({acc}, i1) {{
         %stage = arith.remui %kk, %c{s} : index
-        nvgpu.mbarrier.try_wait.parity %bar[%stage], %par, %ticks : {bar}
-        %xa0 = arith.muli %stage, %c{a_bytes} : index
-        %xa1 = arith.addi %xa0, %pad : index
-        %xa = arith.addi %xa1, %wga : index
-        %xb0 = arith.muli %stage, %c{b_bytes} : index
-        %xb1 = arith.addi %xb0, %c{s * a_bytes} : index
-        %xb = arith.addi %xb1, %pad : index
-        %sa = memref.view %dyn[%xa][] : {dyn} to {vaw}
-        %sb = memref.view %dyn[%xb][] : {dyn} to {vb}
-        %da = nvgpu.warpgroup.generate.descriptor %sa, %ma : {vaw}, {map_a} -> {da}
-        %db = nvgpu.warpgroup.generate.descriptor %sb, %mb : {vb}, {map_b} -> {db}
-        %acc2 = nvgpu.warpgroup.mma %da, %db, %acc {{transposeB}} : {da}, {db}, {acc} -> {acc}
+        nvgpu.mbarrier.try_wait.parity %bar[%stage], %par, %ticks : {bar}{mma}
         // every warp's part of the previous step's wgmma is done (its wait_group 1)
         // before thread 0 refills the buffers that step read
         gpu.barrier
