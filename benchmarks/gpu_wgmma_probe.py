@@ -7,8 +7,10 @@
 (transforms/gpu/warpgroup_tiles.py, `chip=sm_90a`, tiles forced large): bf16
 operands with f32 results (the tile's accumulators as they are), of one and
 several 128 x 128 output tiles, as many steps of 64 as there are stages and
-more (the mbarrier phases wrap), one bf16 result (the conversion epilogue)
-and one of 128 x 256 tiles (two warpgroups). `--run` needs numpy and this tree's `python/` only. It calls each
+more (the mbarrier phases wrap), one bf16 result (the conversion epilogue),
+one of 128 x 256 tiles (two warpgroups), and the transposed layouts (A stored
+k x m, B stored n x k: the descriptors written by warpgroup_tiles.py rather
+than upstream's lowering), bf16 results. `--run` needs numpy and this tree's `python/` only. It calls each
 on inputs whose products are exact in f32 (small integers), and on index
 patterns: A the identity and B holding each element's row (or column) index,
 and the same with the roles swapped, so that a wrong output names the element
@@ -29,14 +31,24 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
-#: name -> (m, k, n, bf16 result?, the tile's columns: 256 is two warpgroups)
+#: name -> (m, k, n, bf16 result?, the tile's columns (256: two warpgroups), layout:
+#: n/t for A stored m x k / k x m, then for B stored k x n / n x k)
 SHAPES = {
-    "one tile, 3 steps": (128, 192, 128, False, 128),
-    "2x2 tiles, 4 steps": (256, 256, 256, False, 128),
-    "3x5 tiles, 10 steps": (384, 640, 640, False, 128),
-    "2x2 tiles, bf16 result": (256, 256, 256, True, 128),
-    "2x2 tiles of 128x256, 5 steps": (256, 320, 512, False, 256),
+    "one tile, 3 steps": (128, 192, 128, False, 128, "nn"),
+    "2x2 tiles, 4 steps": (256, 256, 256, False, 128, "nn"),
+    "3x5 tiles, 10 steps": (384, 640, 640, False, 128, "nn"),
+    "2x2 tiles, bf16 result": (256, 256, 256, True, 128, "nn"),
+    "2x2 tiles of 128x256, 5 steps": (256, 320, 512, False, 256, "nn"),
+    "nt (B stored n x k), 2x2 tiles": (256, 256, 256, True, 128, "nt"),
+    "tn (A stored k x m), 2x2 tiles": (256, 256, 256, True, 128, "tn"),
+    "tt, 2x2 tiles of 128x256": (256, 256, 512, True, 256, "tt"),
 }
+_BODIES = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T,
+           "tn": lambda a, b: a.T @ b, "tt": lambda a, b: a.T @ b.T}
+
+
+def _stored(x: np.ndarray, transposed: str) -> np.ndarray:
+    return np.ascontiguousarray(x.T) if transposed == "t" else x
 
 
 def _slug(name: str) -> str:
@@ -53,13 +65,13 @@ def prepare(folder: str) -> int:
     contractions.LARGE_MIN_TILES = 1
     warpgroup_tiles.ENABLED = True
     os.makedirs(folder, exist_ok=True)
-    for name, (m, k, n, half, tile_n) in SHAPES.items():
+    for name, (m, k, n, half, tile_n, layout) in SHAPES.items():
         warpgroup_tiles.TILE_N = tile_n
-        a = np.zeros((m, k), ml_dtypes.bfloat16)
-        b = np.zeros((k, n), ml_dtypes.bfloat16)
+        a = _stored(np.zeros((m, k), ml_dtypes.bfloat16), layout[0])
+        b = _stored(np.zeros((k, n), ml_dtypes.bfloat16), layout[1])
         if half:
-            fn = lambda a, b: a @ b  # noqa: E731
-        else:
+            fn = _BODIES[layout]
+        else:  # (row-major operands only: the f32 accumulators as they are)
             fn = lambda a, b: a.astype(anp.float32) @ b.astype(anp.float32)  # noqa: E731
         ad.export(fn, a, b, path=os.path.join(folder, _slug(name)), device="gpu",
                   chip="sm_90a")
@@ -90,7 +102,7 @@ def run(folder: str, out_json: str | None) -> int:
 
     rng = np.random.default_rng(0)
     lines, wrong_outputs, results = [], {}, []
-    for name, (m, k, n, half, _) in SHAPES.items():
+    for name, (m, k, n, half, _, layout) in SHAPES.items():
         try:
             f = aot.load(os.path.join(folder, _slug(name)))
         except aot.NoCudaDevice as err:
@@ -98,7 +110,8 @@ def run(folder: str, out_json: str | None) -> int:
             return 0
         for case, (a, b) in _cases(m, k, n, rng).items():
             try:
-                got = np.asarray(f(a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)))
+                got = np.asarray(f(_stored(a, layout[0]).astype(ml_dtypes.bfloat16),
+                                   _stored(b, layout[1]).astype(ml_dtypes.bfloat16)))
             except Exception as err:  # a CUDA error: name it, go on
                 lines.append(f"{name} | {case}: failed: {err}")
                 results.append({"shape": name, "case": case, "error": str(err)})

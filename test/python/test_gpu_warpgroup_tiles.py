@@ -330,8 +330,8 @@ def test_device_probe_prepares_and_runs(tmp_path) -> None:
                           env=env, timeout=600)
     assert proc.returncode == 1, proc.stderr
     results = json.loads((tmp_path / "p.json").read_text())
-    assert len(results) == 25 and all(r["wrong"] > 0 for r in results)
-    assert len(np.load(tmp_path / "p.npz").files) == 25
+    assert len(results) == 40 and all(r["wrong"] > 0 for r in results)
+    assert len(np.load(tmp_path / "p.npz").files) == 40
 
 
 # -- the kernel, block by block, on the CPU ------------------------------------------------
