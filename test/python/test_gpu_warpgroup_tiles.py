@@ -192,6 +192,17 @@ def test_transposed_operands_ptx(layout: str, trans: str) -> None:
     assert adgpu.cubin_arch(obj.data) == 90
 
 
+def _batched(layout: str, batch: int, m: int, k: int, n: int, out: str = "f32") -> str:
+    """A batched contraction in `layout` (a leading batch dimension on every operand)."""
+    a = (batch, k, m) if layout[0] == "t" else (batch, m, k)
+    b = (batch, n, k) if layout[1] == "t" else (batch, k, n)
+    am = "(b, i, j, k) -> (b, k, i)" if layout[0] == "t" else "(b, i, j, k) -> (b, i, k)"
+    bm = "(b, i, j, k) -> (b, j, k)" if layout[1] == "t" else "(b, i, j, k) -> (b, k, j)"
+    return _matmul(f"batch_{layout}", a, b, (batch, m, n), out=out,
+                   maps=(am, bm, "(b, i, j, k) -> (b, i, j)"),
+                   par='"parallel", "parallel", "parallel", "reduction"')
+
+
 def _wgmma_kernel(text: str) -> bool:
     return "nvgpu.tma.create.descriptor" in _kernels(text, chip="sm_90a", wgmma=True)
 
@@ -210,12 +221,8 @@ def test_which_contractions_take_it() -> None:
     # k a multiple of 16, not of 64; k of two steps only
     assert not _wgmma_kernel(_matmul("k208", (256, 208), (208, 256), (256, 256)))
     assert not _wgmma_kernel(_matmul("k128", (256, 128), (128, 256), (256, 256)))
-    # a batch
-    batch = _matmul("batch", (2, 128, 256), (2, 256, 128), (2, 128, 128),
-                    maps=("(b, i, j, k) -> (b, i, k)", "(b, i, j, k) -> (b, k, j)",
-                          "(b, i, j, k) -> (b, i, j)"),
-                    out="f32", par='"parallel", "parallel", "parallel", "reduction"')
-    assert not _wgmma_kernel(batch)
+    # a batch (each block one matrix of it)
+    assert _wgmma_kernel(_batched("nn", 2, 128, 256, 128))
 
 
 def test_elementwise_epilogue_runs_on_the_accumulators() -> None:
@@ -372,10 +379,10 @@ class _Sim:
         return bits.view(dtype)
 
     def run(self):
-        for by in range(self.grid[1]):
-            for bx in range(self.grid[0]):
+        for bz, by, bx in np.ndindex(*self.grid[::-1]):
+            if True:
                 self.smem = np.zeros(_SMEM_BASE + self.smem_bytes + 64, np.uint8)
-                self.block = (bx, by)
+                self.block = (bx, by, bz)
                 self.inflight = None  # the shared buffers the MMA in flight reads
                 self.groups, self.pending = [], set()  # committed wgmma groups, the next
                 env = dict(zip(self.func.regions[0].blocks[0].arguments, self.args))
@@ -429,8 +436,7 @@ class _Sim:
         elif name == "gpu.thread_id":
             res = np.arange(self.threads)
         elif name == "gpu.block_id":
-            res = self.block[0] if str(op.attributes["dimension"]).endswith("x>") else \
-                self.block[1]
+            res = self.block["xyz".index(str(op.attributes["dimension"])[-2])]
         elif name == "gpu.barrier" or name == "nvgpu.tma.prefetch.descriptor":
             pass
         elif name == "gpu.dynamic_shared_memory":
@@ -654,26 +660,31 @@ def _simulate(text: str, a: np.ndarray, b: np.ndarray, out_dtype,
     (func,) = [o for o in walk_ops(module.operation) if o.name == "gpu.func"]
     (launch,) = [o for o in walk_ops(module.operation) if o.name == "gpu.launch_func"]
     grid, threads = ([ir.IntegerAttr(v.owner.attributes["value"]).value for v in vs]
-                     for vs in (launch.operands[1:3], launch.operands[4:5]))
+                     for vs in (launch.operands[1:4], launch.operands[4:5]))
     size = int(re.search(r"dynamic_shared_memory_size %c(\d+)_i32", str(launch)).group(1))
     # each kernel argument: a tensor map of the host function's first or second
     # argument (traced back through the casts to its encoding), or the output
     host_args = list(launch.parent.regions[0].blocks[0].arguments) if \
         launch.parent.name == "func.func" else \
         list(launch.parent.parent.regions[0].blocks[0].arguments)
+    # (batched operands are 2-D views of their stacked matrices)
     c = np.zeros((out_rows, out_cols), out_dtype)
+    a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
     args = []
     for v in launch.opview.kernelOperands:
         o = v.owner.operation if isinstance(v.owner, ir.OpView) else v.owner
         while isinstance(o, ir.Operation) and o.name in ("builtin.unrealized_conversion_cast",
-                                                         "memref.cast"):
+                                                         "memref.cast",
+                                                         "memref.collapse_shape"):
             v = o.operands[0]
             o = v.owner.operation if isinstance(v.owner, ir.OpView) else v.owner
         if isinstance(o, ir.Operation) and o.name == "nvgpu.tma.create.descriptor":
             source = o.operands[0].owner.operation.operands[0]  # the memref.cast's
+            if source not in host_args:  # through the batch's 2-D view
+                source = source.owner.operation.operands[0]
             rows, cols = map(int, re.search(r"memref<(\d+)x(\d+)x", str(o.results[0].type))
                              .groups())
-            args.append(((a, b)[host_args.index(source)], (rows, cols)))
+            args.append(((a2, b2)[host_args.index(source)], (rows, cols)))
         else:
             args.append(c)
     _Sim(func, grid, threads[0], size, args).run()
@@ -718,3 +729,22 @@ def test_kernel_block_by_block_computes_the_matmul(layout, stages, tile_n, monke
         got = _simulate(_matmul(layout, ashape, bshape, (m, n), maps=maps), a, b,
                         ml_dtypes.bfloat16, (m, n))
         np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_batched_kernel_block_by_block(layout) -> None:
+    """A batch of 3 (each block one matrix's tile: the operands are 2-D views of their
+    stacked matrices, the grid's third dimension the batch), interpreted block by block:
+    every element of every matrix is exact."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(1)
+    bt, m, k, n = 3, 128, 256, 256
+    a = rng.integers(-3, 4, (bt, k, m) if layout[0] == "t" else (bt, m, k))
+    b = rng.integers(-3, 4, (bt, n, k) if layout[1] == "t" else (bt, k, n))
+    a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    af, bf = a.astype(np.float32), b.astype(np.float32)
+    want = (af.transpose(0, 2, 1) if layout[0] == "t" else af) @ \
+        (bf.transpose(0, 2, 1) if layout[1] == "t" else bf)
+    got = _simulate(_batched(layout, bt, m, k, n), a, b, np.float32, (bt * m, n))
+    np.testing.assert_array_equal(got.reshape(bt, m, n), want)

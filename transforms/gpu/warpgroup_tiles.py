@@ -65,6 +65,8 @@ ENABLED = False
 TILE_M, TILE_N, TILE_K = 128, 128, 64
 #: The mma.sync tile whose block loop is replaced (contractions.LARGE).
 _MMA_TILE = 128
+#: Marks the host's 2-D view of a batched operand (stacked matrices).
+_FLAT_ATTR = "autodiff.gpu.wgmma_flat"
 #: Marks the vector.load that reads 4 accumulators back in the epilogue loop.
 _OUT_ATTR = "autodiff.gpu.wgmma_out"
 
@@ -103,6 +105,7 @@ class _Match:
     m: int
     n: int
     k: int
+    batch: int = 0  # a leading batch dimension of A, B and C (0: none)
     ta: bool = False  # A stored k x m: MN-major for the MMA
     tb: bool = False  # B stored n x k: K-major for the MMA
 
@@ -212,13 +215,18 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     at, bt = a.type, b.type
     if not (isinstance(at, ir.MemRefType) and isinstance(bt, ir.MemRefType)):
         return None
-    if at.rank != 2 or bt.rank != 2 or not identity_layout(at) or not identity_layout(bt) \
-            or not at.has_static_shape or not bt.has_static_shape:
+    rank = at.rank
+    if rank not in (2, 3) or bt.rank != rank or not identity_layout(at) or \
+            not identity_layout(bt) or not at.has_static_shape or not bt.has_static_shape:
+        return None
+    batch = at.shape[0] if rank == 3 else 0
+    if rank == 3 and bt.shape[0] != batch:
         return None
     elt = at.element_type
     if elt not in (ir.BF16Type.get(), ir.F16Type.get()) or bt.element_type != elt:
         return None
-    (m, k), (k2, n) = at.shape[::-1] if ta else at.shape, bt.shape[::-1] if tb else bt.shape
+    a2, b2 = list(at.shape)[rank - 2:], list(bt.shape)[rank - 2:]
+    (m, k), (k2, n) = a2[::-1] if ta else a2, b2[::-1] if tb else b2
     if k != k2 or m % TILE_M or n % TILE_N or k % TILE_K or k // TILE_K < STAGES:
         return None
     chains = [_epilogue_chain(r, tile_for) for r in tile_for.results]
@@ -228,7 +236,8 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     c = writes[0].operands[1]
     ct = c.type
     if any(w.operands[1] != c for w in writes) or not isinstance(ct, ir.MemRefType) or \
-            ct.rank != 2 or list(ct.shape) != [m, n] or not identity_layout(ct):
+            ct.rank != rank or list(ct.shape) != ([batch] if batch else []) + [m, n] or \
+            not identity_layout(ct):
         return None
     acc_t = ir.VectorType(tile_for.results[0].type)
     if acc_t.element_type != ir.F32Type.get():
@@ -242,9 +251,10 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     trips = 1
     for lo, hi, st in zip(*bounds):
         trips *= -(-(hi - lo) // st) if st > 0 else 0
-    if trips != (m // _MMA_TILE) * (n // _MMA_TILE):
+    if trips != max(batch, 1) * (m // _MMA_TILE) * (n // _MMA_TILE):
         return None
-    return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k, ta, tb)
+    return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k, batch,
+                  ta, tb)
 
 
 def _constants(values) -> list[int]:
@@ -263,10 +273,12 @@ def _loads(mt: _Match, tn: int) -> tuple[list, list]:
     k x m: two 64 x 64 boxes (the MMA reads it MN-major). B k x n: 64 x 64 boxes side by
     side (MN-major); n x k: one box of `tn` rows (K-major)."""
     half = TILE_K * 64 * 2
-    a = [("%ma", 64, 64, f"[%m{j}, %kc]", j * half) for j in range(2)] if mt.ta else \
-        [("%ma", TILE_M, TILE_K, "[%kc, %m0]", 0)]
-    b = [("%mb", tn, TILE_K, "[%kc, %n0]", 0)] if mt.tb else \
-        [("%mb", TILE_K, 64, f"[%n{j}, %kc]", j * half) for j in range(tn // 64)]
+    # (a batch's matrices are stacked rows: %m0b, %n0b and %kcb are the row coordinates
+    # of this block's batch)
+    a = [("%ma", 64, 64, f"[%m{j}, %kcb]", j * half) for j in range(2)] if mt.ta else \
+        [("%ma", TILE_M, TILE_K, "[%kc, %m0b]", 0)]
+    b = [("%mb", tn, TILE_K, "[%kc, %n0b]", 0)] if mt.tb else \
+        [("%mb", TILE_K, 64, f"[%n{j}, %kcb]", j * half) for j in range(tn // 64)]
     return a, b
 
 
@@ -373,10 +385,27 @@ def _template(mt: _Match) -> str:
     m, n, k = mt.m, mt.n, mt.k
     a_shape = f"{k}x{m}" if mt.ta else f"{m}x{k}"
     b_shape = f"{n}x{k}" if mt.tb else f"{k}x{n}"
+    # a batch: the operands as 2-D memrefs of stacked matrices
+    bt = max(mt.batch, 1)
+    bp = f"{mt.batch}x" if mt.batch else ""
+
+    def stacked(shape: str) -> str:
+        rows, cols = map(int, shape.split("x"))
+        return f"{bt * rows}x{cols}"
+
+    a2, b2, c2 = stacked(a_shape), stacked(b_shape), stacked(f"{m}x{n}")
+    collapse, flat_a, flat_b = "", "%A", "%B"
+    if mt.batch:
+        for name, shape, flat, t in (("A", a_shape, a2, elt), ("B", b_shape, b2, elt),
+                                     ("C", f"{m}x{n}", c2, out)):
+            collapse += (f"\n  %{name}2 = memref.collapse_shape %{name} [[0, 1], [2]] "
+                         f"{{{_FLAT_ATTR}}} : memref<{bp}{shape}x{t}> into memref<{flat}x{t}>")
+        flat_a, flat_b = "%A2", "%B2"
 
     def issue(step: str, slot: str, pred: str, tag: str) -> str:
         text = f"""
       %kc{tag} = arith.muli {step}, %c{TILE_K} : index
+      %kcb{tag} = arith.addi %kc{tag}, %zk : index
       %oa{tag}0 = arith.muli {slot}, %c{a_bytes} : index
       %oa{tag} = arith.addi %oa{tag}0, %pad : index
       %ob{tag}0 = arith.muli {slot}, %c{b_bytes} : index
@@ -390,7 +419,7 @@ def _template(mt: _Match) -> str:
                 text += f"""
       {at} = arith.addi %o{operand}{tag}, %c{offset} : index
       %t{tag}{operand}{j} = memref.view %dyn[{at}][] : {dyn} to {view}
-      nvgpu.tma.async.load {mp}{coords.replace("%kc", f"%kc{tag}")}, %bar[{slot}] to %t{tag}{operand}{j}, predicate = {pred} : {tmap(br, bc)}, {bar} -> {view}"""
+      nvgpu.tma.async.load {mp}{coords.replace("%kcb", f"%kcb{tag}").replace("%kc,", f"%kc{tag},")}, %bar[{slot}] to %t{tag}{operand}{j}, predicate = {pred} : {tmap(br, bc)}, {bar} -> {view}"""
         return text
 
     offsets = {o for *_, o in a_loads + b_loads}
@@ -416,9 +445,9 @@ def _template(mt: _Match) -> str:
         %db = nvgpu.warpgroup.generate.descriptor %sb, %mb : {vb}, {map_b} -> {db}
         %acc2 = nvgpu.warpgroup.mma %da, %db, %acc {{transposeB}} : {da}, {db}, {acc} -> {acc}"""
     return f"""
-func.func @wgmma_tile(%A: memref<{a_shape}x{elt}>, %B: memref<{b_shape}x{elt}>, %C: memref<{m}x{n}x{out}>) {{
-  %ua = memref.cast %A : memref<{a_shape}x{elt}> to memref<*x{elt}>
-  %ub = memref.cast %B : memref<{b_shape}x{elt}> to memref<*x{elt}>
+func.func @wgmma_tile(%A: memref<{bp}{a_shape}x{elt}>, %B: memref<{bp}{b_shape}x{elt}>, %C: memref<{bp}{m}x{n}x{out}>) {{{collapse}
+  %ua = memref.cast {flat_a} : memref<{a2}x{elt}> to memref<*x{elt}>
+  %ub = memref.cast {flat_b} : memref<{b2}x{elt}> to memref<*x{elt}>
   %hra = arith.constant {a_loads[0][1]} : index
   %hca = arith.constant {a_loads[0][2]} : index
   %hrb = arith.constant {b_loads[0][1]} : index
@@ -427,10 +456,11 @@ func.func @wgmma_tile(%A: memref<{a_shape}x{elt}>, %B: memref<{b_shape}x{elt}>, 
   %mb = nvgpu.tma.create.descriptor %ub box[%hrb, %hcb] : memref<*x{elt}> -> {map_b}
   %gx = arith.constant {n // tn} : index
   %gy = arith.constant {m // TILE_M} : index
+  %gz = arith.constant {bt} : index
   %g1 = arith.constant 1 : index
   %gt = arith.constant {threads} : index
   %size = arith.constant {smem} : i32
-  gpu.launch blocks(%bx, %by, %bz) in (%sx = %gx, %sy = %gy, %sz = %g1)
+  gpu.launch blocks(%bx, %by, %bz) in (%sx = %gx, %sy = %gy, %sz = %gz)
       threads(%tx, %ty, %tz) in (%ux = %gt, %uy = %g1, %uz = %g1)
       dynamic_shared_memory_size %size {{
 {kconsts}
@@ -444,6 +474,16 @@ func.func @wgmma_tile(%A: memref<{a_shape}x{elt}>, %B: memref<{b_shape}x{elt}>, 
       %n0 = arith.muli %bidx, %ntile : index
       %m0 = arith.muli %bidy, %c128 : index
       %m1 = arith.addi %m0, %c64 : index
+      // this block's batch: its matrices' first rows in the stacked operands
+      %bidz = gpu.block_id z
+      %rows_c = arith.constant {m} : index
+      %rows_k = arith.constant {k} : index
+      %rows_n = arith.constant {n} : index
+      %zm = arith.muli %bidz, %rows_c : index
+      %zk = arith.muli %bidz, %rows_k : index
+      %zn = arith.muli %bidz, %rows_n : index
+      %m0b = arith.addi %m0, %zm : index
+      %n0b = arith.addi %n0, %zn : index
 {columns}
       %leader = arith.cmpi eq, %tid, %c0 : index
       // this thread's warpgroup: its rows of the tile
@@ -497,7 +537,7 @@ func.func @wgmma_tile(%A: memref<{a_shape}x{elt}>, %B: memref<{b_shape}x{elt}>, 
         %q = arith.remui %idx, %c{tn // 4} : index
         %col = arith.muli %q, %c4 : index
         %v = vector.load %vc3[%row, %col] {{{_OUT_ATTR}}} : memref<{TILE_M}x{acc_row}xf32, 3>, vector<4xf32>
-        %gr = arith.addi %m0, %row : index
+        %gr = arith.addi %m0b, %row : index
         %gc = arith.addi %n0, %col : index
       }}
       gpu.terminator
@@ -520,6 +560,12 @@ def _rewrite(mt: _Match) -> None:
     for op in moved:
         op.move_before(loop)
     (launch,) = [op for op in moved if op.name == "gpu.launch"]
+    c2 = mt.c  # where the epilogue stores: C, or its 2-D view of stacked matrices
+    for op in moved:
+        if _FLAT_ATTR in op.attributes:
+            del op.attributes[_FLAT_ATTR]
+            if op.operands[0] == mt.c:
+                c2 = op.results[0]
     out_load = next(o for o in walk_ops(launch) if _OUT_ATTR in o.attributes)
     del out_load.attributes[_OUT_ATTR]
     out_load.attributes["alignment"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 16)
@@ -544,7 +590,7 @@ def _rewrite(mt: _Match) -> None:
             v = ir.Operation.create(op.name, results=[result], operands=operands,
                                     attributes=attrs).results[0]
             src = op.results[0]
-        store = vector.store(v, mt.c, [gr, gc])
+        store = vector.store(v, c2, [gr, gc])
         elt_bytes = (ir.VectorType(v.type).element_type.width + 7) // 8
         store.attributes["alignment"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                            4 * elt_bytes)
