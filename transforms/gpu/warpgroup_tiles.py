@@ -2,9 +2,11 @@
 
 `WarpgroupTiles` (kernel stage, after `DeviceMemory`) takes the large tensor-core
 tiles `WarpTileContractions` made (contractions.py: 128 x 128 output tiles of
-four warps, mma.sync) of 2-D operands (no batch) in any layout (A m x k or
-k x m, B k x n or n x k: a matmul and the transposed contractions reverse mode
-makes of it), whose extents are multiples of 128 x 128 x 64 and whose
+four warps, mma.sync) in any operand layout (A m x k or k x m, B k x n or
+n x k: a matmul and the transposed contractions reverse mode makes of it),
+batched or not (a batch's operands are 2-D views of their stacked matrices,
+one layer of the grid per matrix), whose extents are multiples of
+128 x 128 x 64 and whose
 accumulators start at zero, and, when the target is `sm_90a` (the only chip
 with warpgroup MMA), replaces the tile's block loop with a `gpu.launch` of
 Hopper's data path, built from upstream's `nvgpu` ops:
@@ -38,8 +40,8 @@ the tile 128 x 256 for two warpgroups (256 threads), each the MMA of 64 rows
 by all 256 columns (m64n256k16): more arithmetic per byte copied (85 flops
 per byte against 64), at 48 KB per stage and one block per multiprocessor.
 
-Other contractions (batches, ragged extents, other chips) keep the mma.sync
-tiles. On the CPU (`stage=parallel`) nothing changes:
+Other contractions (ragged extents, fewer steps than stages, other chips) keep
+the mma.sync tiles. On the CPU (`stage=parallel`) nothing changes:
 this runs at the kernel stage only.
 """
 
