@@ -105,12 +105,13 @@ _VARIANTS = ((128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 2), (128, 128, 2, 2, 
              (64, 128, 1, 2, 32, 3), (128, 64, 2, 1, 32, 3))
 
 
-#: row key -> the buffers in flight and the tile's columns (transforms/gpu/
-#: warpgroup_tiles.py `STAGES`, `TILE_N`: 256 is two warpgroups) of the sm_90a
-#: warpgroup tile its export uses: prepared with `--chip sm_90a` only (elsewhere they
-#: would be the mma.sync tile again).
-WGMMA_VARIANTS: dict[str, tuple[int, int]] = {}
-WGMMA_STAGES = ((2, 128), (4, 128), (2, 256), (3, 256))
+#: row key -> the buffers in flight, the tile's columns and whose descriptors
+#: (transforms/gpu/warpgroup_tiles.py `STAGES`, `TILE_N`: 256 is two warpgroups,
+#: `OWN_DESCRIPTORS`) of the sm_90a warpgroup tile its export uses: prepared with
+#: `--chip sm_90a` only (elsewhere they would be the mma.sync tile again).
+WGMMA_VARIANTS: dict[str, tuple[int, int, bool]] = {}
+WGMMA_STAGES = ((2, 128, False), (4, 128, False), (2, 256, False), (3, 256, False),
+                (3, 128, True))
 
 
 def _contraction_cases() -> list[Any]:
@@ -143,13 +144,14 @@ def _contraction_cases() -> list[Any]:
             torch=run.torch_kernel(lambda torch, body=body: body),
             flops=2.0 * mnk, rtol=2e-2, atol=0.1, full=False, quick=False))
     size = 4096
-    for stages, tile_n in WGMMA_STAGES:
+    for stages, tile_n, own in WGMMA_STAGES:
         case = run.Case(
-            name="bf16 matmul wgmma", size=f"{size}^3 128x{tile_n} {stages} stages",
+            name="bf16 matmul wgmma", size=f"{size}^3 128x{tile_n} {stages} stages"
+            + (" own descriptors" if own else ""),
             inputs=lambda rng: (_bf16(rng, size, size), _bf16(rng, size, size)),
             ours=run.ours_kernel(lambda anp, nn: lambda a, b: a @ b),
             flops=2.0 * size ** 3, rtol=2e-2, atol=0.1, full=False, quick=False)
-        WGMMA_VARIANTS[case.key] = (stages, tile_n)
+        WGMMA_VARIANTS[case.key] = (stages, tile_n, own)
         _CONTRACTIONS.append(case)
     for tile in _VARIANTS:
         bm, bn, wm, wn, sk, st = tile
@@ -169,12 +171,14 @@ def _tile(key: str) -> Any:
     from mlir_autodiff.transforms.gpu import contractions, warpgroup_tiles
 
     if key in WGMMA_VARIANTS:
-        saved = warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N
-        warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N = WGMMA_VARIANTS[key]
+        saved = warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N, warpgroup_tiles.OWN_DESCRIPTORS
+        (warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N,
+         warpgroup_tiles.OWN_DESCRIPTORS) = WGMMA_VARIANTS[key]
         try:
             yield
         finally:
-            warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N = saved
+            (warpgroup_tiles.STAGES, warpgroup_tiles.TILE_N,
+             warpgroup_tiles.OWN_DESCRIPTORS) = saved
         return
     if key not in TILE_VARIANTS:
         yield

@@ -8,9 +8,10 @@
 operands with f32 results (the tile's accumulators as they are), of one and
 several 128 x 128 output tiles, as many steps of 64 as there are stages and
 more (the mbarrier phases wrap), one bf16 result (the conversion epilogue),
-one of 128 x 256 tiles (two warpgroups), and the transposed layouts (A stored
+one of 128 x 256 tiles (two warpgroups), the transposed layouts (A stored
 k x m, B stored n x k: the descriptors written by warpgroup_tiles.py rather
-than upstream's lowering), bf16 results. `--run` needs numpy and this tree's `python/` only. It calls each
+than upstream's lowering), bf16 results, and row-major operands through those
+descriptors too (beside upstream's lowering of the same). `--run` needs numpy and this tree's `python/` only. It calls each
 on inputs whose products are exact in f32 (small integers), and on index
 patterns: A the identity and B holding each element's row (or column) index,
 and the same with the roles swapped, so that a wrong output names the element
@@ -42,6 +43,7 @@ SHAPES = {
     "nt (B stored n x k), 2x2 tiles": (256, 256, 256, True, 128, "nt"),
     "tn (A stored k x m), 2x2 tiles": (256, 256, 256, True, 128, "tn"),
     "tt, 2x2 tiles of 128x256": (256, 256, 512, True, 256, "tt"),
+    "nn through our own descriptors, 2x2 tiles": (256, 256, 256, False, 128, "nn own"),
 }
 _BODIES = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T,
            "tn": lambda a, b: a.T @ b, "tt": lambda a, b: a.T @ b.T}
@@ -67,10 +69,11 @@ def prepare(folder: str) -> int:
     os.makedirs(folder, exist_ok=True)
     for name, (m, k, n, half, tile_n, layout) in SHAPES.items():
         warpgroup_tiles.TILE_N = tile_n
+        warpgroup_tiles.OWN_DESCRIPTORS = layout.endswith("own")
         a = _stored(np.zeros((m, k), ml_dtypes.bfloat16), layout[0])
         b = _stored(np.zeros((k, n), ml_dtypes.bfloat16), layout[1])
         if half:
-            fn = _BODIES[layout]
+            fn = _BODIES[layout[:2]]
         else:  # (row-major operands only: the f32 accumulators as they are)
             fn = lambda a, b: a.astype(anp.float32) @ b.astype(anp.float32)  # noqa: E731
         ad.export(fn, a, b, path=os.path.join(folder, _slug(name)), device="gpu",
@@ -103,6 +106,7 @@ def run(folder: str, out_json: str | None) -> int:
     rng = np.random.default_rng(0)
     lines, wrong_outputs, results = [], {}, []
     for name, (m, k, n, half, _, layout) in SHAPES.items():
+        layout = layout[:2]
         try:
             f = aot.load(os.path.join(folder, _slug(name)))
         except aot.NoCudaDevice as err:

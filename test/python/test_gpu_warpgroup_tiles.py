@@ -337,8 +337,8 @@ def test_device_probe_prepares_and_runs(tmp_path) -> None:
                           env=env, timeout=600)
     assert proc.returncode == 1, proc.stderr
     results = json.loads((tmp_path / "p.json").read_text())
-    assert len(results) == 40 and all(r["wrong"] > 0 for r in results)
-    assert len(np.load(tmp_path / "p.npz").files) == 40
+    assert len(results) == 45 and all(r["wrong"] > 0 for r in results)
+    assert len(np.load(tmp_path / "p.npz").files) == 45
 
 
 # -- the kernel, block by block, on the CPU ------------------------------------------------
@@ -703,8 +703,8 @@ _LAYOUTS = {
 
 @pytest.mark.parametrize("layout,stages,tile_n", [
     ("nn", 2, 128), ("nn", 3, 128), ("nn", 4, 128), ("nn", 2, 256), ("nn", 3, 256),
-    ("nt", 3, 128), ("nt", 2, 256), ("tn", 3, 128), ("tn", 2, 256), ("tt", 3, 128),
-    ("tt", 3, 256)])
+    ("nn own", 3, 128), ("nn own", 3, 256), ("nt", 3, 128), ("nt", 2, 256),
+    ("tn", 3, 128), ("tn", 2, 256), ("tt", 3, 128), ("tt", 3, 256)])
 def test_kernel_block_by_block_computes_the_matmul(layout, stages, tile_n, monkeypatch) -> None:
     """The kernel interpreted block by block (see `_Sim`) on small integers (exact in
     bf16 and f32), each operand row-major or transposed (what reverse mode makes of a
@@ -715,6 +715,9 @@ def test_kernel_block_by_block_computes_the_matmul(layout, stages, tile_n, monke
 
     monkeypatch.setattr(warpgroup_tiles, "STAGES", stages)
     monkeypatch.setattr(warpgroup_tiles, "TILE_N", tile_n)
+    if layout == "nn own":  # row-major operands through the descriptors written here
+        monkeypatch.setattr(warpgroup_tiles, "OWN_DESCRIPTORS", True)
+        layout = "nn"
     rng = np.random.default_rng(stages)
     m, k, n = 256, 448, 384 if tile_n == 128 else 512
     maps, shapes, product = _LAYOUTS[layout]

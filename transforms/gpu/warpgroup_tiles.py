@@ -59,6 +59,10 @@ from .support import identity_layout, ops_of
 
 #: Buffers (64-deep steps of A and B) in flight per block.
 STAGES = 3
+#: Row-major A and B through the wgmma ops and descriptors written here (`_mma`, what
+#: the other layouts take) rather than upstream's `nvgpu.warpgroup.mma`: a variant for
+#: the device run to compare the two.
+OWN_DESCRIPTORS = False
 #: What exported and jit-compiled GPU code takes (`LowerToGpu(wgmma=...)` decides
 #: for the pass): off until a device run has checked the kernels.
 ENABLED = False
@@ -431,7 +435,7 @@ def _template(mt: _Match) -> str:
     kconsts = "\n".join(f"      %c{v} = arith.constant {v} : index" for v in consts)
     columns = "\n".join(f"      %n{j} = arith.addi %n0, %c{64 * j} : index"
                         for j in range(1, tn // 64))
-    if mt.ta or mt.tb:
+    if mt.ta or mt.tb or OWN_DESCRIPTORS:
         mma = _mma(mt, elt, acc, rows, tn, a_bytes, b_bytes, s)
     else:  # upstream's warpgroup MMA: row-major A, MN-major B
         mma = f"""
