@@ -28,10 +28,11 @@ Options
     block size under 64 there are none). Tiled contractions have their own
     (128 threads for tensor-core tiles, 256 for f32 register tiles).
 `wgmma` (default false; needs `chip=sm_90a`)
-    Experimental: large f16/bf16 contraction tiles whose operands are both
-    row-major become TMA + warpgroup-MMA kernels (warpgroup_tiles.py) instead
-    of mma.sync tiles. Their host side is tested against a fake driver; the
-    kernels have not yet run on a GPU.
+    Experimental: the large f16/bf16 contraction tiles (any operand layout,
+    batched or not) become TMA + warpgroup-MMA kernels (warpgroup_tiles.py)
+    instead of mma.sync tiles. Their host side is tested against a fake
+    driver and the kernels in an interpreter of their IR; they have not yet
+    run on a GPU.
 `stage` (default `binary`)
     Stop early to look at (or test) an intermediate form: `parallel` (the
     bufferized, fused and tiled `scf.parallel` program the GPU mapping starts
@@ -356,7 +357,7 @@ class LowerToGpu(Pass):
         return [
             WarpsToLanes(),
             DeviceMemory(),
-            # sm_90a: large tiles of row-major operands as TMA + wgmma kernels
+            # sm_90a (`wgmma`): the large tiles as TMA + warpgroup-MMA kernels
             WarpgroupTiles(chip=self.chip, enabled=self.wgmma),
             PhasedKernels(),
             "func.func(gpu-map-parallel-loops{mapping-policy=innermost-first})",
