@@ -94,6 +94,10 @@ GPU_TILE_READ = "autodiff.gpu.mma_read"
 GPU_BF16_MMA = "autodiff.gpu.bf16_mma"
 GPU_TILE_EPILOGUE = "autodiff.gpu.tile_epilogue"
 GPU_DYNAMIC_SHARED = "autodiff.gpu.dynamic_shared_bytes"
+#: Warpgroup (TMA + wgmma) tiles (transforms/gpu/warpgroup_tiles.py), while one is built:
+#: a batched operand's 2-D host view, and the epilogue's read of 4 accumulators.
+GPU_WGMMA_FLAT = "autodiff.gpu.wgmma_flat"
+GPU_WGMMA_OUT = "autodiff.gpu.wgmma_out"
 #: transforms/shard_to_mpi.py: the MPI process count a lowered module was made for,
 #: and the mpi op a private declaration stands for while buffers are deallocated.
 MPI_PROCESSES = "autodiff.mpi_processes"
@@ -146,6 +150,10 @@ ATTRIBUTES: dict[str, str] = {
                         "until its launches name the size",
     GPU_TILE_EPILOGUE: "on the write of a tensor-core tile's fragment through an elementwise "
                        "epilogue (applied to each lane's accumulators after the mma lowering)",
+    GPU_WGMMA_FLAT: "on the memref.collapse_shape giving a batched operand of a warpgroup "
+                    "tile its 2-D view of stacked matrices, until the tile is built",
+    GPU_WGMMA_OUT: "on the vector.load of 4 accumulators in a warpgroup tile's epilogue, "
+                   "until the epilogue's ops are placed after it",
     MPI_PROCESSES: "on the module (i64): the number of MPI processes its grids span",
     HIDDEN_MPI_OP: "on a private declaration while buffers are deallocated: {name, "
                    "attributes} of the mpi op its calls stand for",

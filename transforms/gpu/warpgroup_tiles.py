@@ -52,6 +52,7 @@ import dataclasses
 from mlir import ir
 from mlir.dialects import arith, vector
 
+from ...dialects.vocabulary import GPU_TILE_READ, GPU_WGMMA_FLAT, GPU_WGMMA_OUT
 from ..ad_support import walk_ops
 from ..bufferize import ContextPass as _Step
 from .contractions import EPILOGUE_ATTR, TILE_ATTR
@@ -72,9 +73,9 @@ TILE_M, TILE_N, TILE_K = 128, 128, 64
 #: The mma.sync tile whose block loop is replaced (contractions.LARGE).
 _MMA_TILE = 128
 #: Marks the host's 2-D view of a batched operand (stacked matrices).
-_FLAT_ATTR = "autodiff.gpu.wgmma_flat"
+_FLAT_ATTR = GPU_WGMMA_FLAT
 #: Marks the vector.load that reads 4 accumulators back in the epilogue loop.
-_OUT_ATTR = "autodiff.gpu.wgmma_out"
+_OUT_ATTR = GPU_WGMMA_OUT
 
 
 def supported_chip(chip: str) -> bool:
@@ -119,8 +120,8 @@ class _Match:
 def _reads(tile_for: ir.Operation) -> dict[int, list[ir.Operation]]:
     out: dict[int, list[ir.Operation]] = {}
     for op in ops_of(tile_for.regions[0].blocks[0]):
-        if op.name == "vector.transfer_read" and "autodiff.gpu.mma_read" in op.attributes:
-            tag = list(ir.DenseI32ArrayAttr(op.attributes["autodiff.gpu.mma_read"]))
+        if op.name == "vector.transfer_read" and GPU_TILE_READ in op.attributes:
+            tag = list(ir.DenseI32ArrayAttr(op.attributes[GPU_TILE_READ]))
             out.setdefault(tag[0], []).append((op, tag))
     return out
 
