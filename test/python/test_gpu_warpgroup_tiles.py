@@ -380,13 +380,12 @@ class _Sim:
 
     def run(self):
         for bz, by, bx in np.ndindex(*self.grid[::-1]):
-            if True:
-                self.smem = np.zeros(_SMEM_BASE + self.smem_bytes + 64, np.uint8)
-                self.block = (bx, by, bz)
-                self.inflight = None  # the shared buffers the MMA in flight reads
-                self.groups, self.pending = [], set()  # committed wgmma groups, the next
-                env = dict(zip(self.func.regions[0].blocks[0].arguments, self.args))
-                self._block(self.func.regions[0].blocks[0], env)
+            self.smem = np.zeros(_SMEM_BASE + self.smem_bytes + 64, np.uint8)
+            self.block = (bx, by, bz)
+            self.inflight = None  # the shared buffers the MMA in flight reads
+            self.groups, self.pending = [], set()  # committed wgmma groups, the next
+            env = dict(zip(self.func.regions[0].blocks[0].arguments, self.args))
+            self._block(self.func.regions[0].blocks[0], env)
 
     def _block(self, block, env):
         for op in block.operations:
@@ -751,3 +750,35 @@ def test_batched_kernel_block_by_block(layout) -> None:
         (bf.transpose(0, 2, 1) if layout[1] == "t" else bf)
     got = _simulate(_batched(layout, bt, m, k, n), a, b, np.float32, (bt * m, n))
     np.testing.assert_array_equal(got.reshape(bt, m, n), want)
+
+
+@needs_ptxas
+@pytest.mark.skipif(CC is None, reason="no C compiler `cc`")
+def test_gpu_check_exports_sm90a_rows_with_warpgroup_tiles(tmp_path) -> None:
+    """`gpu_check.py --prepare --chip sm_90a` turns the warpgroup tiles on: its bf16
+    contraction row's artifact encodes tensor maps when it runs (here on a fake driver);
+    the warpgroup variant rows are prepared for sm_90a only (elsewhere they would be
+    the mma.sync tile again)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "gpu_check.py")
+    folder = tmp_path / "check"
+    proc = subprocess.run([sys.executable, script, "--prepare", str(folder), "--chip", "sm_90a",
+                           "--only", "bf16 contraction nt"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((folder / "rows.json").read_text())
+    assert meta["chip"] == "sm_90a" and [r["key"] for r in meta["rows"]] == [
+        "bf16 contraction nt 2048x256 x 1024x256"]
+    driver = build_fake_driver(tmp_path / "fake", CC)
+    log = tmp_path / "driver.log"
+    env = dict(os.environ, AUTODIFF_CUDA_DRIVER=str(driver), FAKE_CUDA_LOG=str(log))
+    proc = subprocess.run([sys.executable, script, "--run", str(folder), "--no-peers",
+                           "--in-process"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 1, proc.stderr  # wrong: the fake computes nothing
+    maps = [x for x in log.read_text().splitlines() if x.startswith("cuTensorMapEncodeTiled")]
+    assert maps and all("box=64,128" in x and "swizzle=3" in x for x in maps), maps[:2]
+    proc = subprocess.run([sys.executable, script, "--prepare", str(tmp_path / "sm90"),
+                           "--only", "bf16 matmul wgmma"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "sm90" / "rows.json").read_text())["rows"] == []
