@@ -343,16 +343,17 @@ def test_device_probe_prepares_and_runs(tmp_path) -> None:
 
 # -- the kernel, block by block, on the CPU ------------------------------------------------
 #
-# An interpreter for the kernel stage's gpu.func: every block of the grid, its 128 threads
-# in lockstep (per-thread values are numpy arrays), shared memory as bytes. The nvgpu ops
-# are given the semantics the kernel relies on: a bulk tensor copy writes its box with the
-# 128-byte swizzle (address bits 4-6 XOR bits 7-9) and completes its bytes on the slot's
-# mbarrier; a wait on a phase that has not completed is a deadlock; a warpgroup MMA reads
-# A (128 x 64) from its descriptor's base as 128-byte swizzled rows and B (64 x 128) as
-# two such 64-column boxes 8 KiB apart (the layouts upstream's descriptor lowering encodes:
-# leading byte offset 8 KiB, stride 1 KiB) and must start on a 1 KiB boundary (the swizzle
-# pattern's period: its descriptors carry no base offset); a copy must not land in the
-# buffers the MMA still in flight reads (one group stays in flight: wait_group 1).
+# An interpreter for the kernel stage's gpu.func: every block of the grid, its threads in
+# lockstep (per-thread values are numpy arrays; warpgroup values one per 128 threads),
+# shared memory as bytes. The nvgpu and nvvm ops are given the semantics the kernel relies
+# on: a bulk tensor copy writes its box with the 128-byte swizzle (address bits 4-6 XOR
+# bits 7-9) and completes its bytes on the slot's mbarrier; a wait on a phase that has not
+# completed is a deadlock; upstream's warpgroup MMA reads A from its descriptor's base as
+# 128-byte swizzled rows and B as 64-column boxes 8 KiB apart (the layouts its descriptor
+# lowering encodes); a `wgmma.mma_async` decodes its 64-bit descriptors as the PTX ISA lays
+# out swizzled K-major and MN-major operands (`_Sim._operand`); a swizzled operand starts on
+# a 1 KiB boundary (the pattern's period: the descriptors carry no base offset); a copy
+# must not land in the buffers a wgmma group still in flight reads.
 
 _SMEM_BASE = 48  # where dynamic shared memory starts: after the static mbarriers
 
