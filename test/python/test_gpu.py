@@ -24,6 +24,7 @@ import zlib
 
 import numpy as np
 import pytest
+from gpu_lowering import lowered
 from mlir import ir
 
 from mlir_autodiff import dialects
@@ -504,15 +505,6 @@ BLOCK_REDUCTION_CASES = ("sum_squares_large", "softmax_long_rows", "column_sums_
 
 def module_text(*names: str) -> str:
     return "\n".join(CORPUS[n][0] for n in names).replace("#ID2", _ID2)
-
-
-def lowered(text: str, **options) -> ir.Module:
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(**options)])
-    return module
 
 
 def _check_cubin(elf: bytes, sm: int) -> None:

@@ -19,6 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
+from gpu_lowering import lowered as _lowered
 from mlir import ir
 
 from mlir_autodiff import dialects
@@ -101,15 +102,6 @@ RAGGED = ("ragged_rows", "ragged_k")
 #: Run on the CPU (each warp tile costs ~2 s of LLVM compilation): `tt` takes both
 #: transposed branches (A's and B's are independent), `batch` the untransposed ones.
 ON_CPU = ("tt", "batch", "f16_accumulator", "bf16_nt", *RAGGED)
-
-
-def _lowered(text: str, **options) -> ir.Module:
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(**options)])
-    return module
 
 
 def _parallel_functions(text: str) -> dict[str, str]:

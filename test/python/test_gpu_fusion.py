@@ -10,13 +10,12 @@ import shutil
 
 import numpy as np
 import pytest
+from gpu_lowering import lowered as _lowered
 from mlir import ir
 
-from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
 from mlir_autodiff.runtime import CompiledModule
-from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
-from mlir_autodiff.transforms.pipeline import run_pipeline
+from mlir_autodiff.transforms.gpu.pipeline import parallel_stage_on_cpu_pipeline
 
 # Two whole-array sums (each a partial pass and a combining pass), an elementwise
 # result `y` and its column sums (a bias gradient's shape), and a row maximum
@@ -76,15 +75,6 @@ func.func @grads(%a: tensor<300x200xf32>, %b: tensor<100x700xf32>, %x: tensor<25
       : tensor<f32>, tensor<f32>, tensor<256x96xf32>, tensor<96xf32>, tensor<300xf32>
 }
 """
-
-
-def _lowered(text: str, **options) -> ir.Module:
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(**options)])
-    return module
 
 
 def _kernels(module: ir.Module) -> dict[str, str]:

@@ -11,13 +11,12 @@ import shutil
 
 import numpy as np
 import pytest
+from gpu_lowering import lowered as _lowered
 from mlir import ir
 
-from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
 from mlir_autodiff.runtime import CompiledModule
-from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu, parallel_stage_on_cpu_pipeline
-from mlir_autodiff.transforms.pipeline import run_pipeline
+from mlir_autodiff.transforms.gpu.pipeline import parallel_stage_on_cpu_pipeline
 
 # A row softmax over 1000-long rows and the cross-entropy gradient rows beside it
 # (dz = p * sum(ct) - ct, log-softmax's backward): the row maximum, the sum of the
@@ -107,15 +106,6 @@ func.func @cols(%x: tensor<25x37xf32>) -> tensor<25x37xf32> {
   return %y : tensor<25x37xf32>
 }
 """
-
-
-def _lowered(text: str, **options) -> ir.Module:
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(**options)])
-    return module
 
 
 def test_softmax_and_its_gradient_rows_are_one_kernel() -> None:

@@ -26,13 +26,12 @@ import textwrap
 import numpy as np
 import pytest
 from fake_cuda import build_fake_driver
+from gpu_lowering import lowered as _lowered
 from mlir import ir
 
-from mlir_autodiff import dialects
 from mlir_autodiff import gpu as adgpu
 from mlir_autodiff.transforms.gpu import contractions, warpgroup_tiles
 from mlir_autodiff.transforms.gpu.pipeline import LowerToGpu
-from mlir_autodiff.transforms.pipeline import run_pipeline
 
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
 CC = shutil.which("cc")
@@ -80,15 +79,6 @@ func.func @{name}(%a: tensor<{a}x{inp}>, %b: tensor<{b}x{inp}>) -> tensor<{c}x{o
 def _large_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """The large (128 x 128) tile for every size here: the warpgroup tile replaces it."""
     monkeypatch.setattr(contractions, "LARGE_MIN_TILES", 1)
-
-
-def _lowered(text: str, **options) -> ir.Module:
-    ctx = ir.Context()
-    dialects.load(ctx)
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-        run_pipeline(module, [LowerToGpu(**options)])
-    return module
 
 
 def _kernels(text: str, **options) -> str:
