@@ -664,17 +664,26 @@ def _erase_unused_buffer(buf: ir.Value) -> None:
         (owner.operation if isinstance(owner, ir.OpView) else owner).erase()
 
 
+def _element_type(t: ir.Type) -> ir.Type:
+    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+
+
 def _lifted(op: ir.Operation, operands: list[ir.Value], shape: Sequence[int]) -> ir.Value:
-    """`op` (an elementwise arith/math op) again on vectors of `shape`."""
-    result = ir.VectorType.get(list(shape), op.results[0].type)
+    """`op` (an elementwise arith/math op, on scalars or vectors) again on vectors of
+    `shape`."""
+    result = ir.VectorType.get(list(shape), _element_type(op.results[0].type))
     attrs = {name: op.attributes[name] for name in op.attributes}
     return ir.Operation.create(op.name, results=[result], operands=operands,
                                attributes=attrs).results[0]
 
 
 def _splat(const: ir.Operation, shape: Sequence[int]) -> ir.Value:
-    t = ir.VectorType.get(list(shape), const.results[0].type)
-    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, const.attributes["value"]))
+    """The constant `const` (a scalar, or a splat of vectors) as a splat of `shape`."""
+    t = ir.VectorType.get(list(shape), _element_type(const.results[0].type))
+    value = const.attributes["value"]
+    if isinstance(value, ir.DenseElementsAttr):
+        value = value.get_splat_value()
+    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, value))
 
 
 def _vector_epilogue(epilogue: ir.Operation, acc: ir.Value) -> ir.Value:

@@ -50,12 +50,12 @@ from __future__ import annotations
 import dataclasses
 
 from mlir import ir
-from mlir.dialects import arith, vector
+from mlir.dialects import vector
 
 from ...dialects.vocabulary import GPU_TILE_READ, GPU_WGMMA_FLAT, GPU_WGMMA_OUT
-from ..ad_support import walk_ops
+from ..ad_support import defining_op, int_constant, walk_ops
 from ..bufferize import ContextPass as _Step
-from .contractions import EPILOGUE_ATTR, TILE_ATTR
+from .contractions import EPILOGUE_ATTR, TILE_ATTR, _lifted, _splat
 from .support import identity_layout, ops_of
 
 #: Buffers (64-deep steps of A and B) in flight per block.
@@ -83,15 +83,8 @@ def supported_chip(chip: str) -> bool:
     return chip == "sm_90a"
 
 
-def _owner(v: ir.Value) -> ir.Operation | None:
-    o = v.owner
-    if isinstance(o, ir.Block):
-        return None
-    return o.operation if isinstance(o, ir.OpView) else o
-
-
 def _zero_constant(v: ir.Value) -> bool:
-    op = _owner(v)
+    op = defining_op(v)
     if op is None or op.name != "arith.constant":
         return False
     attr = op.attributes["value"]
@@ -184,7 +177,7 @@ def _elementwise_step(user: ir.Operation, v: ir.Value, tile_for: ir.Operation) -
     for x in user.operands:
         if x == v:
             continue
-        o = _owner(x)
+        o = defining_op(x)
         if o is None or o.name != "arith.constant" or \
                 not isinstance(o.attributes["value"], ir.DenseElementsAttr) or \
                 not o.attributes["value"].is_splat:
@@ -252,8 +245,9 @@ def _match(tile_for: ir.Operation) -> _Match | None:
     # the block loop WarpTileContractions made for this contraction: one iteration per
     # output tile (canonicalization drops dimensions of one iteration)
     view = block_loop.opview
-    bounds = [_constants(v) for v in (view.lowerBound, view.upperBound, view.step)]
-    if any(-1 in b for b in bounds):
+    bounds = [[int_constant(v) for v in vs]
+              for vs in (view.lowerBound, view.upperBound, view.step)]
+    if any(x is None for b in bounds for x in b):
         return None
     trips = 1
     for lo, hi, st in zip(*bounds):
@@ -262,16 +256,6 @@ def _match(tile_for: ir.Operation) -> _Match | None:
         return None
     return _Match(block_loop, a, b, c, tile_for.results[0], chains[0][0], m, n, k, batch,
                   ta, tb)
-
-
-def _constants(values) -> list[int]:
-    out = []
-    for v in values:
-        o = _owner(v)
-        if o is None or o.name != "arith.constant":
-            return [-1]
-        out.append(ir.IntegerAttr(o.attributes["value"]).value)
-    return out
 
 
 def _loads(mt: _Match, tn: int) -> tuple[list, list]:
@@ -582,20 +566,8 @@ def _rewrite(mt: _Match) -> None:
         v = out_load.results[0]
         src = mt.acc  # the chain's value before each op
         for op in mt.epilogue:
-            operands = []
-            for x in op.operands:
-                o = _owner(x)
-                if x == src:
-                    operands.append(v)
-                    continue
-                t = ir.VectorType.get([4], ir.VectorType(x.type).element_type)
-                attr = ir.DenseElementsAttr(o.attributes["value"])
-                operands.append(arith.constant(
-                    t, ir.DenseElementsAttr.get_splat(t, attr.get_splat_value())))
-            result = ir.VectorType.get([4], ir.VectorType(op.results[0].type).element_type)
-            attrs = {name: op.attributes[name] for name in op.attributes}
-            v = ir.Operation.create(op.name, results=[result], operands=operands,
-                                    attributes=attrs).results[0]
+            operands = [v if x == src else _splat(defining_op(x), [4]) for x in op.operands]
+            v = _lifted(op, operands, [4])
             src = op.results[0]
         store = vector.store(v, c2, [gr, gc])
         elt_bytes = (ir.VectorType(v.type).element_type.width + 7) // 8
